@@ -1,0 +1,583 @@
+package hybrid
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/envelope"
+	"github.com/hybridcache/hybridcache/internal/flight"
+	"github.com/hybridcache/hybridcache/internal/message"
+	"github.com/hybridcache/hybridcache/l1"
+)
+
+// entryOverhead is the weight added to every L1 entry for its key, header
+// and bookkeeping.
+const entryOverhead = 64
+
+// Cache is a typed two-tier cache. It is safe for concurrent use. Create it
+// with New and release it with Close.
+type Cache[V any] struct {
+	o      Options
+	prefix string // Namespace + ":"
+	local  *l1.Cache[V]
+	remote Remote
+	ann    Announcer // remote as Announcer, when it is one and a Bus is set
+	bus    Bus
+	codec  Codec
+	origin message.Origin
+
+	flights flight.Group[V]
+	fence   *fence
+	n       counters
+	log     limitedLog
+
+	// mu guards closed against wg.Add, so Close can wait for every fill.
+	mu     sync.RWMutex
+	closed atomic.Bool
+	wg     sync.WaitGroup
+	stop   context.Context // cancelled by Close; ends fills
+	cancel context.CancelFunc
+	unsub  func()
+}
+
+// New returns a Cache configured by o, or an error naming the first
+// setting that is wrong.
+func New[V any](o Options) (*Cache[V], error) {
+	o, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache[V]{
+		o:      o,
+		prefix: o.Namespace + ":",
+		remote: o.Remote,
+		bus:    o.Bus,
+		codec:  o.Codec,
+		fence:  newFence(),
+		log:    limitedLog{l: o.Logger, every: o.LogEvery},
+	}
+	if _, err := rand.Read(c.origin[:]); err != nil {
+		return nil, fmt.Errorf("hybrid: instance id: %w", err)
+	}
+	if a, ok := o.Remote.(Announcer); ok && o.Bus != nil {
+		c.ann = a
+	}
+	c.local, err = l1.New[V](l1.Options{
+		MaxWeight: uint64(o.LocalMaxBytes),
+		OnEvict: func(_ string, expired bool) {
+			if expired {
+				c.n.expirations.Add(1)
+			} else {
+				c.n.evictions.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: %w", err)
+	}
+	c.stop, c.cancel = context.WithCancel(context.Background())
+	if c.bus != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c.unsub, err = c.bus.Subscribe(ctx, o.Channel, c.onMessage, c.onLoss)
+		if err != nil {
+			c.cancel()
+			c.local.Close()
+			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
+		}
+	}
+	return c, nil
+}
+
+// GetOrCreate returns the value for key: from L1, else from the shared
+// tier, else from load, whose result is stored in both tiers. Concurrent
+// callers that miss on one key share one shared-tier read and one load;
+// each waits only as long as its own ctx allows.
+//
+// A load error is returned wrapped (errors.Is sees it) and is not cached.
+// Shared-tier failures are not returned: they are counted and logged, and
+// the call goes on to load. The value returned from L1 is shared: do not
+// modify it.
+func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
+	if v, ok := c.local.Get(key); ok && !c.closed.Load() {
+		return v, nil
+	}
+	return c.getOrCreateSlow(ctx, key, load, opts)
+}
+
+func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption) (V, error) {
+	var zero V
+	if err := c.check(ctx, key); err != nil {
+		return zero, err
+	}
+	if load == nil {
+		return zero, errors.New("hybrid: GetOrCreate: nil load function")
+	}
+	e, err := c.o.entry(opts)
+	if err != nil {
+		return zero, err
+	}
+	call, leader := c.flights.Join(key)
+	if leader {
+		if !c.startFill() {
+			c.flights.Finish(key, call, zero, ErrClosed)
+			return zero, ErrClosed
+		}
+		go c.fill(ctx, key, load, e, call)
+	}
+	return call.Wait(ctx)
+}
+
+// startFill registers a fill with Close, or reports that the cache is closed.
+func (c *Cache[V]) startFill() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// fill runs one shared miss: the shared tier, then load. It runs detached
+// from the caller that started it (that caller may leave) and ends with
+// Close or LoadTimeout.
+func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
+	defer c.wg.Done()
+	ctx, cancel := c.fillContext(caller)
+	defer cancel()
+
+	tok := c.fence.token(key)
+	v, found, corrupt := c.readRemote(ctx, key, tok)
+	if found {
+		c.flights.Finish(key, call, v, nil)
+		return
+	}
+	v, err := c.runLoad(ctx, key, load)
+	if err != nil {
+		c.flights.Finish(key, call, v, err)
+		return
+	}
+	b, err := c.encode(key, v, e.ttl)
+	if err != nil {
+		c.n.oversized.Add(1)
+		c.log.log(logOversize, "hybrid: loaded value not stored", "namespace", c.o.Namespace, "key", key, "err", err)
+		c.flights.Finish(key, call, v, nil)
+		return
+	}
+	// L1 first, so that no caller arriving after Finish loads again; then
+	// the waiters; then the shared tier.
+	c.storeLocal(key, v, weight(key, b), e.localTTL, tok)
+	c.flights.Finish(key, call, v, nil)
+	c.storeRemote(ctx, key, b, e.ttl, corrupt)
+}
+
+// fillContext is the context of a shared fill: the caller's values without
+// its cancellation, ended by Close and by LoadTimeout.
+func (c *Cache[V]) fillContext(caller context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(caller))
+	stop := context.AfterFunc(c.stop, cancel)
+	if c.o.LoadTimeout > 0 {
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithTimeout(ctx, c.o.LoadTimeout)
+		return ctx, func() { cancelT(); stop(); cancel() }
+	}
+	return ctx, func() { stop(); cancel() }
+}
+
+// runLoad calls load, turning a panic into an error.
+func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error)) (v V, err error) {
+	c.n.loads.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			var zero V
+			v, err = zero, fmt.Errorf("%w: %q: %v\n%s", ErrPanic, key, r, debug.Stack())
+		}
+		if err != nil {
+			c.n.loadErrors.Add(1)
+		}
+	}()
+	v, err = load(ctx, key)
+	if err != nil {
+		return v, fmt.Errorf("hybrid: load %q: %w", key, err)
+	}
+	return v, nil
+}
+
+// readRemote reads key from the shared tier and, on a hit, stores it in L1
+// if tok is still valid. Errors and undecodable values (corrupt) count as
+// misses.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token) (v V, found, corrupt bool) {
+	if c.remote == nil {
+		return v, false, false
+	}
+	b, ok, err := c.remote.Get(ctx, c.prefix+key)
+	if err != nil {
+		c.n.l2Errors.Add(1)
+		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
+		return v, false, false
+	}
+	if !ok {
+		c.n.l2Misses.Add(1)
+		return v, false, false
+	}
+	v, ttl, err := c.decode(b)
+	if err != nil {
+		c.n.decodeErrors.Add(1)
+		c.n.l2Misses.Add(1)
+		c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", key, "err", err)
+		var zero V
+		return zero, false, true
+	}
+	c.n.l2Hits.Add(1)
+	c.storeLocal(key, v, weight(key, b), min(ttl, c.o.LocalTTL), tok)
+	return v, true, false
+}
+
+// decode turns a stored envelope into a value and its remaining lifetime.
+func (c *Cache[V]) decode(b []byte) (V, time.Duration, error) {
+	var v V
+	h, payload, err := envelope.Decode(b)
+	if err != nil {
+		return v, 0, err
+	}
+	if h.Codec != c.codec.ID() {
+		return v, 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
+	}
+	ttl := c.o.LocalTTL
+	if !h.Expires.IsZero() {
+		ttl = time.Until(h.Expires)
+		if ttl <= 0 {
+			return v, 0, errors.New("hybrid: stored value is past its expiry")
+		}
+	}
+	if err := c.codec.Unmarshal(payload, &v); err != nil {
+		return v, 0, err
+	}
+	return v, ttl, nil
+}
+
+// encode returns v's envelope, or an error wrapping ErrValueTooLarge.
+func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
+	payload, err := c.codec.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
+	}
+	if len(payload) > c.o.MaxValueBytes {
+		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
+	}
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl)}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(payload)), h, payload), nil
+}
+
+// storeRemote writes a loaded value to the shared tier only if no value is
+// there: a write by another instance since our read wins over our load.
+// It is not announced: a fill changes nothing other instances hold. When
+// another value is found, ours leaves L1 too. A value that did not decode
+// (replace) is overwritten.
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, replace bool) {
+	if c.remote == nil {
+		return
+	}
+	stored, err := true, error(nil)
+	if replace {
+		err = c.remote.Set(ctx, c.prefix+key, b, ttl)
+	} else {
+		stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, ttl)
+	}
+	if err != nil {
+		c.n.l2Errors.Add(1)
+		c.log.log(logL2, "hybrid: shared tier write failed; value kept in L1 only", "namespace", c.o.Namespace, "err", err)
+		return
+	}
+	if !stored {
+		c.fence.bump(key)
+		c.local.Delete(key)
+	}
+}
+
+// storeLocal puts v in L1 unless key changed since tok was taken. The check
+// after the store closes the window between the first check and the store.
+// It reports whether v stayed.
+func (c *Cache[V]) storeLocal(key string, v V, w uint32, ttl time.Duration, tok token) bool {
+	if !c.fence.valid(tok) {
+		c.n.fillsDiscarded.Add(1)
+		return false
+	}
+	c.local.Set(key, v, w, ttl)
+	if !c.fence.valid(tok) {
+		c.local.Delete(key)
+		c.n.fillsDiscarded.Add(1)
+		return false
+	}
+	return true
+}
+
+func weight(key string, stored []byte) uint32 {
+	return uint32(min(len(key)+len(stored)+entryOverhead, 1<<31))
+}
+
+// Get returns the value for key from L1 or the shared tier, without
+// loading. ok is false when neither holds it; shared-tier failures count as
+// misses (see Stats) and are not returned.
+func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
+	if v, ok := c.local.Get(key); ok && !c.closed.Load() {
+		return v, true, nil
+	}
+	if err := c.check(ctx, key); err != nil {
+		return v, false, err
+	}
+	tok := c.fence.token(key)
+	v, ok, _ = c.readRemote(ctx, key, tok)
+	if err := ctx.Err(); err != nil && !ok {
+		return v, false, err
+	}
+	return v, ok, nil
+}
+
+// Set stores v under key in both tiers and tells other instances. After
+// Set returns nil, every Get on this instance sees v until it is changed
+// again or expires. Errors from the shared tier or the bus are returned.
+func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption) error {
+	if err := c.check(ctx, key); err != nil {
+		return err
+	}
+	e, err := c.o.entry(opts)
+	if err != nil {
+		return err
+	}
+	b, err := c.encode(key, v, e.ttl)
+	if err != nil {
+		return err
+	}
+	tok := c.fence.bumpToken(key)
+	if err := c.writeAndAnnounce(ctx, key, b, e.ttl); err != nil {
+		c.fence.bump(key)
+		c.local.Delete(key)
+		return err
+	}
+	// Bump again: a fill that read the old value before our write must not
+	// store it after us. Anyone else's bump since tok means a newer change
+	// may exist, so we drop instead of store.
+	tok, ok := c.fence.advance(tok)
+	if !ok {
+		c.local.Delete(key)
+		return nil
+	}
+	if !c.storeLocal(key, v, weight(key, b), e.localTTL, tok) {
+		c.local.Delete(key)
+	}
+	return nil
+}
+
+// writeAndAnnounce writes b (nil: delete) to the shared tier and announces
+// it: in one atomic step when the Remote is an Announcer, else write then
+// publish.
+func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, ttl time.Duration) error {
+	op := "set"
+	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
+	if b == nil {
+		op, m.Op = "delete", message.OpDelete
+	}
+	switch {
+	case c.remote != nil && c.ann != nil:
+		if b != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+			m.Value = b
+		}
+		msg := message.Encode(m, c.o.Secret)
+		c.fence.ownWrite(key)
+		var err error
+		if b == nil {
+			err = c.ann.DeleteAndPublish(ctx, c.prefix+key, c.o.Channel, msg)
+		} else {
+			err = c.ann.SetAndPublish(ctx, c.prefix+key, b, ttl, c.o.Channel, msg)
+		}
+		if err != nil {
+			c.n.l2Errors.Add(1)
+			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
+		}
+		c.n.published.Add(1)
+		return nil
+	case c.remote != nil:
+		var err error
+		if b == nil {
+			err = c.remote.Delete(ctx, c.prefix+key)
+		} else {
+			err = c.remote.Set(ctx, c.prefix+key, b, ttl)
+		}
+		if err != nil {
+			c.n.l2Errors.Add(1)
+			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
+		}
+	}
+	if c.bus == nil {
+		return nil
+	}
+	if err := c.publish(ctx, m); err != nil {
+		return fmt.Errorf("hybrid: %s %q: announce: %w", op, key, err)
+	}
+	return nil
+}
+
+func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
+	if err := c.bus.Publish(ctx, c.o.Channel, message.Encode(m, c.o.Secret)); err != nil {
+		c.n.publishErrors.Add(1)
+		return err
+	}
+	c.n.published.Add(1)
+	return nil
+}
+
+// Delete removes key from both tiers and tells other instances to drop it.
+// L1 drops it even when the shared tier fails, whose error is returned.
+func (c *Cache[V]) Delete(ctx context.Context, key string) error {
+	if err := c.check(ctx, key); err != nil {
+		return err
+	}
+	err := c.writeAndAnnounce(ctx, key, nil, 0)
+	// After the shared tier: a fill that read the old value meanwhile must
+	// not store it.
+	c.fence.bump(key)
+	c.local.Delete(key)
+	return err
+}
+
+// Clear drops every L1 entry of this namespace, on this instance and, via
+// the bus, on every other. The shared tier is left as it is.
+func (c *Cache[V]) Clear(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	c.fence.bumpAll()
+	c.local.Clear()
+	if c.bus == nil {
+		return nil
+	}
+	if err := c.publish(ctx, message.Message{Op: message.OpClear, Origin: c.origin, Namespace: c.o.Namespace}); err != nil {
+		return fmt.Errorf("hybrid: clear: announce: %w", err)
+	}
+	return nil
+}
+
+// onMessage applies another instance's invalidation to L1. It runs on the
+// bus's goroutine.
+func (c *Cache[V]) onMessage(b []byte) {
+	m, err := message.Decode(b, c.o.Secret)
+	if err != nil || m.Namespace != c.o.Namespace {
+		c.n.invalid.Add(1)
+		c.log.log(logBus, "hybrid: invalidation message ignored", "namespace", c.o.Namespace, "err", err)
+		return
+	}
+	if m.Origin == c.origin {
+		c.n.ownIgnored.Add(1)
+		if m.Op != message.OpClear && c.ann != nil {
+			c.fence.ownMessage(m.Keys[0])
+		}
+		return
+	}
+	c.n.received.Add(1)
+	if len(c.o.Secret) > 0 && !m.Authentic {
+		c.n.unauthentic.Add(1)
+	}
+	switch m.Op {
+	case message.OpClear:
+		c.fence.bumpAll()
+		c.local.Clear()
+	case message.OpSet, message.OpDelete:
+		for i, key := range m.Keys {
+			c.fence.bump(key)
+			if i == 0 && m.Value != nil && c.fence.mayReplace(key) && c.swap(key, m.Value) {
+				continue
+			}
+			c.local.Delete(key)
+		}
+	}
+}
+
+// swap replaces key's L1 entry, if there is one, with the value carried by
+// a message. It reports false when the value does not decode.
+func (c *Cache[V]) swap(key string, b []byte) bool {
+	v, ttl, err := c.decode(b)
+	if err != nil {
+		c.n.decodeErrors.Add(1)
+		return false
+	}
+	if c.local.Replace(key, v, weight(key, b), min(ttl, c.o.LocalTTL)) {
+		c.n.swapped.Add(1)
+	}
+	return true
+}
+
+// onLoss runs when invalidations may have been lost: nothing in L1 can be
+// trusted any more.
+func (c *Cache[V]) onLoss() {
+	c.n.busLosses.Add(1)
+	c.fence.bumpAll()
+	c.local.Clear()
+}
+
+// check returns the error for a call that cannot proceed.
+func (c *Cache[V]) check(ctx context.Context, key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if key == "" {
+		return ErrEmptyKey
+	}
+	return ctx.Err()
+}
+
+// Stats returns a snapshot of the cache's counters.
+func (c *Cache[V]) Stats() Stats {
+	ls := c.local.Stats()
+	return Stats{
+		L1Hits:         ls.Hits,
+		L1Misses:       ls.Misses,
+		L2Hits:         c.n.l2Hits.Load(),
+		L2Misses:       c.n.l2Misses.Load(),
+		Loads:          c.n.loads.Load(),
+		LoadErrors:     c.n.loadErrors.Load(),
+		L2Errors:       c.n.l2Errors.Load(),
+		DecodeErrors:   c.n.decodeErrors.Load(),
+		Oversized:      c.n.oversized.Load(),
+		L1Evictions:    c.n.evictions.Load(),
+		L1Expirations:  c.n.expirations.Load(),
+		L1Entries:      c.local.Len(),
+		L1Bytes:        c.local.Weight(),
+		Published:      c.n.published.Load(),
+		PublishErrors:  c.n.publishErrors.Load(),
+		Received:       c.n.received.Load(),
+		OwnIgnored:     c.n.ownIgnored.Load(),
+		Swapped:        c.n.swapped.Load(),
+		Invalid:        c.n.invalid.Load(),
+		Unauthentic:    c.n.unauthentic.Load(),
+		BusLosses:      c.n.busLosses.Load(),
+		FillsDiscarded: c.n.fillsDiscarded.Load(),
+	}
+}
+
+// Close unsubscribes from the bus, cancels fills in progress and waits for
+// them, and stops L1's goroutines. It does not close the Remote or the Bus,
+// which the caller owns and may share. Later calls return ErrClosed.
+func (c *Cache[V]) Close() error {
+	c.mu.Lock()
+	if c.closed.Swap(true) {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	if c.unsub != nil {
+		c.unsub()
+	}
+	c.cancel()
+	c.wg.Wait()
+	c.local.Close()
+	return nil
+}

@@ -1,0 +1,64 @@
+// Package hybrid is a typed two-tier cache: a bounded in-process L1 in
+// front of a shared tier (Redis, through package l2), kept coherent across
+// instances by invalidation messages (package invalidate).
+//
+// # Read path
+//
+// GetOrCreate looks in L1 first; a hit returns the stored value itself,
+// with no allocation. On a miss, one fill per key runs however many callers
+// wait: it reads the shared tier once and, on a miss there, calls load once.
+// The loaded value is stored in L1 and written to the shared tier only if
+// the key is still absent there (SET NX), so a fill never overwrites another
+// instance's write. Each caller waits with its own ctx; a caller that leaves
+// gets ctx.Err() at once and the fill goes on for the others, detached from
+// any one caller and bounded by Options.LoadTimeout and Close.
+//
+// # Write path
+//
+// Set and Delete write the shared tier, announce the change on the bus and
+// then update L1. After Set returns nil, Get on the same instance returns the
+// new value (read-your-writes). With an l2.Store (an Announcer), the write
+// and its announcement are one Redis script, so messages arrive in write
+// order; with Options.Secret set, a Set's message carries the new value (up
+// to InlineMaxBytes) and peers that hold the key swap it in without a round
+// trip. Otherwise peers drop the key and read it again when asked.
+//
+// # Invalidation and its window
+//
+// Another instance stops serving the old value once the message arrives:
+// on loopback well under a millisecond, see the README for measured
+// figures. A fill that was reading the shared tier or loading when an
+// invalidation for its key arrived returns its value to its callers but does
+// not store it in L1 (no stale fill). When the bus reports that messages may
+// have been lost (its connection dropped or came back), L1 is flushed, so
+// nothing filled before the loss is served after it. No entry outlives its
+// L1 lifetime in any case.
+//
+// # When Redis is slow or down
+//
+// Reads degrade: a shared-tier error is counted (Stats.L2Errors), logged at
+// most once per Options.LogEvery, and the call goes on to L1 and load.
+// Writes report: Set and Delete return the error (and drop the key from
+// L1). Calls wait no longer than go-redis's own timeouts or the ctx.
+//
+// # Bad input
+//
+//   - A stored value that does not decode (another codec, another format,
+//     truncated or random bytes) is a miss counted in Stats.DecodeErrors;
+//     the fill then loads and the new value replaces it.
+//   - A load error is returned wrapped (errors.Is works) and not cached.
+//   - A load panic becomes an error wrapping ErrPanic for every waiter.
+//   - An empty key gives ErrEmptyKey; a closed cache gives ErrClosed.
+//   - A value encoding to more than Options.MaxValueBytes: Set returns
+//     ErrValueTooLarge; GetOrCreate returns it but stores it nowhere
+//     (Stats.Oversized).
+//   - An invalidation message that does not decode is ignored
+//     (Stats.Invalid); one whose signature does not verify only drops its
+//     keys (Stats.Unauthentic), so a forged PUBLISH can at most evict.
+//
+// # Values are shared
+//
+// NOTE: L1 holds values as they are, and every hit returns the same value.
+// Do not modify a value (or what its pointers, slices or maps reach) after
+// Set or after receiving it from the cache.
+package hybrid

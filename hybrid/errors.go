@@ -1,0 +1,18 @@
+package hybrid
+
+import "errors"
+
+// ErrClosed is returned by every method of a Cache after Close. Check it
+// with errors.Is.
+var ErrClosed = errors.New("hybrid: cache closed")
+
+// ErrEmptyKey is returned for an empty key. Check it with errors.Is.
+var ErrEmptyKey = errors.New("hybrid: empty key")
+
+// ErrValueTooLarge is returned by Set when the encoded value exceeds
+// Options.MaxValueBytes. Check it with errors.Is.
+var ErrValueTooLarge = errors.New("hybrid: value too large")
+
+// ErrPanic is wrapped by the error every waiter gets when a load function
+// panics. Check it with errors.Is; the message holds the panic value.
+var ErrPanic = errors.New("hybrid: load panicked")

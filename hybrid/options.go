@@ -1,0 +1,186 @@
+package hybrid
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hybridcache/hybridcache/codec"
+)
+
+// Options configures a Cache. The zero value is an L1-only cache with the
+// defaults below.
+type Options struct {
+	// Namespace names this cache's keys in the shared tier ("Namespace:key")
+	// and its invalidation channel. Required when Remote or Bus is set;
+	// every instance of one logical cache uses the same Namespace.
+	Namespace string
+
+	// Remote is the shared tier, such as *l2.Store. nil: L1 only.
+	Remote Remote
+
+	// Bus carries invalidations between instances, such as
+	// *invalidate.Bus. nil: no cross-instance invalidation, so other
+	// instances keep their copy until LocalTTL ends.
+	Bus Bus
+
+	// Channel is the bus channel. Default: "hybridcache:" + Namespace.
+	Channel string
+
+	// Secret signs invalidation messages (HMAC-SHA256). With a Secret and a
+	// Remote that implements Announcer, a Set's message carries the new
+	// value (up to InlineMaxBytes) so that peers holding the key swap it in
+	// without a round trip; messages that do not verify only drop keys.
+	// nil: messages never carry values; peers drop the key.
+	Secret []byte
+
+	// InlineMaxBytes is the largest stored value a message carries.
+	// Default: 64 KiB. Negative: never carry values.
+	InlineMaxBytes int
+
+	// Codec encodes values for the shared tier. Default: codec.JSON{}.
+	Codec Codec
+
+	// TTL is how long a value lives in the shared tier. Default: 10 minutes.
+	TTL time.Duration
+
+	// LocalTTL is how long a value lives in L1; it may not exceed TTL when
+	// Remote is set. Default: the smaller of TTL and 1 minute.
+	LocalTTL time.Duration
+
+	// LocalMaxBytes bounds L1 by the encoded size of its values (plus key and
+	// a fixed overhead per entry). Default: 64 MiB.
+	LocalMaxBytes int64
+
+	// MaxValueBytes is the largest encoded value stored. A larger value
+	// loaded by GetOrCreate is returned but not stored; Set returns
+	// ErrValueTooLarge. Default: 1 MiB.
+	MaxValueBytes int
+
+	// LoadTimeout bounds one shared fill: the shared-tier read and the load
+	// function. The load's ctx is cancelled when it passes. It is not tied to
+	// any caller's ctx: a caller leaving never cancels the fill for the
+	// others. Default: 0, no bound other than Close.
+	LoadTimeout time.Duration
+
+	// Logger receives errors from the read path and the bus, at most one per
+	// kind per LogEvery. Default: slog.Default().
+	Logger *slog.Logger
+
+	// LogEvery is the minimum gap between two log lines of one kind.
+	// Default: 10 seconds.
+	LogEvery time.Duration
+}
+
+const (
+	defaultTTL       = 10 * time.Minute
+	defaultLocalTTL  = time.Minute
+	defaultLocalMax  = 64 << 20
+	defaultMaxValue  = 1 << 20
+	defaultInlineMax = 64 << 10
+	defaultLogEvery  = 10 * time.Second
+)
+
+// withDefaults validates o and fills in its defaults.
+func (o Options) withDefaults() (Options, error) {
+	if (o.Remote != nil || o.Bus != nil) && o.Namespace == "" {
+		return o, errors.New("hybrid: Options.Namespace is required when Remote or Bus is set")
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}} {
+		if f.d < 0 {
+			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
+		}
+	}
+	if o.LocalMaxBytes < 0 {
+		return o, fmt.Errorf("hybrid: Options.LocalMaxBytes is negative (%d)", o.LocalMaxBytes)
+	}
+	if o.MaxValueBytes < 0 {
+		return o, fmt.Errorf("hybrid: Options.MaxValueBytes is negative (%d)", o.MaxValueBytes)
+	}
+	if o.TTL == 0 {
+		o.TTL = defaultTTL
+	}
+	if o.LocalTTL == 0 {
+		o.LocalTTL = min(o.TTL, defaultLocalTTL)
+	}
+	if o.Remote != nil && o.LocalTTL > o.TTL {
+		return o, fmt.Errorf("hybrid: Options.LocalTTL (%v) is longer than Options.TTL (%v)", o.LocalTTL, o.TTL)
+	}
+	if o.LocalMaxBytes == 0 {
+		o.LocalMaxBytes = defaultLocalMax
+	}
+	if o.MaxValueBytes == 0 {
+		o.MaxValueBytes = defaultMaxValue
+	}
+	if o.InlineMaxBytes == 0 {
+		o.InlineMaxBytes = defaultInlineMax
+	}
+	if o.Codec == nil {
+		o.Codec = codec.JSON{}
+	}
+	if o.Channel == "" {
+		o.Channel = "hybridcache:" + o.Namespace
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LogEvery == 0 {
+		o.LogEvery = defaultLogEvery
+	}
+	return o, nil
+}
+
+// EntryOption overrides an Options setting for one call. It is a plain
+// value, so passing options keeps the L1-hit path free of allocations.
+type EntryOption struct {
+	kind entryKind
+	d    time.Duration
+}
+
+type entryKind uint8
+
+const (
+	kindTTL entryKind = iota + 1
+	kindLocalTTL
+)
+
+// WithTTL sets the shared-tier lifetime of the value written by this call.
+func WithTTL(d time.Duration) EntryOption { return EntryOption{kind: kindTTL, d: d} }
+
+// WithLocalTTL sets the L1 lifetime of the value stored by this call. It is
+// capped by the call's TTL.
+func WithLocalTTL(d time.Duration) EntryOption { return EntryOption{kind: kindLocalTTL, d: d} }
+
+// entry is the resolved per-call configuration.
+type entry struct {
+	ttl, localTTL time.Duration
+}
+
+func (o *Options) entry(opts []EntryOption) (entry, error) {
+	e := entry{ttl: o.TTL, localTTL: o.LocalTTL}
+	localSet := false
+	for _, opt := range opts {
+		if opt.d <= 0 {
+			return e, fmt.Errorf("hybrid: entry option: duration %v is not positive", opt.d)
+		}
+		switch opt.kind {
+		case kindTTL:
+			e.ttl = opt.d
+		case kindLocalTTL:
+			e.localTTL, localSet = opt.d, true
+		default:
+			return e, errors.New("hybrid: entry option: zero EntryOption")
+		}
+	}
+	if e.localTTL > e.ttl && o.Remote != nil {
+		if localSet {
+			return e, fmt.Errorf("hybrid: entry option: LocalTTL (%v) is longer than TTL (%v)", e.localTTL, e.ttl)
+		}
+		e.localTTL = e.ttl
+	}
+	return e, nil
+}

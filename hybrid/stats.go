@@ -1,0 +1,72 @@
+package hybrid
+
+import (
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a Cache's counters since New.
+type Stats struct {
+	L1Hits        uint64 // answered from L1
+	L1Misses      uint64 // not in L1
+	L2Hits        uint64 // answered from the shared tier
+	L2Misses      uint64 // not in the shared tier either
+	Loads         uint64 // load function calls
+	LoadErrors    uint64 // load calls that failed or panicked
+	L2Errors      uint64 // shared-tier calls that failed
+	DecodeErrors  uint64 // stored values that did not decode (counted as misses)
+	Oversized     uint64 // values larger than MaxValueBytes, not stored
+	L1Evictions   uint64 // L1 entries evicted by the size bound
+	L1Expirations uint64 // L1 entries that reached their lifetime
+	L1Entries     int    // entries in L1 now (approximate)
+	L1Bytes       uint64 // weight of L1 now (approximate)
+
+	Published      uint64 // invalidation messages sent
+	PublishErrors  uint64 // invalidation messages that could not be sent
+	Received       uint64 // messages from other instances applied
+	OwnIgnored     uint64 // own messages received and ignored
+	Swapped        uint64 // L1 entries replaced by a value carried in a message
+	Invalid        uint64 // messages that did not decode
+	Unauthentic    uint64 // messages whose signature did not verify (keys only dropped)
+	BusLosses      uint64 // times the bus reported possible message loss (L1 flushed)
+	FillsDiscarded uint64 // fills not stored in L1 because the key changed meanwhile
+}
+
+type counters struct {
+	l2Hits, l2Misses, loads, loadErrors, l2Errors, decodeErrors, oversized atomic.Uint64
+	evictions, expirations                                                atomic.Uint64
+	published, publishErrors, received, ownIgnored, swapped               atomic.Uint64
+	invalid, unauthentic, busLosses, fillsDiscarded                       atomic.Uint64
+}
+
+// logKind names a kind of error that is logged at most once per LogEvery.
+type logKind int
+
+const (
+	logL2 logKind = iota
+	logDecode
+	logBus
+	logOversize
+	logKinds
+)
+
+// limitedLog writes at most one line per kind per interval, so a dead Redis
+// costs a log line every few seconds, not one per request.
+type limitedLog struct {
+	l     *slog.Logger
+	every time.Duration
+	last  [logKinds]atomic.Int64
+}
+
+func (ll *limitedLog) log(kind logKind, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := ll.last[kind].Load()
+	if last != 0 && now-last < int64(ll.every) {
+		return
+	}
+	if !ll.last[kind].CompareAndSwap(last, now) {
+		return
+	}
+	ll.l.Warn(msg, args...)
+}

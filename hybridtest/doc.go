@@ -1,0 +1,29 @@
+// Package hybridtest provides in-memory doubles of a hybrid cache's shared
+// tier and bus, so that code built on package hybrid can be tested without
+// Redis.
+//
+// A Remote is a byte store with lifetimes that implements hybrid.Remote,
+// hybrid.BatchRemote and hybrid.Announcer; a Bus is a publish/subscribe pipe
+// that implements hybrid.Bus. Several caches given the same Remote and Bus
+// behave like several instances of a service sharing one Redis:
+//
+//	bus := new(hybridtest.Bus)
+//	defer bus.Close()
+//	remote := &hybridtest.Remote{Bus: bus}
+//	a, _ := hybrid.New[string](hybrid.Options{Namespace: "users", Remote: remote, Bus: bus})
+//	b, _ := hybrid.New[string](hybrid.Options{Namespace: "users", Remote: remote, Bus: bus})
+//
+// # Faults and observation
+//
+// Remote.FailWith makes every call fail, Remote.SetLatency delays every
+// call (honouring its ctx) and Remote.SetBeforeGet runs a hook, which may
+// block, before each key is read. Remote.Calls counts the calls of each
+// method and Remote.WaitCalls waits for a count to be reached, so a test
+// can wait for a write that happens after the call it made has returned.
+// Bus.SimulateLoss tells every subscriber that messages may have been lost,
+// and Bus.Flush waits until every published message has been delivered:
+// tests synchronise with it instead of sleeping.
+//
+// Both doubles copy byte slices on the way in and out, so neither a caller
+// nor a subscriber can change what another one sees.
+package hybridtest

@@ -1,0 +1,381 @@
+package hybridtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Remote is an in-memory shared tier: a map of byte values with lifetimes.
+// It implements hybrid.Remote, hybrid.BatchRemote and hybrid.Announcer with
+// the semantics of l2.Store over Redis. The zero value is an empty store
+// that is ready to use; set Bus and Now before the first call. It is safe
+// for concurrent use.
+//
+// Every method counts its call (see Calls), then, in this order: returns
+// ctx.Err() if ctx is already done; runs the BeforeGet hook (Get and
+// GetMany, once per key); waits for the latency set with SetLatency or for
+// ctx to end; returns the error set with FailWith; and only then reads or
+// writes.
+type Remote struct {
+	// Bus receives the messages of SetAndPublish and DeleteAndPublish, in
+	// the order of their writes. nil: those two methods fail.
+	Bus *Bus
+
+	// Now returns the time that lifetimes are measured against, so a test
+	// can move time forward without sleeping. nil: time.Now.
+	Now func() time.Time
+
+	mu        sync.Mutex
+	items     map[string]item
+	err       error
+	latency   time.Duration
+	beforeGet func(key string)
+	calls     Calls
+	changed   chan struct{} // closed and replaced when calls changes
+}
+
+type item struct {
+	value   []byte
+	expires time.Time // zero: never
+}
+
+// Calls counts the calls of each method of a Remote, failed ones included.
+// A call is counted when it returns.
+type Calls struct {
+	Get, GetMany, Set, SetIfAbsent, SetMany, Delete int
+	SetAndPublish, DeleteAndPublish                 int
+}
+
+// Total returns the number of calls of every method.
+func (c Calls) Total() int {
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetMany + c.Delete + c.SetAndPublish + c.DeleteAndPublish
+}
+
+// ErrNoBus is returned by SetAndPublish and DeleteAndPublish of a Remote
+// whose Bus is nil. Check it with errors.Is.
+var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
+
+// FailWith makes every later call return err, until FailWith(nil).
+func (r *Remote) FailWith(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+}
+
+// SetLatency makes every later call wait d before it does anything (d <= 0:
+// no wait). A call whose ctx ends first returns ctx.Err().
+func (r *Remote) SetLatency(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latency = d
+}
+
+// SetBeforeGet sets a hook that Get, and GetMany for each of its keys, call
+// with the key before reading it (nil: none). The hook runs on the caller's
+// goroutine with no lock held, so it may block to hold a read in flight.
+func (r *Remote) SetBeforeGet(fn func(key string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.beforeGet = fn
+}
+
+// Calls returns a snapshot of the call counts.
+func (r *Remote) Calls() Calls {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls
+}
+
+// WaitCalls waits until done, given the call counts, reports true, or
+// until ctx ends, when it returns ctx.Err(). Use it to wait for a call made
+// on another goroutine, such as the shared-tier write that a fill makes
+// after GetOrCreate has returned.
+func (r *Remote) WaitCalls(ctx context.Context, done func(Calls) bool) error {
+	for {
+		r.mu.Lock()
+		if done(r.calls) {
+			r.mu.Unlock()
+			return nil
+		}
+		ch := r.changedLocked()
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (r *Remote) changedLocked() chan struct{} {
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// count records one call, made by inc, and wakes WaitCalls.
+func (r *Remote) count(inc func(*Calls)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	inc(&r.calls)
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// begin runs the steps every call takes before touching the data: ctx, the
+// hook (for each key in keys, when get is true), latency and the injected
+// error.
+func (r *Remote) begin(ctx context.Context, get bool, keys ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	hook, latency := r.beforeGet, r.latency
+	r.mu.Unlock()
+	if get && hook != nil {
+		for _, k := range keys {
+			hook(k)
+		}
+	}
+	if latency > 0 {
+		t := time.NewTimer(latency)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+func (r *Remote) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// getLocked returns key's value if it is present and alive, deleting it
+// when it has expired. The slice is the stored one: copy it before it
+// leaves the lock.
+func (r *Remote) getLocked(key string, now time.Time) ([]byte, bool) {
+	it, ok := r.items[key]
+	if !ok {
+		return nil, false
+	}
+	if !it.expires.IsZero() && !now.Before(it.expires) {
+		delete(r.items, key)
+		return nil, false
+	}
+	return it.value, true
+}
+
+// setLocked stores a copy of value under key for ttl (<= 0: no expiry).
+func (r *Remote) setLocked(key string, value []byte, ttl time.Duration, now time.Time) {
+	if r.items == nil {
+		r.items = make(map[string]item)
+	}
+	it := item{value: clone(value)}
+	if ttl > 0 {
+		it.expires = now.Add(ttl)
+	}
+	r.items[key] = it
+}
+
+// clone copies b, keeping nil apart from empty.
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// Get returns a copy of key's value. A missing or expired key is ok ==
+// false with a nil error.
+func (r *Remote) Get(ctx context.Context, key string) (value []byte, ok bool, err error) {
+	defer r.count(func(c *Calls) { c.Get++ })
+	if err := r.begin(ctx, true, key); err != nil {
+		return nil, false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.getLocked(key, r.now())
+	if !ok {
+		return nil, false, nil
+	}
+	return clone(v), true, nil
+}
+
+// Set stores a copy of value under key for ttl; a ttl of zero or less
+// stores it without expiry.
+func (r *Remote) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	defer r.count(func(c *Calls) { c.Set++ })
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setLocked(key, value, ttl, r.now())
+	return nil
+}
+
+// SetIfAbsent stores a copy of value under key for ttl, as Set does, only
+// if key holds no live value (SET NX), and reports whether it did.
+func (r *Remote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (stored bool, err error) {
+	defer r.count(func(c *Calls) { c.SetIfAbsent++ })
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if _, ok := r.getLocked(key, now); ok {
+		return false, nil
+	}
+	r.setLocked(key, value, ttl, now)
+	return true, nil
+}
+
+// Delete removes keys; missing keys are not an error.
+func (r *Remote) Delete(ctx context.Context, keys ...string) error {
+	defer r.count(func(c *Calls) { c.Delete++ })
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		delete(r.items, k)
+	}
+	return nil
+}
+
+// GetMany returns one slot per key, in order: a copy of the value, or nil
+// for a missing or expired key.
+func (r *Remote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	defer r.count(func(c *Calls) { c.GetMany++ })
+	if err := r.begin(ctx, true, keys...); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if v, ok := r.getLocked(k, now); ok {
+			out[i] = clone(v)
+			if out[i] == nil {
+				out[i] = []byte{}
+			}
+		}
+	}
+	return out, nil
+}
+
+// SetMany stores keys[i] = values[i] for ttls[i], as Set does, all at once.
+// The three slices must have the same length.
+func (r *Remote) SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error {
+	defer r.count(func(c *Calls) { c.SetMany++ })
+	if len(values) != len(keys) || len(ttls) != len(keys) {
+		return fmt.Errorf("hybridtest: set many: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	for i, k := range keys {
+		r.setLocked(k, values[i], ttls[i], now)
+	}
+	return nil
+}
+
+// SetAndPublish stores value under key, as Set does, and publishes msg on
+// channel of r.Bus, as one step: no other call of r runs between the two,
+// so messages leave in the order of the writes. When the publish fails,
+// nothing is written.
+func (r *Remote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
+	defer r.count(func(c *Calls) { c.SetAndPublish++ })
+	if r.Bus == nil {
+		return ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+		return err
+	}
+	r.setLocked(key, value, ttl, r.now())
+	return nil
+}
+
+// DeleteAndPublish removes key and publishes msg on channel of r.Bus, as
+// one step (see SetAndPublish).
+func (r *Remote) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
+	defer r.count(func(c *Calls) { c.DeleteAndPublish++ })
+	if r.Bus == nil {
+		return ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+		return err
+	}
+	delete(r.items, key)
+	return nil
+}
+
+// Peek returns a copy of key's value, as Get does, without counting a call,
+// running the hook, waiting or failing. Tests use it to look at the store.
+func (r *Remote) Peek(key string) (value []byte, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.getLocked(key, r.now())
+	if !ok {
+		return nil, false
+	}
+	return clone(v), true
+}
+
+// Put stores a copy of value under key for ttl, as Set does, without
+// counting a call, waiting or failing. Tests use it to plant a value, such
+// as a corrupt one.
+func (r *Remote) Put(key string, value []byte, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.setLocked(key, value, ttl, r.now())
+}
+
+// Keys returns the live keys, sorted.
+func (r *Remote) Keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	keys := make([]string, 0, len(r.items))
+	for k := range r.items {
+		if _, ok := r.getLocked(k, now); ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Len returns the number of live keys.
+func (r *Remote) Len() int { return len(r.Keys()) }

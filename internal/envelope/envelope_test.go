@@ -1,0 +1,73 @@
+package envelope_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/envelope"
+)
+
+func TestRoundTrip(t *testing.T) {
+	written := time.UnixMilli(1_700_000_000_123)
+	for _, h := range []envelope.Header{
+		{Codec: 2, Written: written, Expires: written.Add(time.Minute)},
+		{Codec: 1, Written: written},
+	} {
+		b := envelope.Append(nil, h, []byte("payload"))
+		got, payload, err := envelope.Decode(b)
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) {
+			t.Errorf("got header %+v, want %+v", got, h)
+		}
+		if !bytes.Equal(payload, []byte("payload")) {
+			t.Errorf("got payload %q, want %q", payload, "payload")
+		}
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good := envelope.Append(nil, envelope.Header{Codec: 1, Written: time.Now()}, []byte("x"))
+	future := bytes.Clone(good)
+	future[0] = 2
+	flagged := bytes.Clone(good)
+	flagged[2] = 0x80
+	for name, b := range map[string][]byte{
+		"empty":        nil,
+		"short header": good[:envelope.HeaderLen-1],
+		"other format": future,
+		"unknown flag": flagged,
+		"json text":    []byte(`{"id":1,"name":"not an envelope"}`),
+	} {
+		if _, _, err := envelope.Decode(b); !errors.Is(err, envelope.ErrCorrupt) {
+			t.Errorf("%s: got err %v, want ErrCorrupt", name, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add(envelope.Append(nil, envelope.Header{Codec: 2, Written: time.UnixMilli(1)}, []byte{0x91, 0x01}))
+	f.Add([]byte{1, 1, 0})
+	f.Add(bytes.Repeat([]byte{0xff}, 40))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, payload, err := envelope.Decode(b)
+		if err != nil {
+			if !errors.Is(err, envelope.ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		// What decodes re-encodes to the same bytes (but for an expiry
+		// that lands exactly on the zero time, which reads as "none").
+		rawExpiry := !bytes.Equal(b[11:19], make([]byte, 8))
+		if h.Expires.IsZero() && rawExpiry {
+			return
+		}
+		if again := envelope.Append(nil, h, payload); !bytes.Equal(again, b) {
+			t.Fatalf("re-encoded %x, want %x", again, b)
+		}
+	})
+}

@@ -1,0 +1,198 @@
+// Package message is the invalidation message that instances of a hybrid
+// cache send each other over the bus: which keys of which namespace changed,
+// how, from which instance, and optionally the new stored envelope.
+//
+// Layout of version 1:
+//
+//	[0]       version, 1
+//	[1]       op: 1 set, 2 delete, 3 clear
+//	[2]       flags: 1 carries a value, 2 signed
+//	[3:19]    origin instance id
+//	uvarint   namespace length, then the namespace
+//	uvarint   key count, then per key: uvarint length, key bytes
+//	if flag 1: uvarint envelope length, then the envelope
+//	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
+//
+// Decode never trusts a length: every one is checked against the bytes that
+// remain, so hostile input costs at most its own size.
+package message
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Version is the message version this package writes.
+const Version = 1
+
+// Op is what happened.
+type Op byte
+
+// The operations.
+const (
+	OpSet    Op = 1 // keys were written; peers drop them or swap in Value
+	OpDelete Op = 2 // keys were deleted
+	OpClear  Op = 3 // the whole namespace's local tier must go
+)
+
+const (
+	flagValue  = 1
+	flagSigned = 2
+	macLen     = sha256.Size
+	// MaxKeys bounds the keys one message may name.
+	MaxKeys = 1 << 16
+)
+
+// ErrInvalid is wrapped by every error Decode returns; check with errors.Is.
+var ErrInvalid = errors.New("invalid message")
+
+// Origin identifies an instance.
+type Origin [16]byte
+
+// Message is one invalidation.
+type Message struct {
+	Op        Op
+	Origin    Origin
+	Namespace string
+	Keys      []string
+	// Value is the new stored envelope of Keys[0] (OpSet only), or nil.
+	Value []byte
+	// Authentic reports, after Decode, that the message was signed with the
+	// secret given to Decode. A Value is only to be used when it is true.
+	Authentic bool
+}
+
+// Encode returns m in version 1. With a non-empty secret the message is
+// signed; a Value is only carried in a signed message.
+func Encode(m Message, secret []byte) []byte {
+	n := 3 + len(Origin{}) + binary.MaxVarintLen64*3 + len(m.Namespace) + len(m.Value) + macLen
+	for _, k := range m.Keys {
+		n += binary.MaxVarintLen64 + len(k)
+	}
+	b := make([]byte, 0, n)
+	var flags byte
+	if len(secret) > 0 {
+		flags |= flagSigned
+		if m.Value != nil {
+			flags |= flagValue
+		}
+	}
+	b = append(b, Version, byte(m.Op), flags)
+	b = append(b, m.Origin[:]...)
+	b = binary.AppendUvarint(b, uint64(len(m.Namespace)))
+	b = append(b, m.Namespace...)
+	b = binary.AppendUvarint(b, uint64(len(m.Keys)))
+	for _, k := range m.Keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+	}
+	if flags&flagValue != 0 {
+		b = binary.AppendUvarint(b, uint64(len(m.Value)))
+		b = append(b, m.Value...)
+	}
+	if flags&flagSigned != 0 {
+		mac := hmac.New(sha256.New, secret)
+		mac.Write(b)
+		b = mac.Sum(b)
+	}
+	return b
+}
+
+// Decode parses b. A signed message whose signature does not verify with
+// secret (or any signed message when secret is empty) decodes with
+// Authentic false and no Value, so the caller can still drop its keys.
+// Value aliases b.
+func Decode(b []byte, secret []byte) (Message, error) {
+	var m Message
+	if len(b) < 3+len(m.Origin) {
+		return m, fmt.Errorf("%w: %d bytes", ErrInvalid, len(b))
+	}
+	if b[0] != Version {
+		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
+	}
+	m.Op = Op(b[1])
+	if m.Op < OpSet || m.Op > OpClear {
+		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
+	}
+	flags := b[2]
+	if flags&^(flagValue|flagSigned) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0) {
+		return m, fmt.Errorf("%w: bad flags %#x", ErrInvalid, flags)
+	}
+	body := b
+	if flags&flagSigned != 0 {
+		if len(b) < 3+len(m.Origin)+macLen {
+			return m, fmt.Errorf("%w: too short for its signature", ErrInvalid)
+		}
+		body = b[:len(b)-macLen]
+		if len(secret) > 0 {
+			mac := hmac.New(sha256.New, secret)
+			mac.Write(body)
+			m.Authentic = hmac.Equal(mac.Sum(nil), b[len(body):])
+		}
+	}
+	copy(m.Origin[:], body[3:19])
+	r := reader{b: body[19:]}
+	m.Namespace = string(r.bytes())
+	count := r.uvarint()
+	if count > MaxKeys || count > uint64(len(r.b)) {
+		return Message{}, fmt.Errorf("%w: %d keys", ErrInvalid, count)
+	}
+	if count > 0 {
+		m.Keys = make([]string, 0, count)
+	}
+	for i := uint64(0); i < count && r.err == nil; i++ {
+		m.Keys = append(m.Keys, string(r.bytes()))
+	}
+	if flags&flagValue != 0 {
+		v := r.bytes()
+		if m.Authentic {
+			m.Value = v
+		}
+	}
+	if r.err != nil {
+		return Message{}, r.err
+	}
+	if len(r.b) != 0 {
+		return Message{}, fmt.Errorf("%w: %d trailing bytes", ErrInvalid, len(r.b))
+	}
+	if m.Op != OpClear && len(m.Keys) == 0 {
+		return Message{}, fmt.Errorf("%w: op %d names no key", ErrInvalid, m.Op)
+	}
+	return m, nil
+}
+
+// reader reads length-prefixed fields, remembering the first error.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = fmt.Errorf("%w: bad length", ErrInvalid)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = fmt.Errorf("%w: field of %d bytes with %d left", ErrInvalid, n, len(r.b))
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}

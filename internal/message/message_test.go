@@ -1,0 +1,114 @@
+package message_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
+
+func TestRoundTrip(t *testing.T) {
+	secret := []byte("s3cret")
+	origin := message.Origin{1, 2, 3}
+	tests := []struct {
+		name   string
+		m      message.Message
+		secret []byte
+	}{
+		{"delete unsigned", message.Message{Op: message.OpDelete, Origin: origin, Namespace: "ns", Keys: []string{"a"}}, nil},
+		{"set signed with value", message.Message{Op: message.OpSet, Origin: origin, Namespace: "ns", Keys: []string{"k"}, Value: []byte("env")}, secret},
+		{"clear", message.Message{Op: message.OpClear, Origin: origin, Namespace: "products"}, secret},
+		{"many keys", message.Message{Op: message.OpDelete, Origin: origin, Namespace: "n", Keys: []string{"a", "", "ccc"}}, nil},
+	}
+	for _, tt := range tests {
+		b := message.Encode(tt.m, tt.secret)
+		got, err := message.Decode(b, tt.secret)
+		if err != nil {
+			t.Fatalf("%s: Decode: %v", tt.name, err)
+		}
+		if got.Op != tt.m.Op || got.Origin != tt.m.Origin || got.Namespace != tt.m.Namespace || len(got.Keys) != len(tt.m.Keys) || !bytes.Equal(got.Value, tt.m.Value) {
+			t.Errorf("%s: got %+v, want %+v", tt.name, got, tt.m)
+		}
+		if got.Authentic != (len(tt.secret) > 0) {
+			t.Errorf("%s: got Authentic %v, want %v", tt.name, got.Authentic, len(tt.secret) > 0)
+		}
+	}
+}
+
+func TestValueOnlyWhenSigned(t *testing.T) {
+	m := message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}
+	got, err := message.Decode(message.Encode(m, nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Value != nil {
+		t.Errorf("unsigned message carried value %q, want none", got.Value)
+	}
+}
+
+func TestForgedSignature(t *testing.T) {
+	m := message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("planted")}
+	b := message.Encode(m, []byte("attacker key"))
+	got, err := message.Decode(b, []byte("real key"))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if got.Authentic || got.Value != nil {
+		t.Errorf("got Authentic %v Value %q, want false and none", got.Authentic, got.Value)
+	}
+	if len(got.Keys) != 1 || got.Keys[0] != "k" {
+		t.Errorf("got keys %q, want [k] (a forged message may still evict)", got.Keys)
+	}
+	// Tampering with a signed message breaks its signature.
+	good := message.Encode(m, []byte("real key"))
+	good[len(good)-40] ^= 1
+	if got, _ := message.Decode(good, []byte("real key")); got.Authentic {
+		t.Error("tampered message verified")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	valid := message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"k"}}, nil)
+	hugeCount := append(bytes.Clone(valid[:22]), 0xff, 0xff, 0xff, 0xff, 0x0f)
+	for name, b := range map[string][]byte{
+		"empty":          nil,
+		"short":          valid[:10],
+		"version 9":      append([]byte{9}, valid[1:]...),
+		"op 0":           append([]byte{1, 0}, valid[2:]...),
+		"value unsigned": append([]byte{1, 1, 1}, valid[3:]...),
+		"trailing":       append(bytes.Clone(valid), 0),
+		"truncated key":  valid[:len(valid)-1],
+		"huge key count": hugeCount,
+	} {
+		if _, err := message.Decode(b, nil); !errors.Is(err, message.ErrInvalid) {
+			t.Errorf("%s: got err %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	secret := []byte("fuzz")
+	f.Add(message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil))
+	f.Add(message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"a", "b"}}, nil))
+	f.Add([]byte{1, 2, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := message.Decode(b, secret)
+		if err != nil {
+			if !errors.Is(err, message.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if m.Op != message.OpClear && len(m.Keys) == 0 {
+			t.Fatal("decoded a set or delete with no key")
+		}
+		if m.Value != nil && !m.Authentic {
+			t.Fatal("value from an unauthentic message")
+		}
+		if len(m.Keys) > len(b) {
+			t.Fatalf("%d keys from %d bytes", len(m.Keys), len(b))
+		}
+	})
+}

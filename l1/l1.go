@@ -1,0 +1,150 @@
+// Package l1 is the in-process first tier of a hybrid cache: a bounded,
+// weighted (by bytes) store on otter v2 with a lifetime per entry.
+//
+// Values are kept as they are, not copied: a Get returns the stored value
+// itself. Entries are evicted by weight (W-TinyLFU decides which) and by
+// their own expiry.
+package l1
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+	"github.com/maypok86/otter/v2/stats"
+)
+
+// Options configures a Cache.
+type Options struct {
+	// MaxWeight is the bound on the sum of entry weights, in bytes.
+	// It must be positive.
+	MaxWeight uint64
+	// OnEvict, if set, is called after an entry leaves the cache because of
+	// its size bound or its expiry (not when it is deleted or replaced).
+	// It runs on a goroutine of the cache's and must not call the cache.
+	OnEvict func(key string, expired bool)
+}
+
+// slot is what otter holds: the value plus what the weigher and the expiry
+// calculator need.
+type slot[V any] struct {
+	v      V
+	weight uint32
+	ttl    time.Duration
+}
+
+// Cache is a bounded in-memory store of V by string key. It is safe for
+// concurrent use.
+type Cache[V any] struct {
+	c       *otter.Cache[string, slot[V]]
+	counter *stats.Counter
+}
+
+// New returns a Cache bounded by o.MaxWeight.
+func New[V any](o Options) (*Cache[V], error) {
+	if o.MaxWeight == 0 {
+		return nil, errors.New("l1: MaxWeight must be positive")
+	}
+	counter := stats.NewCounter()
+	oo := &otter.Options[string, slot[V]]{
+		MaximumWeight: o.MaxWeight,
+		Weigher: func(_ string, s slot[V]) uint32 {
+			return s.weight
+		},
+		ExpiryCalculator: expiry[V]{},
+		StatsRecorder:    counter,
+	}
+	if fn := o.OnEvict; fn != nil {
+		oo.OnDeletion = func(e otter.DeletionEvent[string, slot[V]]) {
+			if e.Cause.IsEviction() {
+				fn(e.Key, e.Cause == otter.CauseExpiration)
+			}
+		}
+	}
+	c, err := otter.New(oo)
+	if err != nil {
+		return nil, fmt.Errorf("l1: %w", err)
+	}
+	return &Cache[V]{c: c, counter: counter}, nil
+}
+
+// expiry gives each entry the lifetime it was stored with, from its last
+// write; reads do not extend it.
+type expiry[V any] struct{}
+
+func (expiry[V]) ExpireAfterCreate(e otter.Entry[string, slot[V]]) time.Duration {
+	return e.Value.ttl
+}
+
+func (expiry[V]) ExpireAfterUpdate(e otter.Entry[string, slot[V]], _ slot[V]) time.Duration {
+	return e.Value.ttl
+}
+
+func (expiry[V]) ExpireAfterRead(e otter.Entry[string, slot[V]]) time.Duration {
+	return e.ExpiresAfter()
+}
+
+// Get returns the value stored under key, if any and not expired.
+func (c *Cache[V]) Get(key string) (V, bool) {
+	s, ok := c.c.GetIfPresent(key)
+	return s.v, ok
+}
+
+// Set stores v under key with the given weight (in bytes) for ttl.
+// A ttl <= 0 stores nothing and drops what was there.
+func (c *Cache[V]) Set(key string, v V, weight uint32, ttl time.Duration) {
+	if ttl <= 0 {
+		c.c.Invalidate(key)
+		return
+	}
+	c.c.Set(key, slot[V]{v: v, weight: weight, ttl: ttl})
+}
+
+// Replace stores v under key only if key is present, atomically with
+// respect to Delete, and reports whether it did.
+func (c *Cache[V]) Replace(key string, v V, weight uint32, ttl time.Duration) bool {
+	if ttl <= 0 {
+		c.c.Invalidate(key)
+		return false
+	}
+	replaced := false
+	c.c.ComputeIfPresent(key, func(slot[V]) (slot[V], otter.ComputeOp) {
+		replaced = true
+		return slot[V]{v: v, weight: weight, ttl: ttl}, otter.WriteOp
+	})
+	return replaced
+}
+
+// Delete drops key.
+func (c *Cache[V]) Delete(key string) {
+	c.c.Invalidate(key)
+}
+
+// Clear drops every entry.
+func (c *Cache[V]) Clear() {
+	c.c.InvalidateAll()
+}
+
+// Len returns the approximate number of entries.
+func (c *Cache[V]) Len() int { return c.c.EstimatedSize() }
+
+// Weight returns the approximate sum of entry weights.
+func (c *Cache[V]) Weight() uint64 { return c.c.WeightedSize() }
+
+// Stats is a snapshot of a Cache's counters.
+type Stats struct {
+	Hits, Misses, Evictions uint64
+}
+
+// Stats returns the hit, miss and eviction counts so far.
+func (c *Cache[V]) Stats() Stats {
+	s := c.counter.Snapshot()
+	return Stats{Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions}
+}
+
+// Close stops the cache's background goroutines. The cache still answers
+// afterwards, without periodic clean-up.
+func (c *Cache[V]) Close() {
+	c.c.StopAllGoroutines()
+}

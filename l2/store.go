@@ -1,0 +1,445 @@
+package l2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Prefix is prepended to every key the Store reads or writes, so that
+	// several caches or applications can share one Redis: with Prefix
+	// "app:", Get(ctx, "user:1") reads the Redis key "app:user:1". Channels
+	// given to SetAndPublish and DeleteAndPublish are not prefixed.
+	//
+	// NOTE: in Redis Cluster the prefix is part of the hashed key, so a
+	// prefix with a hash tag ("{app}:") puts every key in one slot, on one
+	// node.
+	//
+	// default: "" (keys are used as given).
+	Prefix string
+
+	// Timeout bounds each operation whose ctx has no earlier deadline. A
+	// call that runs out of time returns an error for which
+	// errors.Is(err, context.DeadlineExceeded) is true.
+	//
+	// NOTE: go-redis applies a context deadline to the socket only when the
+	// client was built with ContextTimeoutEnabled: true. Without it, Timeout
+	// (like any deadline on ctx) bounds only the wait for a free pooled
+	// connection, and a call to a stalled server lasts until the client's
+	// ReadTimeout (3 seconds by default).
+	//
+	// default: 0, no timeout of the Store's own (zero or negative); the
+	// client's ReadTimeout and WriteTimeout still apply.
+	Timeout time.Duration
+}
+
+// topology says how keys of one batch may be spread over commands.
+type topology uint8
+
+const (
+	// single is one server (or a Sentinel-managed primary): any keys may
+	// share one MGET or DEL.
+	single topology = iota
+	// cluster is Redis Cluster: a multi-key command must stay in one hash
+	// slot.
+	cluster
+	// ring is a go-redis Ring, sharded client-side by key: one command per
+	// key, since a multi-key command would go to the first key's shard only.
+	ring
+)
+
+// Store is a byte store over Redis: the second tier of a hybrid cache. It
+// implements the Remote, BatchRemote and Announcer interfaces of package
+// hybrid. Create it with New; it is safe for concurrent use.
+//
+// A Store does not own its client: closing the client is the caller's job,
+// and a Store needs no closing of its own.
+type Store struct {
+	rdb     redis.UniversalClient
+	prefix  string
+	timeout time.Duration
+	topo    topology
+}
+
+// New returns a Store that keeps its entries in rdb: a *redis.Client (also
+// one from redis.NewFailoverClient), a *redis.ClusterClient or a
+// *redis.Ring, or any redis.UniversalClient wrapping one of them by
+// embedding. New panics if rdb is nil.
+func New(rdb redis.UniversalClient, o Options) *Store {
+	if rdb == nil {
+		panic("l2: New: nil client")
+	}
+	return &Store{
+		rdb:     rdb,
+		prefix:  o.Prefix,
+		timeout: max(o.Timeout, 0),
+		topo:    topologyOf(rdb),
+	}
+}
+
+// topologyOf tells a cluster or ring client from a single-node one, also
+// through types that embed the go-redis client.
+func topologyOf(rdb redis.UniversalClient) topology {
+	switch rdb.(type) {
+	case *redis.ClusterClient:
+		return cluster
+	case *redis.Ring:
+		return ring
+	}
+	if _, ok := rdb.(interface {
+		MasterForKey(context.Context, string) (*redis.Client, error)
+	}); ok {
+		return cluster
+	}
+	if _, ok := rdb.(interface {
+		GetShardClientForKey(string) (*redis.Client, error)
+	}); ok {
+		return ring
+	}
+	return single
+}
+
+// Get returns the value stored under key. A missing key is ok == false with
+// a nil error.
+func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	v, err := s.rdb.Get(ctx, s.prefix+key).Bytes()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("l2: get %q: %w", key, withCause(ctx, err))
+	}
+	return v, true, nil
+}
+
+// Set stores value under key for ttl, rounded down to whole milliseconds
+// (and up to one millisecond when shorter). A ttl of zero or less stores it
+// without expiry.
+func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	if err := s.rdb.Set(ctx, s.prefix+key, value, expiry(ttl)).Err(); err != nil {
+		return fmt.Errorf("l2: set %q: %w", key, withCause(ctx, err))
+	}
+	return nil
+}
+
+// SetIfAbsent stores value under key for ttl, as Set does, only if key
+// holds nothing (SET NX), and reports whether it stored it. A cache fills
+// with it, so that a fill never overwrites another instance's write.
+func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	stored, err := s.rdb.SetNX(ctx, s.prefix+key, value, expiry(ttl)).Result()
+	if err != nil {
+		return false, fmt.Errorf("l2: set if absent %q: %w", key, withCause(ctx, err))
+	}
+	return stored, nil
+}
+
+// Delete removes keys; missing keys are not an error. With no keys it
+// returns at once. Keys are removed with one DEL, or in Redis Cluster with
+// one DEL per hash slot, sent in one pipeline.
+//
+// NOTE: in Redis Cluster, or when an error is returned, the deletion is not
+// atomic: some keys may be gone and others not.
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	full := s.fullKeys(keys)
+	var err error
+	if groups := s.split(full); groups == nil {
+		err = s.rdb.Del(ctx, full...).Err()
+	} else {
+		pipe := s.rdb.Pipeline()
+		for _, g := range groups {
+			pipe.Del(ctx, g.keys...)
+		}
+		_, err = pipe.Exec(ctx)
+	}
+	if err != nil {
+		if len(keys) == 1 {
+			return fmt.Errorf("l2: delete %q: %w", keys[0], withCause(ctx, err))
+		}
+		return fmt.Errorf("l2: delete %d keys: %w", len(keys), withCause(ctx, err))
+	}
+	return nil
+}
+
+// GetMany returns the values stored under keys: one slot per key, in order,
+// nil for a missing key (an empty stored value is a non-nil empty slice).
+// Keys may repeat. With no keys it returns at once.
+//
+// On one server GetMany sends one MGET. In Redis Cluster it groups keys by
+// hash slot and sends one MGET per slot, all in one pipeline, which go-redis
+// splits into one round trip per node, run in parallel; so keys in different
+// slots never fail with CROSSSLOT. If any command fails, GetMany returns
+// only an error.
+func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	full := s.fullKeys(keys)
+	out := make([][]byte, len(keys))
+	groups := s.split(full)
+	if groups == nil {
+		vals, err := s.rdb.MGet(ctx, full...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), withCause(ctx, err))
+		}
+		if err := fill(out, nil, vals); err != nil {
+			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
+		}
+		return out, nil
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(groups))
+	for i, g := range groups {
+		cmds[i] = pipe.MGet(ctx, g.keys...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), withCause(ctx, err))
+	}
+	for i, g := range groups {
+		if err := fill(out, g.idx, cmds[i].Val()); err != nil {
+			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
+		}
+	}
+	return out, nil
+}
+
+// SetMany stores values[i] under keys[i] for ttls[i], as Set does. The
+// three slices must have the same length. With no keys it returns at once.
+// All the SETs go in one pipeline: one round trip per node.
+//
+// NOTE: the writes are not atomic: when an error is returned, some keys may
+// have been written and others not.
+func (s *Store) SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error {
+	if len(values) != len(keys) || len(ttls) != len(keys) {
+		return fmt.Errorf("l2: set many: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	pipe := s.rdb.Pipeline()
+	for i, key := range keys {
+		pipe.Set(ctx, s.prefix+key, values[i], expiry(ttls[i]))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("l2: set %d keys: %w", len(keys), withCause(ctx, err))
+	}
+	return nil
+}
+
+// setAndPublish writes KEYS[1] = ARGV[1] (with expiry ARGV[2] milliseconds
+// unless it is 0) and publishes ARGV[4] on channel ARGV[3], in one atomic
+// step.
+var setAndPublish = redis.NewScript(`
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+else
+	redis.call('SET', KEYS[1], ARGV[1])
+end
+return redis.call('PUBLISH', ARGV[3], ARGV[4])
+`)
+
+// deleteAndPublish deletes KEYS[1] and publishes ARGV[2] on channel ARGV[1],
+// in one atomic step.
+var deleteAndPublish = redis.NewScript(`
+redis.call('DEL', KEYS[1])
+return redis.call('PUBLISH', ARGV[1], ARGV[2])
+`)
+
+// SetAndPublish stores value under key for ttl, as Set does, and publishes
+// msg on channel, in one Lua script. Redis runs a script atomically, so
+// messages about one key reach every subscriber of channel in the order of
+// the writes, and the last message received carries the value Redis holds.
+// The script goes by EVALSHA, falling back to EVAL the first time a server
+// does not know it.
+//
+// In Redis Cluster the script runs on the master of key's slot (key is
+// passed as KEYS[1]); the PUBLISH inside it is the classic, cluster-wide
+// one, so subscribers connected to any node receive it.
+//
+// NOTE: an error does not say the write was not made (the reply may have
+// been lost after the script ran). With a go-redis Ring the message is
+// published on key's shard only.
+func (s *Store) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	err := setAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, value, int64(expiry(ttl)/time.Millisecond), channel, msg).Err()
+	if err != nil {
+		return fmt.Errorf("l2: set and publish %q: %w", key, withCause(ctx, err))
+	}
+	return nil
+}
+
+// DeleteAndPublish removes key and publishes msg on channel in one Lua
+// script, with the same ordering, cluster behaviour and caveats as
+// SetAndPublish.
+func (s *Store) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	err := deleteAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, channel, msg).Err()
+	if err != nil {
+		return fmt.Errorf("l2: delete and publish %q: %w", key, withCause(ctx, err))
+	}
+	return nil
+}
+
+// withTimeout applies Options.Timeout to ctx unless ctx ends sooner. The
+// cancel func is nil when ctx is returned as is.
+func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout == 0 {
+		return ctx, nil
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// withCause adds the reason ctx ended to err. go-redis reports a deadline
+// that cut a read short as a network timeout; with the cause added,
+// errors.Is(err, context.DeadlineExceeded) holds as well. The deadline is
+// checked by the clock too, since the socket may time out a moment before
+// ctx's own timer marks it done.
+func withCause(ctx context.Context, err error) error {
+	cause := ctx.Err()
+	if cause == nil {
+		if d, ok := ctx.Deadline(); !ok || time.Now().Before(d) {
+			return err
+		}
+		cause = context.DeadlineExceeded
+	}
+	if errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cause)
+}
+
+// expiry turns a ttl into the expiration go-redis's Set takes: 0 for none
+// (a negative value would mean KEEPTTL to go-redis), otherwise whole
+// milliseconds, at least one.
+func expiry(ttl time.Duration) time.Duration {
+	switch {
+	case ttl <= 0:
+		return 0
+	case ttl < time.Millisecond:
+		return time.Millisecond
+	}
+	return ttl.Truncate(time.Millisecond)
+}
+
+// fullKeys returns keys with the prefix applied, or keys itself when there
+// is no prefix.
+func (s *Store) fullKeys(keys []string) []string {
+	if s.prefix == "" {
+		return keys
+	}
+	full := make([]string, len(keys))
+	for i, k := range keys {
+		full[i] = s.prefix + k
+	}
+	return full
+}
+
+// group is a set of keys that one multi-key command may carry.
+type group struct {
+	keys []string // full keys
+	idx  []int    // idx[j] is the position of keys[j] in the caller's slice
+}
+
+// split groups full keys so that each group can go in one multi-key
+// command: by hash slot in Redis Cluster, one key per group with a Ring. It
+// returns nil when all the keys can go in one command.
+func (s *Store) split(full []string) []group {
+	if s.topo == single || len(full) == 1 {
+		return nil
+	}
+	if s.topo == ring {
+		groups := make([]group, len(full))
+		for i := range full {
+			groups[i] = group{keys: full[i : i+1], idx: []int{i}}
+		}
+		return groups
+	}
+	var groups []group
+	bySlot := make(map[uint16]int, len(full))
+	for i, k := range full {
+		sl := slot(k)
+		gi, ok := bySlot[sl]
+		if !ok {
+			gi = len(groups)
+			bySlot[sl] = gi
+			groups = append(groups, group{})
+		}
+		groups[gi].keys = append(groups[gi].keys, k)
+		groups[gi].idx = append(groups[gi].idx, i)
+	}
+	if len(groups) == 1 {
+		return nil
+	}
+	return groups
+}
+
+// fill stores the MGET reply vals in out, at the positions idx, or in order
+// when idx is nil.
+func fill(out [][]byte, idx []int, vals []any) error {
+	want := len(out)
+	if idx != nil {
+		want = len(idx)
+	}
+	if len(vals) != want {
+		return fmt.Errorf("MGET returned %d values for %d keys", len(vals), want)
+	}
+	for j, v := range vals {
+		var b []byte
+		switch v := v.(type) {
+		case nil:
+		case string:
+			b = append([]byte{}, v...)
+		case []byte:
+			b = v
+		default:
+			return fmt.Errorf("MGET returned a %T", v)
+		}
+		if idx != nil {
+			out[idx[j]] = b
+		} else {
+			out[j] = b
+		}
+	}
+	return nil
+}
