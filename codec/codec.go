@@ -13,8 +13,8 @@ const (
 	IDRaw byte = 3
 )
 
-// ErrMalformed reports that Unmarshal was given bytes that are not one
-// well-formed encoded value: truncated, followed by trailing bytes, using a
+// ErrMalformed reports that JSON.Unmarshal or Msgpack.Unmarshal was given
+// bytes that are not one well-formed encoded value: truncated, followed by trailing bytes, using a
 // format byte that does not exist, or declaring a length longer than the
 // input. Check for it with errors.Is(err, codec.ErrMalformed); it is always
 // returned wrapped, with the codec's name and the details.

@@ -656,6 +656,8 @@ func TestRandomBytes(t *testing.T) {
 			_ = c.Unmarshal(in, &u)
 			var s string
 			_ = c.Unmarshal(in, &s)
+			var m map[string]any
+			_ = c.Unmarshal(in, &m)
 		}
 	}
 }
@@ -704,4 +706,244 @@ func rawMatches(raw msgpack.RawMessage, data []byte) bool {
 		return raw == nil
 	}
 	return bytes.Equal(raw, data)
+}
+
+// msgpack v5 reads an ext value found where a map is expected as a map
+// starting at the ext's payload. These inputs are well formed, so they pass
+// the walk, but read that way they hide the traps above.
+var msgpackExtAsMap = []struct {
+	name string
+	in   string
+}{
+	{"fixext16 holding map32 huge", "\xd8\xdf\xdf\xdf\xdf\xdf\xdf\xdf\xdfhi{klmnop"},
+	{"fixext16 holding array32 huge", "\xd8\x05\x81\xa1k\xdd\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00"},
+	{"fixext8 holding map32 huge", "\xd7\x05\xdf\xff\xff\xff\xff\x00\x00\x00"},
+	{"ext8 holding str32 huge", "\xc7\x08\x05\x81\xa1k\xdb\xff\xff\xff"},
+	{"fixext1 map spilling out", "\x81\xa1a\xd4\x05\x81\xa1k\xdd\x7f\xff\xff\xff"},
+	{"nil then bin32 huge", "\x82\xa1M\xd6\x05\xc0\xa1N\xc6\xff\xa1x\xc0"},
+	{"nested ext", "\xd8\x05\x81\xa1k\xd6\x05\xdf\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00"},
+	{"deep nesting in payload", "\xc8\x00\x65\x05" + strings.Repeat("\x81\xa0", 50) + "\xc0"},
+}
+
+func TestMsgpackExtAsMap(t *testing.T) {
+	type withMap struct {
+		M map[string]any
+		N []any
+	}
+	targets := []struct {
+		name string
+		new  func() any
+	}{
+		{"map[string]any", func() any { return new(map[string]any) }},
+		{"map[any]any", func() any { return new(map[any]any) }},
+		{"map[string]string", func() any { return new(map[string]string) }},
+		{"map[string][]int", func() any { return new(map[string][]int) }},
+		{"map[string]map[string]any", func() any { return new(map[string]map[string]any) }},
+		{"struct with map", func() any { return new(withMap) }},
+		{"any", func() any { return new(any) }},
+		{"RawMessage", func() any { return new(msgpack.RawMessage) }},
+	}
+	for _, tt := range msgpackExtAsMap {
+		for _, target := range targets {
+			t.Run(tt.name+"/"+target.name, func(t *testing.T) {
+				const runs = 5
+				if got := bytesAllocated(func() {
+					for range runs {
+						_ = codec.Msgpack{MaxDepth: 20}.Unmarshal([]byte(tt.in), target.new())
+					}
+				}) / runs; got > 1<<20 {
+					t.Errorf("a decode allocated %d bytes, want at most 1 MiB", got)
+				}
+			})
+		}
+	}
+}
+
+func TestMsgpackExtAsMapTrapped(t *testing.T) {
+	// The bytes are well formed, so RawMessage takes them; read as a map,
+	// the payload is not.
+	in := []byte("\xd7\x05\xdf\xff\xff\xff\xff\x00\x00\x00")
+	var raw msgpack.RawMessage
+	if err := (codec.Msgpack{}).Unmarshal(in, &raw); err != nil {
+		t.Errorf("into RawMessage: got error %v, want nil", err)
+	}
+	var m map[string]any
+	if err := (codec.Msgpack{}).Unmarshal(in, &m); err == nil {
+		t.Errorf("into map[string]any: got nil error, want one")
+	}
+}
+
+func TestMsgpackExtWrappedMap(t *testing.T) {
+	// An ext whose payload is a well-formed map still decodes as a map, as
+	// msgpack v5 allows.
+	in := []byte("\xd6\x05\x81\xa1k\x07")
+	var m map[string]int
+	if err := (codec.Msgpack{}).Unmarshal(in, &m); err != nil {
+		t.Fatalf("got error %v, want nil", err)
+	}
+	if want := map[string]int{"k": 7}; !reflect.DeepEqual(m, want) {
+		t.Errorf("got %v, want %v", m, want)
+	}
+}
+
+func TestMsgpackEmptyExtBeforeMap(t *testing.T) {
+	// The decoder may read an empty ext and the map after it as one value,
+	// so each such pair counts as one more level of nesting.
+	tests := []struct {
+		in       string
+		maxDepth int
+		ok       bool
+	}{
+		{"\x92\xc7\x00\x05\x80", 2, false},
+		{"\x92\xc7\x00\x05\x80", 3, true},
+		{"\x92\xc7\x00\x05\xc0", 1, true}, // no container after the pair
+		{"\x93\xc7\x00\x05\xc0\x90", 2, false},
+		{"\x92\xc7\x00\x05\x01", 1, true},
+		{"\x91\x94\xc7\x00\x05\x80\xc7\x00\x05\x80", 4, false},
+		{"\x91\x94\xc7\x00\x05\x80\xc7\x00\x05\x80", 5, true},
+		{"\xc7\x00\x05", 1, true},
+	}
+	for _, tt := range tests {
+		var raw msgpack.RawMessage
+		err := codec.Msgpack{MaxDepth: tt.maxDepth}.Unmarshal([]byte(tt.in), &raw)
+		if tt.ok && err != nil {
+			t.Errorf("Unmarshal(%q) with MaxDepth %d: got error %v, want nil", tt.in, tt.maxDepth, err)
+		}
+		if !tt.ok && !errors.Is(err, codec.ErrTooDeep) {
+			t.Errorf("Unmarshal(%q) with MaxDepth %d: got error %v, want ErrTooDeep", tt.in, tt.maxDepth, err)
+		}
+	}
+}
+
+func TestMsgpackTimestamps(t *testing.T) {
+	// Timestamps are ext values whose payload often starts with a byte that
+	// could start a map; they must still decode.
+	type event struct {
+		At   time.Time
+		Tags map[string]string
+	}
+	for ns := 0; ns < 1e9; ns += 1e9 / 2000 {
+		for _, sec := range []int64{0, 1_700_000_000, 1 << 31, 1 << 33, 1 << 35, -1} {
+			want := event{At: time.Unix(sec, int64(ns)), Tags: map[string]string{"k": "v"}}
+			data, err := codec.Msgpack{}.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got event
+			if err := (codec.Msgpack{}).Unmarshal(data, &got); err != nil {
+				t.Fatalf("%v: got error %v, want nil", want.At, err)
+			}
+			if !got.At.Equal(want.At) || !reflect.DeepEqual(got.Tags, want.Tags) {
+				t.Fatalf("got %v, want %v", got, want)
+			}
+			var a any
+			if err := (codec.Msgpack{}).Unmarshal(data, &a); err != nil {
+				t.Fatalf("%v into any: got error %v, want nil", want.At, err)
+			}
+		}
+	}
+}
+
+func TestMsgpackInternedStrings(t *testing.T) {
+	type item struct {
+		Kind string `msgpack:",intern"`
+	}
+	var items []item
+	for i := range 129 { // indices up to 128: see the NOTE on Unmarshal
+		items = append(items, item{Kind: "kind-" + strconv.Itoa(i)})
+	}
+	items = append(items, items...)
+	data, err := codec.Msgpack{}.Marshal(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []item
+	if err := (codec.Msgpack{}).Unmarshal(data, &got); err != nil {
+		t.Fatalf("got error %v, want nil", err)
+	}
+	if !reflect.DeepEqual(got, items) {
+		t.Errorf("got %v, want %v", got, items)
+	}
+}
+
+func TestUnmarshalDoesNotKeepInput(t *testing.T) {
+	type doc struct {
+		S string
+		B []byte
+		M map[string]string
+	}
+	want := doc{S: "string", B: []byte("bytes"), M: map[string]string{"key": "value"}}
+	for _, cc := range structured {
+		data, err := cc.c.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got doc
+		if err := cc.c.Unmarshal(data, &got); err != nil {
+			t.Fatal(err)
+		}
+		for i := range data {
+			data[i] = 0 // the caller reuses its read buffer
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: after the input was overwritten, got %q, want %q", cc.name, got, want)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	// Run with -race: the codecs share pooled encoders and decoders.
+	done := make(chan struct{})
+	for g := range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 200 {
+				want := user{ID: g*1000 + i, Name: strconv.Itoa(i)}
+				for _, cc := range structured {
+					data, err := cc.c.Marshal(want)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					var got user
+					if err := cc.c.Unmarshal(data, &got); err != nil || got != want {
+						t.Errorf("%s: got %v, %v, want %v, nil", cc.name, got, err, want)
+						return
+					}
+				}
+				var m map[any]any
+				_ = codec.Msgpack{}.Unmarshal([]byte("\x81\x90\xc0"), &m) // recovered panic
+				var ms map[string]any
+				_ = codec.Msgpack{}.Unmarshal([]byte(msgpackExtAsMap[0].in), &ms) // trap
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+}
+
+func TestMsgpackInternedIndexLimit(t *testing.T) {
+	// The NOTE on Unmarshal: an interned index of 129 is written as a
+	// fixext1 whose payload byte 0x81 would start a map, so it is refused.
+	type item struct {
+		Kind string `msgpack:",intern"`
+	}
+	var items []item
+	for i := range 130 {
+		items = append(items, item{Kind: "kind-" + strconv.Itoa(i)})
+	}
+	items = append(items, items...)
+	data, err := codec.Msgpack{}.Marshal(items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []item
+	err = codec.Msgpack{}.Unmarshal(data, &got)
+	if err == nil {
+		t.Fatal("got nil error, want one")
+	}
+	if errors.Is(err, codec.ErrMalformed) || errors.Is(err, codec.ErrTooDeep) {
+		t.Errorf("got error %v, want a decode error", err)
+	}
 }

@@ -38,8 +38,11 @@
 //     that follow, and with ErrTooDeep if arrays and maps nest deeper than
 //     Msgpack.MaxDepth (default: DefaultMaxDepth). Only then does the
 //     msgpack decoder see the bytes. Without this step the decoder allocates
-//     hundreds of MiB for a five-byte input that declares a huge array, and
+//     gigabytes for a five-byte input that declares a huge array, and
 //     overflows the stack, killing the process, on deeply nested input.
+//     Ext payloads are opaque, except that msgpack v5 reads one as a map
+//     where it expects a map: Unmarshal lets it do so only if the payload
+//     is well formed too, and otherwise returns an error.
 //   - Raw accepts any bytes. Its only errors are a target of the wrong type,
 //     which wraps ErrUnsupportedType, and a nil pointer.
 //

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ func FuzzMsgpackUnmarshal(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(data)
+	}
+	for _, tt := range msgpackExtAsMap {
+		f.Add([]byte(tt.in))
 	}
 	// The trap inputs are in testdata/fuzz/FuzzMsgpackUnmarshal.
 
@@ -44,18 +48,48 @@ func FuzzMsgpackUnmarshal(f *testing.F) {
 			}
 		}
 
-		// Decoding may fail, but never panics.
+		// Decoding may fail, but never panics, and allocates in proportion
+		// to the input.
+		before := heapAllocated()
 		var a any
 		_ = c.Unmarshal(data, &a)
 		var u user
 		_ = c.Unmarshal(data, &u)
 		var m map[any]any
 		_ = c.Unmarshal(data, &m)
+		var ms map[string]any
+		_ = c.Unmarshal(data, &ms)
 		var us []user
 		_ = c.Unmarshal(data, &us)
+		var wm struct {
+			M map[string][]int
+			U map[string]user
+		}
+		_ = c.Unmarshal(data, &wm)
+		if len(data) < 256 {
+			// The same bytes as the payload of an ext, which msgpack v5
+			// reads as a map where it expects one.
+			ext := append([]byte{0xc7, byte(len(data)), 0x05}, data...)
+			var em map[string]any
+			_ = c.Unmarshal(ext, &em)
+			var eam map[any]any
+			_ = c.Unmarshal(ext, &eam)
+			var ewm []map[string]string
+			_ = c.Unmarshal(append([]byte{0x92}, append(ext, data...)...), &ewm)
+		}
+		if got, limit := heapAllocated()-before, 256*uint64(len(data))+4<<20; got > limit {
+			t.Fatalf("decoding %d bytes allocated %d bytes, want at most %d", len(data), got, limit)
+		}
 
 		checkEncoderOutputAccepted(t, data)
 	})
+}
+
+// heapAllocated returns the bytes allocated on the heap so far.
+func heapAllocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // msgpackSkips reports whether msgpack's own Skip reads data as exactly one

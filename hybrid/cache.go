@@ -150,32 +150,55 @@ func (c *Cache[V]) startFill() bool {
 // Close or LoadTimeout.
 func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
 	defer c.wg.Done()
+	finished := false
+	finish := func(v V, err error) {
+		finished = true
+		c.flights.Finish(key, call, v, err)
+	}
+	// A load that calls runtime.Goexit skips everything but deferred calls:
+	// its waiters must still get an answer.
+	defer func() {
+		if !finished {
+			var zero V
+			c.flights.Finish(key, call, zero, fmt.Errorf("%w: %q: load called runtime.Goexit", ErrPanic, key))
+		}
+	}()
 	ctx, cancel := c.fillContext(caller)
 	defer cancel()
 
 	tok := c.fence.token(key)
-	v, found, corrupt := c.readRemote(ctx, key, tok)
+	v, found, corrupt := c.readRemote(ctx, key, tok, e.localTTL)
 	if found {
-		c.flights.Finish(key, call, v, nil)
+		finish(v, nil)
 		return
 	}
 	v, err := c.runLoad(ctx, key, load)
 	if err != nil {
-		c.flights.Finish(key, call, v, err)
+		finish(v, err)
 		return
 	}
 	b, err := c.encode(key, v, e.ttl)
 	if err != nil {
-		c.n.oversized.Add(1)
-		c.log.log(logOversize, "hybrid: loaded value not stored", "namespace", c.o.Namespace, "key", key, "err", err)
-		c.flights.Finish(key, call, v, nil)
+		c.notStored(key, err)
+		finish(v, nil)
 		return
 	}
-	// L1 first, so that no caller arriving after Finish loads again; then
+	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
 	c.storeLocal(key, v, weight(key, b), e.localTTL, tok)
-	c.flights.Finish(key, call, v, nil)
-	c.storeRemote(ctx, key, b, e.ttl, corrupt)
+	finish(v, nil)
+	c.storeRemote(ctx, key, b, e.ttl, corrupt, tok)
+}
+
+// notStored counts and logs a loaded value that could not be encoded or
+// was too large.
+func (c *Cache[V]) notStored(key string, err error) {
+	if errors.Is(err, ErrValueTooLarge) {
+		c.n.oversized.Add(1)
+	} else {
+		c.n.encodeErrors.Add(1)
+	}
+	c.log.log(logOversize, "hybrid: loaded value not stored", "namespace", c.o.Namespace, "key", key, "err", err)
 }
 
 // fillContext is the context of a shared fill: the caller's values without
@@ -213,7 +236,7 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
 // if tok is still valid. Errors and undecodable values (corrupt) count as
 // misses.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token) (v V, found, corrupt bool) {
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (v V, found, corrupt bool) {
 	if c.remote == nil {
 		return v, false, false
 	}
@@ -236,7 +259,7 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token) (v V, 
 		return zero, false, true
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, v, weight(key, b), min(ttl, c.o.LocalTTL), tok)
+	c.storeLocal(key, v, weight(key, b), min(ttl, localTTL), tok)
 	return v, true, false
 }
 
@@ -282,8 +305,14 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
 // It is not announced: a fill changes nothing other instances hold. When
 // another value is found, ours leaves L1 too. A value that did not decode
 // (replace) is overwritten.
-func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, replace bool) {
+//
+// A fill whose key changed since tok (a Set or Delete here, or a message
+// from another instance) writes nothing: its value may predate the change.
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, replace bool, tok token) {
 	if c.remote == nil {
+		return
+	}
+	if !c.fence.valid(tok) {
 		return
 	}
 	stored, err := true, error(nil)
@@ -335,7 +364,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 		return v, false, err
 	}
 	tok := c.fence.token(key)
-	v, ok, _ = c.readRemote(ctx, key, tok)
+	v, ok, _ = c.readRemote(ctx, key, tok, c.o.LocalTTL)
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err
 	}
@@ -547,6 +576,7 @@ func (c *Cache[V]) Stats() Stats {
 		L2Errors:       c.n.l2Errors.Load(),
 		DecodeErrors:   c.n.decodeErrors.Load(),
 		Oversized:      c.n.oversized.Load(),
+		EncodeErrors:   c.n.encodeErrors.Load(),
 		L1Evictions:    c.n.evictions.Load(),
 		L1Expirations:  c.n.expirations.Load(),
 		L1Entries:      c.local.Len(),

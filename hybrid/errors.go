@@ -16,3 +16,8 @@ var ErrValueTooLarge = errors.New("hybrid: value too large")
 // ErrPanic is wrapped by the error every waiter gets when a load function
 // panics. Check it with errors.Is; the message holds the panic value.
 var ErrPanic = errors.New("hybrid: load panicked")
+
+// ErrNotFound is returned by GetOrCreate for a key that a concurrent
+// GetOrCreateMany was loading and whose load function did not return it.
+// Check it with errors.Is.
+var ErrNotFound = errors.New("hybrid: not found")

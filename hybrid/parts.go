@@ -18,15 +18,16 @@ type Remote interface {
 	Delete(ctx context.Context, keys ...string) error
 }
 
-// BatchRemote is a Remote that reads and writes many keys in one round trip.
-// GetMany returns one slot per key, in order, nil for a missing key. SetMany
-// writes keys[i] = values[i] with lifetime ttls[i].
+// BatchRemote is a Remote that reads and writes many keys in one round trip
+// (per cluster node). GetMany returns one slot per key, in order, nil for a
+// missing key. SetManyIfAbsent writes keys[i] = values[i] with lifetime
+// ttls[i] where keys[i] holds nothing, and reports which it wrote.
 //
 // A Remote that does not implement it is called once per key.
 type BatchRemote interface {
 	Remote
 	GetMany(ctx context.Context, keys []string) ([][]byte, error)
-	SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error
+	SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) (stored []bool, err error)
 }
 
 // Announcer is a Remote that can make a write and its announcement one

@@ -17,6 +17,7 @@ type Stats struct {
 	L2Errors      uint64 // shared-tier calls that failed
 	DecodeErrors  uint64 // stored values that did not decode (counted as misses)
 	Oversized     uint64 // values larger than MaxValueBytes, not stored
+	EncodeErrors  uint64 // loaded values the codec could not encode, not stored
 	L1Evictions   uint64 // L1 entries evicted by the size bound
 	L1Expirations uint64 // L1 entries that reached their lifetime
 	L1Entries     int    // entries in L1 now (approximate)
@@ -34,10 +35,10 @@ type Stats struct {
 }
 
 type counters struct {
-	l2Hits, l2Misses, loads, loadErrors, l2Errors, decodeErrors, oversized atomic.Uint64
-	evictions, expirations                                                atomic.Uint64
-	published, publishErrors, received, ownIgnored, swapped               atomic.Uint64
-	invalid, unauthentic, busLosses, fillsDiscarded                       atomic.Uint64
+	l2Hits, l2Misses, loads, loadErrors, l2Errors, decodeErrors, oversized, encodeErrors atomic.Uint64
+	evictions, expirations                                                               atomic.Uint64
+	published, publishErrors, received, ownIgnored, swapped                              atomic.Uint64
+	invalid, unauthentic, busLosses, fillsDiscarded                                      atomic.Uint64
 }
 
 // logKind names a kind of error that is logged at most once per LogEvery.

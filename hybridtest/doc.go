@@ -16,13 +16,17 @@
 // # Faults and observation
 //
 // Remote.FailWith makes every call fail, Remote.SetLatency delays every
-// call (honouring its ctx) and Remote.SetBeforeGet runs a hook, which may
-// block, before each key is read. Remote.Calls counts the calls of each
+// call (honouring its ctx), and Remote.SetBeforeGet and Remote.SetAfterGet
+// run hooks, which may block, before and after each key is read. Remote.Calls counts the calls of each
 // method and Remote.WaitCalls waits for a count to be reached, so a test
 // can wait for a write that happens after the call it made has returned.
 // Bus.SimulateLoss tells every subscriber that messages may have been lost,
 // and Bus.Flush waits until every published message has been delivered:
 // tests synchronise with it instead of sleeping.
+//
+// Both doubles work inside a testing/synctest bubble when created in it:
+// their goroutines wait only on channels and sync.Cond, and latency uses
+// timers, so synctest.Wait sees them idle and fake time applies.
 //
 // Both doubles copy byte slices on the way in and out, so neither a caller
 // nor a subscriber can change what another one sees.

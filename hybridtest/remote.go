@@ -15,11 +15,12 @@ import (
 // that is ready to use; set Bus and Now before the first call. It is safe
 // for concurrent use.
 //
-// Every method counts its call (see Calls), then, in this order: returns
-// ctx.Err() if ctx is already done; runs the BeforeGet hook (Get and
-// GetMany, once per key); waits for the latency set with SetLatency or for
-// ctx to end; returns the error set with FailWith; and only then reads or
-// writes.
+// Every method, once its arguments pass their checks, in this order:
+// returns ctx.Err() if ctx is already done;
+// runs the BeforeGet hook (Get and GetMany, once per key); waits for the
+// latency set with SetLatency or for ctx to end; returns the error set with
+// FailWith; reads or writes; runs the AfterGet hook (Get and GetMany); and
+// counts its call (see Calls), failed or not, as it returns.
 type Remote struct {
 	// Bus receives the messages of SetAndPublish and DeleteAndPublish, in
 	// the order of their writes. nil: those two methods fail.
@@ -34,6 +35,7 @@ type Remote struct {
 	err       error
 	latency   time.Duration
 	beforeGet func(key string)
+	afterGet  func(key string)
 	calls     Calls
 	changed   chan struct{} // closed and replaced when calls changes
 }
@@ -46,13 +48,13 @@ type item struct {
 // Calls counts the calls of each method of a Remote, failed ones included.
 // A call is counted when it returns.
 type Calls struct {
-	Get, GetMany, Set, SetIfAbsent, SetMany, Delete int
-	SetAndPublish, DeleteAndPublish                 int
+	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
+	SetAndPublish, DeleteAndPublish                         int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetMany + c.Delete + c.SetAndPublish + c.DeleteAndPublish
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish
 }
 
 // ErrNoBus is returned by SetAndPublish and DeleteAndPublish of a Remote
@@ -83,6 +85,29 @@ func (r *Remote) SetBeforeGet(fn func(key string)) {
 	r.beforeGet = fn
 }
 
+// SetAfterGet sets a hook that Get, and GetMany for each of its keys, call
+// with the key after reading it and before returning (nil: none). Like the
+// BeforeGet hook it runs with no lock held and may block: it holds a read
+// that has already seen the stored value, so a test can change the value
+// while the old one is on its way back.
+func (r *Remote) SetAfterGet(fn func(key string)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.afterGet = fn
+}
+
+// afterGetHook runs the AfterGet hook, if any, for keys.
+func (r *Remote) afterGetHook(keys ...string) {
+	r.mu.Lock()
+	hook := r.afterGet
+	r.mu.Unlock()
+	if hook != nil {
+		for _, k := range keys {
+			hook(k)
+		}
+	}
+}
+
 // Calls returns a snapshot of the call counts.
 func (r *Remote) Calls() Calls {
 	r.mu.Lock()
@@ -94,6 +119,10 @@ func (r *Remote) Calls() Calls {
 // until ctx ends, when it returns ctx.Err(). Use it to wait for a call made
 // on another goroutine, such as the shared-tier write that a fill makes
 // after GetOrCreate has returned.
+//
+// NOTE: a call is counted as it returns to its caller, so when WaitCalls
+// returns the store has changed but the caller may not yet have acted on
+// the result (updated its own counters, for instance).
 func (r *Remote) WaitCalls(ctx context.Context, done func(Calls) bool) error {
 	for {
 		r.mu.Lock()
@@ -208,12 +237,11 @@ func (r *Remote) Get(ctx context.Context, key string) (value []byte, ok bool, er
 		return nil, false, err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	v, ok := r.getLocked(key, r.now())
-	if !ok {
-		return nil, false, nil
-	}
-	return clone(v), true, nil
+	v = clone(v)
+	r.mu.Unlock()
+	r.afterGetHook(key)
+	return v, ok, nil
 }
 
 // Set stores a copy of value under key for ttl; a ttl of zero or less
@@ -268,7 +296,6 @@ func (r *Remote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 		return nil, err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := r.now()
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
@@ -279,26 +306,35 @@ func (r *Remote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 			}
 		}
 	}
+	r.mu.Unlock()
+	r.afterGetHook(keys...)
 	return out, nil
 }
 
-// SetMany stores keys[i] = values[i] for ttls[i], as Set does, all at once.
-// The three slices must have the same length.
-func (r *Remote) SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error {
-	defer r.count(func(c *Calls) { c.SetMany++ })
+// SetManyIfAbsent stores keys[i] = values[i] for ttls[i], as SetIfAbsent
+// does, all in one step, and reports for each key whether it stored it. The
+// three slices must have the same length; of a key named twice, only the
+// first can be stored.
+func (r *Remote) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) (stored []bool, err error) {
+	defer r.count(func(c *Calls) { c.SetManyIfAbsent++ })
 	if len(values) != len(keys) || len(ttls) != len(keys) {
-		return fmt.Errorf("hybridtest: set many: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
+		return nil, fmt.Errorf("hybridtest: set many if absent: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
 	}
 	if err := r.begin(ctx, false); err != nil {
-		return err
+		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
+	stored = make([]bool, len(keys))
 	for i, k := range keys {
+		if _, ok := r.getLocked(k, now); ok {
+			continue
+		}
 		r.setLocked(k, values[i], ttls[i], now)
+		stored[i] = true
 	}
-	return nil
+	return stored, nil
 }
 
 // SetAndPublish stores value under key, as Set does, and publishes msg on

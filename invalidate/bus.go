@@ -66,8 +66,8 @@ type Stats struct {
 	Disconnects uint64
 	// Reconnects counts connections made working again after a loss.
 	Reconnects uint64
-	// Losses counts onLoss calls: two per subscriber for each disconnect,
-	// one for each onMessage panic.
+	// Losses counts onLoss calls: for each outage, two per subscriber
+	// (lost, then restored), and one for each onMessage panic.
 	Losses uint64
 	// Panics counts callbacks that panicked.
 	Panics uint64
@@ -76,8 +76,9 @@ type Stats struct {
 // Bus is a message bus over Redis pub/sub: it publishes messages on
 // channels and calls subscribers' callbacks with the messages that arrive,
 // and tells them when messages may have been lost. It is safe for concurrent
-// use. A Bus holds one pub/sub connection, shared by all its subscriptions;
-// its goroutines start with the first Subscribe and stop in Close.
+// use. A Bus holds one pub/sub connection, shared by all its subscriptions.
+// Its goroutines (one that receives and calls the callbacks, one that runs
+// the health check) start with the first Subscribe and stop in Close.
 type Bus struct {
 	rdb    redis.UniversalClient
 	log    *slog.Logger
@@ -140,7 +141,7 @@ type sub struct {
 // New returns a Bus over rdb, which may be a single-node, Sentinel
 // (failover) or Cluster client. It does no I/O: the pub/sub connection is
 // opened by the first Subscribe. The Bus does not close rdb; close the Bus
-// first.
+// first. New panics if rdb is nil.
 func New(rdb redis.UniversalClient, o Options) *Bus {
 	if rdb == nil {
 		panic("invalidate: New: nil redis client")
@@ -413,7 +414,7 @@ func (b *Bus) run() {
 				downSince, failures = time.Time{}, 0
 			})
 		}
-		err = b.drop(ps, cancel, err)
+		err = b.drop(ps, cancel, err, !upAt.IsZero())
 		if err == nil {
 			return // closed
 		}
@@ -421,7 +422,6 @@ func (b *Bus) run() {
 		switch {
 		case !upAt.IsZero():
 			// A working connection was lost.
-			b.disconnects.Add(1)
 			downSince = time.Now()
 			if time.Since(upAt) >= b.max {
 				attempt = 0
@@ -478,7 +478,7 @@ func (b *Bus) wait(d time.Duration) bool {
 // ctx ends when the connection is killed or the Bus closed. connect returns
 // a nil PubSub when the Bus is closed; on error the PubSub is returned too,
 // for drop to close.
-func (b *Bus) connect() (_ *redis.PubSub, ctx context.Context, _ context.CancelFunc, _ error) {
+func (b *Bus) connect() (*redis.PubSub, context.Context, context.CancelFunc, error) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
 	b.mu.Lock()
@@ -613,9 +613,11 @@ func (b *Bus) confirm(m *redis.Subscription) error {
 }
 
 // drop ends connection ps after err and, unless the Bus is closed, tells
-// every active subscriber of the loss. It returns why the connection ended,
-// or nil when the Bus is closed.
-func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error) error {
+// every active subscriber of the loss, once per outage: a subscriber told
+// already hears again only when its channel is restored. It returns why the
+// connection ended, or nil when the Bus is closed. wasUp says the
+// connection had worked.
+func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error, wasUp bool) error {
 	b.mu.Lock()
 	if b.psErr != nil {
 		err = b.psErr // the real reason, not "use of closed connection"
@@ -632,8 +634,11 @@ func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error) error
 			cs.confirmed = false
 			cs.ready = make(chan struct{})
 		}
+		if closed || cs.lost {
+			continue // told already: the restore is still to come
+		}
 		for _, s := range cs.subs {
-			if s.active && !closed {
+			if s.active {
 				subs = append(subs, s)
 				cs.lost = true
 			}
@@ -646,6 +651,9 @@ func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error) error
 	_ = ps.Close()
 	if closed {
 		return nil
+	}
+	if wasUp {
+		b.disconnects.Add(1)
 	}
 	for i, s := range subs {
 		b.lose(s)

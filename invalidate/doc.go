@@ -41,10 +41,12 @@
 // connection and subscribes to every current channel. When Redis confirms a
 // channel, the subscribers on it get onLoss a second time: messages may have
 // been published while the Bus was away, and whatever a subscriber filled
-// between the two calls cannot be trusted. From then on delivery resumes. The
-// Bus retries forever, until Close; it logs the outage rate-limited.
-// A Subscribe made while the connection is down waits for it to come back
-// (or for its context to end).
+// between the two calls cannot be trusted. From then on delivery resumes.
+// Each outage brings each subscriber exactly these two calls, however many
+// attempts it takes to reconnect. The Bus retries forever, until Close; it
+// logs the outage rate-limited. A Subscribe made while the connection is
+// down waits for it to come back (or for its context to end), and its
+// subscriber is not told of that outage.
 //
 // # Redis Cluster
 //

@@ -3,16 +3,17 @@
 //
 // Values are kept as they are, not copied: a Get returns the stored value
 // itself. Entries are evicted by weight (W-TinyLFU decides which) and by
-// their own expiry.
+// their own expiry, measured on a clock read every Resolution rather than on
+// every Get, which keeps a hit cheap.
 package l1
 
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/maypok86/otter/v2"
-	"github.com/maypok86/otter/v2/stats"
 )
 
 // Options configures a Cache.
@@ -20,6 +21,9 @@ type Options struct {
 	// MaxWeight is the bound on the sum of entry weights, in bytes.
 	// It must be positive.
 	MaxWeight uint64
+	// Resolution is how often the cache reads the time: an entry may live
+	// up to this much past its lifetime. Default: 10 milliseconds.
+	Resolution time.Duration
 	// OnEvict, if set, is called after an entry leaves the cache because of
 	// its size bound or its expiry (not when it is deleted or replaced).
 	// It runs on a goroutine of the cache's and must not call the cache.
@@ -37,57 +41,61 @@ type slot[V any] struct {
 // Cache is a bounded in-memory store of V by string key. It is safe for
 // concurrent use.
 type Cache[V any] struct {
-	c       *otter.Cache[string, slot[V]]
-	counter *stats.Counter
+	c            *otter.Cache[string, slot[V]]
+	clock        *otter.CoarseClock
+	hits, misses counter
+	evictions    atomic.Uint64
 }
 
 // New returns a Cache bounded by o.MaxWeight.
 func New[V any](o Options) (*Cache[V], error) {
 	if o.MaxWeight == 0 {
-		return nil, errors.New("l1: MaxWeight must be positive")
+		return nil, errors.New("l1: Options.MaxWeight must be positive")
 	}
-	counter := stats.NewCounter()
+	if o.Resolution < 0 {
+		return nil, fmt.Errorf("l1: Options.Resolution is negative (%v)", o.Resolution)
+	}
+	if o.Resolution == 0 {
+		o.Resolution = 10 * time.Millisecond
+	}
+	c := &Cache[V]{clock: otter.NewCoarseClock(o.Resolution)}
 	oo := &otter.Options[string, slot[V]]{
 		MaximumWeight: o.MaxWeight,
 		Weigher: func(_ string, s slot[V]) uint32 {
 			return s.weight
 		},
-		ExpiryCalculator: expiry[V]{},
-		StatsRecorder:    counter,
-	}
-	if fn := o.OnEvict; fn != nil {
-		oo.OnDeletion = func(e otter.DeletionEvent[string, slot[V]]) {
-			if e.Cause.IsEviction() {
-				fn(e.Key, e.Cause == otter.CauseExpiration)
+		// A writing-only calculator lets otter skip expiry work on reads.
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, slot[V]]) time.Duration {
+			return e.Value.ttl
+		}),
+		Clock: c.clock,
+		OnDeletion: func(e otter.DeletionEvent[string, slot[V]]) {
+			if !e.Cause.IsEviction() {
+				return
 			}
-		}
+			c.evictions.Add(1)
+			if o.OnEvict != nil {
+				o.OnEvict(e.Key, e.Cause == otter.CauseExpiration)
+			}
+		},
 	}
-	c, err := otter.New(oo)
+	oc, err := otter.New(oo)
 	if err != nil {
+		c.clock.Stop()
 		return nil, fmt.Errorf("l1: %w", err)
 	}
-	return &Cache[V]{c: c, counter: counter}, nil
-}
-
-// expiry gives each entry the lifetime it was stored with, from its last
-// write; reads do not extend it.
-type expiry[V any] struct{}
-
-func (expiry[V]) ExpireAfterCreate(e otter.Entry[string, slot[V]]) time.Duration {
-	return e.Value.ttl
-}
-
-func (expiry[V]) ExpireAfterUpdate(e otter.Entry[string, slot[V]], _ slot[V]) time.Duration {
-	return e.Value.ttl
-}
-
-func (expiry[V]) ExpireAfterRead(e otter.Entry[string, slot[V]]) time.Duration {
-	return e.ExpiresAfter()
+	c.c = oc
+	return c, nil
 }
 
 // Get returns the value stored under key, if any and not expired.
 func (c *Cache[V]) Get(key string) (V, bool) {
 	s, ok := c.c.GetIfPresent(key)
+	if ok {
+		c.hits.add()
+	} else {
+		c.misses.add()
+	}
 	return s.v, ok
 }
 
@@ -137,14 +145,14 @@ type Stats struct {
 	Hits, Misses, Evictions uint64
 }
 
-// Stats returns the hit, miss and eviction counts so far.
+// Stats returns the hit, miss and eviction (by size or expiry) counts so far.
 func (c *Cache[V]) Stats() Stats {
-	s := c.counter.Snapshot()
-	return Stats{Hits: s.Hits, Misses: s.Misses, Evictions: s.Evictions}
+	return Stats{Hits: c.hits.load(), Misses: c.misses.load(), Evictions: c.evictions.Load()}
 }
 
 // Close stops the cache's background goroutines. The cache still answers
-// afterwards, without periodic clean-up.
+// afterwards, reading the precise time on every call.
 func (c *Cache[V]) Close() {
 	c.c.StopAllGoroutines()
+	c.clock.Stop()
 }

@@ -12,13 +12,16 @@
 // bytes exactly as given. Its lifetime is the Redis expiry set with PX (in
 // milliseconds); a ttl of zero or less stores it without expiry. Nothing
 // else is written: no index keys, no metadata. A miss is a missing key, and
-// Get reports it as ok == false with a nil error.
+// Get reports it as ok == false with a nil error. SetIfAbsent and
+// SetManyIfAbsent write with SET NX, so that a cache fill never overwrites
+// another instance's write.
 //
 // # Batches
 //
-// GetMany, SetMany and Delete with many keys cost one round trip (per node
-// in a cluster): GetMany is one MGET, Delete one DEL and SetMany one
-// pipeline of SETs. Empty input returns at once, without a round trip.
+// GetMany, SetMany, SetManyIfAbsent and Delete with many keys cost one round
+// trip (per node in a cluster): GetMany is one MGET, Delete one DEL, and
+// SetMany and SetManyIfAbsent one pipeline of SETs. Empty input returns at
+// once, without a round trip. Batches are not atomic.
 //
 // # Redis Cluster
 //
@@ -26,8 +29,9 @@
 // redis.UniversalClient by redis.NewUniversalClient, or embedded in another
 // type). A multi-key command in a cluster must keep to one hash slot, so
 // GetMany and Delete group the keys by slot (CRC16 of the key, or of its
-// {hash tag}, modulo 16384) and send one MGET or DEL per slot, all in one
-// pipeline that go-redis splits by node and runs in parallel. Keys that
+// {hash tag}, modulo 16384) and send one MGET or DEL per slot (a GET for a
+// slot with one key), all in one pipeline that go-redis splits by node and
+// runs in parallel. Keys that
 // share a hash tag share a slot, and so a command. Single-key commands and
 // the scripts of SetAndPublish and DeleteAndPublish go to the master of the
 // key's slot, following MOVED and ASK redirections as go-redis does.
@@ -51,9 +55,12 @@
 // every node over the cluster bus, in the order it was made, so a subscriber
 // connected to any node receives the messages in write order.
 //
-// NOTE: ordering holds between writes that run on the same server. While a
-// slot migrates to another master, or after a failover, two writes may run on
-// different masters and their messages may reach a subscriber out of order.
+// NOTE: ordering holds between writes that run on the same server: for one
+// key, and for keys that share a master. Messages about keys on different
+// masters may reach a subscriber in any order relative to each other. While
+// a slot migrates to another master, or after a failover, two writes of one
+// key may run on different masters and their messages may arrive out of
+// order too.
 //
 // # Failures and timeouts
 //

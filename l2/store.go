@@ -1,9 +1,11 @@
 package l2
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,8 +35,9 @@ type Options struct {
 	// connection, and a call to a stalled server lasts until the client's
 	// ReadTimeout (3 seconds by default).
 	//
-	// default: 0, no timeout of the Store's own (zero or negative); the
-	// client's ReadTimeout and WriteTimeout still apply.
+	// default: 0, meaning no timeout of the Store's own (a negative value
+	// means the same); the client's ReadTimeout and WriteTimeout still
+	// apply.
 	Timeout time.Duration
 }
 
@@ -189,10 +192,10 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 // Keys may repeat. With no keys it returns at once.
 //
 // On one server GetMany sends one MGET. In Redis Cluster it groups keys by
-// hash slot and sends one MGET per slot, all in one pipeline, which go-redis
-// splits into one round trip per node, run in parallel; so keys in different
-// slots never fail with CROSSSLOT. If any command fails, GetMany returns
-// only an error.
+// hash slot and sends one MGET per slot (a GET for a slot of one key), all
+// in one pipeline, which go-redis splits into one round trip per node, run
+// in parallel; so keys in different slots never fail with CROSSSLOT. If any
+// command fails, GetMany returns only an error.
 func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	if len(keys) == 0 {
 		return nil, nil
@@ -214,16 +217,42 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 		}
 		return out, nil
 	}
+	// A group of one key gets a GET, cheaper to decode than an MGET.
 	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(groups))
+	cmds := make([]redis.Cmder, len(groups))
 	for i, g := range groups {
-		cmds[i] = pipe.MGet(ctx, g.keys...)
+		if len(g.keys) == 1 {
+			cmds[i] = pipe.Get(ctx, g.keys[0])
+		} else {
+			cmds[i] = pipe.MGet(ctx, g.keys...)
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), withCause(ctx, err))
-	}
+	// Exec reports the first failed command, and a GET of a missing key
+	// fails with redis.Nil: look at each command instead.
+	_, _ = pipe.Exec(ctx)
 	for i, g := range groups {
-		if err := fill(out, g.idx, cmds[i].Val()); err != nil {
+		var err error
+		switch cmd := cmds[i].(type) {
+		case *redis.StringCmd:
+			var v []byte
+			if v, err = cmd.Bytes(); err == nil {
+				if v == nil {
+					v = []byte{}
+				}
+				out[g.idx[0]] = v
+			} else if errors.Is(err, redis.Nil) {
+				err = nil
+			} else {
+				err = withCause(ctx, err)
+			}
+		case *redis.SliceCmd:
+			if err = cmd.Err(); err == nil {
+				err = fill(out, g.idx, cmd.Val())
+			} else {
+				err = withCause(ctx, err)
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
 		}
 	}
@@ -237,8 +266,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 // NOTE: the writes are not atomic: when an error is returned, some keys may
 // have been written and others not.
 func (s *Store) SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error {
-	if len(values) != len(keys) || len(ttls) != len(keys) {
-		return fmt.Errorf("l2: set many: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
+	if err := sameLengths("set many", keys, values, ttls); err != nil {
+		return err
 	}
 	if len(keys) == 0 {
 		return nil
@@ -253,6 +282,48 @@ func (s *Store) SetMany(ctx context.Context, keys []string, values [][]byte, ttl
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("l2: set %d keys: %w", len(keys), withCause(ctx, err))
+	}
+	return nil
+}
+
+// SetManyIfAbsent stores values[i] under keys[i] for ttls[i], as
+// SetIfAbsent does, and reports in stored[i] whether it stored it. The three
+// slices must have the same length. With no keys it returns at once. Of
+// repeated keys, only the first can be stored. All the SET NX commands go in
+// one pipeline: one round trip per node.
+//
+// NOTE: the writes are not atomic: when an error is returned (with nil
+// stored), some keys may have been written and others not.
+func (s *Store) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) ([]bool, error) {
+	if err := sameLengths("set many if absent", keys, values, ttls); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.BoolCmd, len(keys))
+	for i, key := range keys {
+		cmds[i] = pipe.SetNX(ctx, s.prefix+key, values[i], expiry(ttls[i]))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("l2: set if absent %d keys: %w", len(keys), withCause(ctx, err))
+	}
+	stored := make([]bool, len(keys))
+	for i, cmd := range cmds {
+		stored[i] = cmd.Val()
+	}
+	return stored, nil
+}
+
+// sameLengths checks the arguments of SetMany and SetManyIfAbsent.
+func sameLengths(op string, keys []string, values [][]byte, ttls []time.Duration) error {
+	if len(values) != len(keys) || len(ttls) != len(keys) {
+		return fmt.Errorf("l2: %s: lengths differ: %d keys, %d values, %d ttls", op, len(keys), len(values), len(ttls))
 	}
 	return nil
 }
@@ -389,27 +460,36 @@ func (s *Store) split(full []string) []group {
 		return nil
 	}
 	if s.topo == ring {
+		order := make([]int, len(full))
 		groups := make([]group, len(full))
 		for i := range full {
-			groups[i] = group{keys: full[i : i+1], idx: []int{i}}
+			order[i] = i
+			groups[i] = group{keys: full[i : i+1], idx: order[i : i+1]}
 		}
 		return groups
 	}
-	var groups []group
-	bySlot := make(map[uint16]int, len(full))
+	// Sort the keys by slot: each run of one slot is a group.
+	slots := make([]uint16, len(full))
+	order := make([]int, len(full))
 	for i, k := range full {
-		sl := slot(k)
-		gi, ok := bySlot[sl]
-		if !ok {
-			gi = len(groups)
-			bySlot[sl] = gi
-			groups = append(groups, group{})
-		}
-		groups[gi].keys = append(groups[gi].keys, k)
-		groups[gi].idx = append(groups[gi].idx, i)
+		slots[i] = slot(k)
+		order[i] = i
 	}
-	if len(groups) == 1 {
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(slots[a], slots[b]) })
+	if slots[order[0]] == slots[order[len(order)-1]] {
 		return nil
+	}
+	sorted := make([]string, len(full))
+	for j, i := range order {
+		sorted[j] = full[i]
+	}
+	var groups []group
+	start := 0
+	for j := 1; j <= len(order); j++ {
+		if j == len(order) || slots[order[j]] != slots[order[start]] {
+			groups = append(groups, group{keys: sorted[start:j], idx: order[start:j]})
+			start = j
+		}
 	}
 	return groups
 }

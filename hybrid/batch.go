@@ -1,0 +1,363 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/flight"
+)
+
+// GetOrCreateMany returns the values for keys: from L1, then every L1 miss
+// from the shared tier in one round trip (per cluster node), then every
+// remaining miss from ONE call of load, whose results are written back in
+// one round trip and to L1. Keys that load does not return are absent from
+// the result. A key that a concurrent GetOrCreate or GetOrCreateMany is
+// already filling is joined, not loaded twice.
+//
+// Duplicate keys are read once. An empty key does not fail the page: the
+// others are returned, with an error wrapping ErrEmptyKey. When load fails,
+// the map holds what was found before it and the error wraps load's. The
+// returned map is the caller's; the values in it are shared as with
+// GetOrCreate.
+func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func(ctx context.Context, missing []string) (map[string]V, error), opts ...EntryOption) (map[string]V, error) {
+	if err := c.checkBatch(ctx); err != nil {
+		return nil, err
+	}
+	if load == nil {
+		return nil, errors.New("hybrid: GetOrCreateMany: nil load function")
+	}
+	e, err := c.o.entry(opts)
+	if err != nil {
+		return nil, err
+	}
+	out, misses, badKey := c.localMany(keys)
+	if len(misses) == 0 {
+		return out, badKey
+	}
+	type waiting struct {
+		key  string
+		call *flight.Call[V]
+	}
+	waits := make([]waiting, 0, len(misses))
+	var lead []string
+	var leadCalls []*flight.Call[V]
+	for _, key := range misses {
+		call, leader := c.flights.Join(key)
+		if leader {
+			lead = append(lead, key)
+			leadCalls = append(leadCalls, call)
+		}
+		waits = append(waits, waiting{key, call})
+	}
+	if len(lead) > 0 {
+		if !c.startFill() {
+			var zero V
+			for i, key := range lead {
+				c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
+			}
+			return out, ErrClosed
+		}
+		go c.fillMany(ctx, lead, leadCalls, load, e)
+	}
+	var errs []error
+	if badKey != nil {
+		errs = append(errs, badKey)
+	}
+	for _, w := range waits {
+		v, err := w.call.Wait(ctx)
+		switch {
+		case err == nil:
+			out[w.key] = v
+		case errors.Is(err, ErrNotFound):
+		case ctx.Err() != nil:
+			return out, ctx.Err()
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return out, dedupe(errs)
+}
+
+// GetMany returns the values for keys found in L1 or, in one round trip, in
+// the shared tier, without loading. Missing keys are absent from the map.
+// Shared-tier failures count as misses, as with Get.
+func (c *Cache[V]) GetMany(ctx context.Context, keys []string) (map[string]V, error) {
+	if err := c.checkBatch(ctx); err != nil {
+		return nil, err
+	}
+	out, misses, badKey := c.localMany(keys)
+	if len(misses) > 0 {
+		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), c.o.LocalTTL)
+		for i, key := range misses {
+			if vals[i].ok {
+				out[key] = vals[i].v
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return out, err
+		}
+	}
+	return out, badKey
+}
+
+// localMany answers what it can from L1 and returns the distinct non-empty
+// keys it could not, and an error if some key was empty.
+func (c *Cache[V]) localMany(keys []string) (out map[string]V, misses []string, badKey error) {
+	out = make(map[string]V, len(keys))
+	var seen map[string]struct{}
+	for _, key := range keys {
+		if key == "" {
+			badKey = fmt.Errorf("hybrid: batch: %w", ErrEmptyKey)
+			continue
+		}
+		if v, ok := c.local.Get(key); ok {
+			out[key] = v
+			continue
+		}
+		if seen == nil {
+			seen = make(map[string]struct{})
+		}
+		if _, dup := seen[key]; dup {
+			continue
+		}
+		seen[key] = struct{}{}
+		misses = append(misses, key)
+	}
+	return out, misses, badKey
+}
+
+func (c *Cache[V]) checkBatch(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+func (c *Cache[V]) tokens(keys []string) []token {
+	toks := make([]token, len(keys))
+	for i, key := range keys {
+		toks[i] = c.fence.token(key)
+	}
+	return toks
+}
+
+type found[V any] struct {
+	v  V
+	ok bool
+}
+
+// readRemoteMany reads keys from the shared tier in one round trip where the
+// Remote allows it, storing hits in L1 under their tokens. corrupt lists
+// the keys whose stored value did not decode.
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, localTTL time.Duration) ([]found[V], map[string]bool) {
+	res := make([]found[V], len(keys))
+	if c.remote == nil {
+		return res, nil
+	}
+	br, ok := c.remote.(BatchRemote)
+	if !ok {
+		var corrupt map[string]bool
+		for i, key := range keys {
+			v, hit, bad := c.readRemote(ctx, key, toks[i], localTTL)
+			res[i] = found[V]{v, hit}
+			if bad {
+				if corrupt == nil {
+					corrupt = make(map[string]bool)
+				}
+				corrupt[key] = true
+			}
+		}
+		return res, corrupt
+	}
+	nkeys := make([]string, len(keys))
+	for i, key := range keys {
+		nkeys[i] = c.prefix + key
+	}
+	vals, err := br.GetMany(ctx, nkeys)
+	if err == nil && len(vals) != len(keys) {
+		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
+	}
+	if err != nil {
+		c.n.l2Errors.Add(1)
+		c.log.log(logL2, "hybrid: shared tier batch read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
+		return res, nil
+	}
+	var corrupt map[string]bool
+	for i, b := range vals {
+		if b == nil {
+			c.n.l2Misses.Add(1)
+			continue
+		}
+		v, ttl, err := c.decode(b)
+		if err != nil {
+			c.n.decodeErrors.Add(1)
+			c.n.l2Misses.Add(1)
+			c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", keys[i], "err", err)
+			if corrupt == nil {
+				corrupt = make(map[string]bool)
+			}
+			corrupt[keys[i]] = true
+			continue
+		}
+		c.n.l2Hits.Add(1)
+		c.storeLocal(keys[i], v, weight(keys[i], b), min(ttl, localTTL), toks[i])
+		res[i] = found[V]{v, true}
+	}
+	return res, corrupt
+}
+
+// fillMany is the batch form of fill: one shared-tier read for all keys,
+// one load for what it did not hold, one write back.
+func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry) {
+	defer c.wg.Done()
+	finished := make([]bool, len(keys))
+	finish := func(i int, v V, err error) {
+		finished[i] = true
+		c.flights.Finish(keys[i], calls[i], v, err)
+	}
+	// A load that calls runtime.Goexit skips everything but deferred calls:
+	// its waiters must still get an answer.
+	defer func() {
+		var zero V
+		for i, done := range finished {
+			if !done {
+				c.flights.Finish(keys[i], calls[i], zero, fmt.Errorf("%w: batch load called runtime.Goexit", ErrPanic))
+			}
+		}
+	}()
+	ctx, cancel := c.fillContext(caller)
+	defer cancel()
+
+	toks := c.tokens(keys)
+	vals, corrupt := c.readRemoteMany(ctx, keys, toks, e.localTTL)
+	var missing []string
+	var missIdx []int
+	for i, key := range keys {
+		if vals[i].ok {
+			finish(i, vals[i].v, nil)
+			continue
+		}
+		missing = append(missing, key)
+		missIdx = append(missIdx, i)
+	}
+	if len(missing) == 0 {
+		return
+	}
+	loaded, err := c.runLoadMany(ctx, missing, load)
+	var zero V
+	if err != nil {
+		for _, i := range missIdx {
+			finish(i, zero, err)
+		}
+		return
+	}
+	var write []int // indexes of keys to write back
+	encoded := make([][]byte, len(keys))
+	for _, i := range missIdx {
+		key := keys[i]
+		v, ok := loaded[key]
+		if !ok {
+			finish(i, zero, ErrNotFound)
+			continue
+		}
+		b, err := c.encode(key, v, e.ttl)
+		if err != nil {
+			c.notStored(key, err)
+			finish(i, v, nil)
+			continue
+		}
+		c.storeLocal(key, v, weight(key, b), e.localTTL, toks[i])
+		finish(i, v, nil)
+		if corrupt[key] {
+			c.storeRemote(ctx, key, b, e.ttl, true, toks[i])
+			continue
+		}
+		encoded[i] = b
+		write = append(write, i)
+	}
+	c.storeRemoteMany(ctx, keys, encoded, toks, write, e)
+}
+
+// storeRemoteMany is the batch form of storeRemote without replace, for
+// keys[i] = vals[i] with i in idx.
+func (c *Cache[V]) storeRemoteMany(ctx context.Context, keys []string, vals [][]byte, toks []token, idx []int, e entry) {
+	if c.remote == nil {
+		return
+	}
+	br, ok := c.remote.(BatchRemote)
+	if !ok {
+		for _, i := range idx {
+			c.storeRemote(ctx, keys[i], vals[i], e.ttl, false, toks[i])
+		}
+		return
+	}
+	var wKeys, nkeys []string
+	var wVals [][]byte
+	var ttls []time.Duration
+	for _, i := range idx {
+		if !c.fence.valid(toks[i]) {
+			continue // changed since our read: our value may predate it
+		}
+		wKeys = append(wKeys, keys[i])
+		nkeys = append(nkeys, c.prefix+keys[i])
+		wVals = append(wVals, vals[i])
+		ttls = append(ttls, e.ttl)
+	}
+	if len(nkeys) == 0 {
+		return
+	}
+	stored, err := br.SetManyIfAbsent(ctx, nkeys, wVals, ttls)
+	if err == nil && len(stored) != len(nkeys) {
+		err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(nkeys))
+	}
+	if err != nil {
+		c.n.l2Errors.Add(1)
+		c.log.log(logL2, "hybrid: shared tier batch write failed; values kept in L1 only", "namespace", c.o.Namespace, "err", err)
+		return
+	}
+	for i, ok := range stored {
+		if !ok {
+			c.fence.bump(wKeys[i])
+			c.local.Delete(wKeys[i])
+		}
+	}
+}
+
+// runLoadMany calls load, turning a panic into an error.
+func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error)) (m map[string]V, err error) {
+	c.n.loads.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("%w: batch of %d keys: %v\n%s", ErrPanic, len(keys), r, debug.Stack())
+		}
+		if err != nil {
+			c.n.loadErrors.Add(1)
+		}
+	}()
+	// The loader gets its own copy: it may keep or change the slice.
+	m, err = load(ctx, append([]string(nil), keys...))
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: load batch of %d keys: %w", len(keys), err)
+	}
+	return m, nil
+}
+
+// dedupe joins errors, keeping one of each identical message (a failed
+// batch load is one error for many keys).
+func dedupe(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	seen := make(map[error]bool, len(errs))
+	var out []error
+	for _, err := range errs {
+		if !seen[err] {
+			seen[err] = true
+			out = append(out, err)
+		}
+	}
+	return errors.Join(out...)
+}

@@ -1,0 +1,143 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
+)
+
+// User is the value type of the examples.
+type User struct {
+	ID   string
+	Name string
+}
+
+func ExampleNew() {
+	// In production the shared tier is an *l2.Store and the bus an
+	// *invalidate.Bus over Redis; the in-memory doubles of hybridtest stand
+	// in for them here.
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+
+	users, err := hybrid.New[User](hybrid.Options{
+		Namespace: "users",
+		Remote:    remote,
+		Bus:       bus,
+		TTL:       10 * time.Minute,
+		LocalTTL:  time.Minute,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer users.Close()
+
+	ctx := context.Background()
+	if err := users.Set(ctx, "42", User{ID: "42", Name: "Ada"}); err != nil {
+		log.Fatal(err)
+	}
+	u, ok, err := users.Get(ctx, "42")
+	fmt.Println(u.Name, ok, err)
+	fmt.Println(remote.Keys())
+	// Output:
+	// Ada true <nil>
+	// [users:42]
+}
+
+func ExampleCache_GetOrCreate() {
+	users, err := hybrid.New[User](hybrid.Options{}) // L1 only
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer users.Close()
+
+	load := func(ctx context.Context, id string) (User, error) {
+		fmt.Println("loading", id)
+		return User{ID: id, Name: "Ada"}, nil // from the database
+	}
+	ctx := context.Background()
+	for range 3 {
+		u, err := users.GetOrCreate(ctx, "42", load)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(u.Name)
+	}
+	st := users.Stats()
+	fmt.Println("loads:", st.Loads, "L1 hits:", st.L1Hits)
+	// Output:
+	// loading 42
+	// Ada
+	// Ada
+	// Ada
+	// loads: 1 L1 hits: 2
+}
+
+func ExampleCache_Set() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	c, err := hybrid.New[string](hybrid.Options{Namespace: "greetings", Remote: remote, Bus: bus, MaxValueBytes: 64})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	if err := c.Set(ctx, "en", "hello", hybrid.WithTTL(time.Hour)); err != nil {
+		log.Fatal(err)
+	}
+	// Set wrote both tiers: GetOrCreate does not load.
+	v, err := c.GetOrCreate(ctx, "en", func(context.Context, string) (string, error) {
+		return "never called", nil
+	})
+	fmt.Println(v, err)
+
+	// A value that encodes to more than MaxValueBytes is refused.
+	err = c.Set(ctx, "long", string(make([]byte, 100)))
+	fmt.Println(errors.Is(err, hybrid.ErrValueTooLarge))
+	// Output:
+	// hello <nil>
+	// true
+}
+
+// Two instances of one cache share a shared tier and a bus: a Set on one
+// reaches the other's L1. With a Secret, the message carries the value and
+// the other instance swaps it in without reading the shared tier.
+func Example_invalidation() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	o := hybrid.Options{Namespace: "prices", Remote: remote, Bus: bus, Secret: []byte("shared secret")}
+	a, err := hybrid.New[int](o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, err := hybrid.New[int](o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	ctx := context.Background()
+	_ = a.Set(ctx, "apple", 100)
+	_ = bus.Flush(ctx)             // wait until b has applied a's message
+	v, _, _ := b.Get(ctx, "apple") // from the shared tier, now in b's L1
+	fmt.Println("b sees", v)
+
+	_ = a.Set(ctx, "apple", 120)
+	_ = bus.Flush(ctx) // wait until b has applied a's message
+	v, _, _ = b.Get(ctx, "apple")
+	fmt.Println("b sees", v)
+	fmt.Println("swapped:", b.Stats().Swapped, "shared-tier reads:", remote.Calls().Get)
+	// Output:
+	// b sees 100
+	// b sees 120
+	// swapped: 1 shared-tier reads: 1
+}

@@ -1,0 +1,248 @@
+package l2_test
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+// The tests in this file need a Redis Cluster: start one with
+// scripts/cluster.sh and set HYBRID_REDIS_CLUSTER to the addresses it
+// prints. Without it they are skipped.
+
+// embedded hides a cluster client behind another type, as an application's
+// wrapper might.
+type embedded struct{ *redis.ClusterClient }
+
+// clusterOf returns the cluster client in rdb.
+func clusterOf(rdb redis.UniversalClient) *redis.ClusterClient {
+	if e, ok := rdb.(embedded); ok {
+		return e.ClusterClient
+	}
+	return rdb.(*redis.ClusterClient)
+}
+
+// clusterCase is one way a cluster client may reach New.
+type clusterCase struct {
+	name  string
+	rdb   redis.UniversalClient
+	nodes *counter // what the nodes were sent, if known
+}
+
+// clusterClients returns the ways a cluster client may reach New.
+func clusterClients(t *testing.T) []clusterCase {
+	t.Helper()
+	addrs := redistest.ClusterAddrs(t)
+	newCluster := func() (*redis.ClusterClient, *counter) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { c.Close() })
+		var nodes counter
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(&nodes) })
+		return c, &nodes
+	}
+	c1, n1 := newCluster()
+	c2, n2 := newCluster()
+	universal := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, IsClusterMode: true})
+	t.Cleanup(func() { universal.Close() })
+	if _, ok := universal.(*redis.ClusterClient); !ok {
+		t.Fatalf("NewUniversalClient returned a %T, want a *redis.ClusterClient", universal)
+	}
+	return []clusterCase{
+		{"ClusterClient", c1, n1},
+		{"UniversalClient", universal, nil},
+		{"embedded", embedded{c2}, n2},
+	}
+}
+
+func TestClusterGetManySetMany(t *testing.T) {
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			const n = 100
+			var keys []string
+			var values [][]byte
+			var ttls []time.Duration
+			for i := range n {
+				keys = append(keys, fmt.Sprint("k", i))
+				values = append(values, []byte(fmt.Sprint("v", i)))
+				ttls = append(ttls, time.Minute)
+			}
+			// Two keys sharing a hash tag go in one MGET.
+			keys = append(keys, "{tag}a", "{tag}b", "empty")
+			values = append(values, []byte("ta"), []byte("tb"), []byte{})
+			ttls = append(ttls, 0, time.Minute, time.Minute)
+
+			// The keys must span every master, and a plain MGET of them
+			// fails.
+			masters := make(map[string]bool)
+			for _, k := range keys {
+				m, err := clusterOf(c.rdb).MasterForKey(ctx, prefix+k)
+				if err != nil {
+					t.Fatalf("MasterForKey: %v", err)
+				}
+				masters[m.Options().Addr] = true
+			}
+			if len(masters) != 3 {
+				t.Fatalf("keys on %d masters, want 3", len(masters))
+			}
+			if err := c.rdb.MGet(ctx, prefix+"k1", prefix+"k2", prefix+"k3").Err(); err == nil {
+				t.Logf("note: a plain MGET across slots did not fail")
+			}
+
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			if err := s.SetMany(ctx, keys, values, ttls); err != nil {
+				t.Fatalf("SetMany: %v", err)
+			}
+			if c.nodes != nil {
+				if _, got := c.nodes.counts(); got != 3 {
+					t.Errorf("SetMany sent %d pipelines, want 3 (one per node): %v", got, c.nodes)
+				}
+			}
+
+			query := append(slices.Clone(keys), "missing1", "k7", "missing2", "{tag}b", "k0")
+			want := append(slices.Clone(values), nil, []byte("v7"), nil, []byte("tb"), []byte("v0"))
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			got, err := s.GetMany(ctx, query)
+			if err != nil {
+				t.Fatalf("GetMany: %v", err)
+			}
+			if c.nodes != nil {
+				if cmds, pipelines := c.nodes.counts(); cmds+pipelines != 3 {
+					t.Errorf("GetMany sent %d pipelines or commands, want 3 (one per node): %v", cmds+pipelines, c.nodes)
+				}
+			}
+			if len(got) != len(want) {
+				t.Fatalf("GetMany: got %d values, want %d", len(got), len(want))
+			}
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) || (got[i] == nil) != (want[i] == nil) {
+					t.Errorf("GetMany[%d] (%s): got %q, want %q", i, query[i], got[i], want[i])
+				}
+			}
+
+			stored, err := s.SetManyIfAbsent(ctx, []string{"k1", "new", "k2", "{tag}c"},
+				[][]byte{[]byte("x"), []byte("n"), []byte("x"), []byte("tc")},
+				[]time.Duration{0, time.Minute, 0, time.Minute})
+			if err != nil {
+				t.Fatalf("SetManyIfAbsent: %v", err)
+			}
+			if want := []bool{false, true, false, true}; !slices.Equal(stored, want) {
+				t.Errorf("SetManyIfAbsent: got %v, want %v", stored, want)
+			}
+
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			if err := s.Delete(ctx, append(keys, "new", "{tag}c", "missing")...); err != nil {
+				t.Fatalf("Delete: %v", err)
+			}
+			if c.nodes != nil {
+				if _, got := c.nodes.counts(); got != 3 {
+					t.Errorf("Delete sent %d pipelines, want 3 (one per node): %v", got, c.nodes)
+				}
+			}
+			left, err := s.GetMany(ctx, append(keys, "new", "{tag}c"))
+			if err != nil {
+				t.Fatalf("GetMany after Delete: %v", err)
+			}
+			for i, v := range left {
+				if v != nil {
+					t.Errorf("after Delete, key %d holds %q, want nothing", i, v)
+				}
+			}
+		})
+	}
+}
+
+func TestClusterSetAndPublishOrder(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	for _, withDeletes := range []bool{false, true} {
+		for run := range 3 {
+			t.Run(fmt.Sprintf("deletes=%v/%d", withDeletes, run), func(t *testing.T) {
+				prefix := redistest.Prefix(t) + ":"
+				s := l2.New(rdb, l2.Options{Prefix: prefix})
+				// Subscribe on a node that is not the key's master, so
+				// messages cross the cluster bus.
+				master, err := rdb.MasterForKey(t.Context(), prefix+"k")
+				if err != nil {
+					t.Fatalf("MasterForKey: %v", err)
+				}
+				other := ""
+				for _, a := range addrs {
+					if a != master.Options().Addr {
+						other = a
+						break
+					}
+				}
+				if other == "" {
+					t.Fatalf("no node other than the key's master %s among %v", master.Options().Addr, addrs)
+				}
+				sub := redis.NewClient(&redis.Options{Addr: other})
+				t.Cleanup(func() { sub.Close() })
+				channel := prefix + "ch"
+				ps := subscribe(t, sub, channel)
+				checkOrder(t, s, ps, "k", channel, 8, 200, withDeletes)
+			})
+		}
+	}
+}
+
+func TestClusterSetAndPublish(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	prefix := redistest.Prefix(t) + ":"
+	s := l2.New(rdb, l2.Options{Prefix: prefix})
+	// One subscriber per node: every one gets every message.
+	var all []*messages
+	for _, a := range addrs {
+		sub := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { sub.Close() })
+		all = append(all, receive(subscribe(t, sub, prefix+"ch"), 20))
+	}
+	for i := range 10 {
+		key := fmt.Sprint("k", i) // keys in several slots
+		if err := s.SetAndPublish(ctx, key, []byte("v"), time.Minute, prefix+"ch", []byte("set "+key)); err != nil {
+			t.Fatalf("SetAndPublish(%s): %v", key, err)
+		}
+		if got, ok, err := s.Get(ctx, key); err != nil || !ok || string(got) != "v" {
+			t.Errorf("Get(%s) = %q, %v, %v; want \"v\", true, nil", key, got, ok, err)
+		}
+		if err := s.DeleteAndPublish(ctx, key, prefix+"ch", []byte("del "+key)); err != nil {
+			t.Fatalf("DeleteAndPublish(%s): %v", key, err)
+		}
+		if _, ok, err := s.Get(ctx, key); err != nil || ok {
+			t.Errorf("Get(%s) after DeleteAndPublish: got ok %v, err %v; want false, nil", key, ok, err)
+		}
+	}
+	// Messages about one key keep their order. Messages about keys on
+	// different masters need not: each master forwards its own over the
+	// cluster bus.
+	for n, ch := range all {
+		got := wait(t, ch, 20)
+		for i := range 10 {
+			set := slices.Index(got, fmt.Sprint("set k", i))
+			del := slices.Index(got, fmt.Sprint("del k", i))
+			if set < 0 || del < 0 || del < set {
+				t.Errorf("subscriber on %s: \"set k%d\" at %d, \"del k%d\" at %d; want both, set first (got %q)",
+					addrs[n], i, set, i, del, got)
+			}
+		}
+	}
+}

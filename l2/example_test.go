@@ -1,0 +1,92 @@
+package l2_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+func Example() {
+	// An in-process Redis stands in for a real one here.
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close() // the Store does not own the client
+	s := l2.New(rdb, l2.Options{Prefix: "app:", Timeout: time.Second})
+
+	ctx := context.Background()
+	if err := s.Set(ctx, "user:1", []byte("Ada"), time.Hour); err != nil {
+		panic(err)
+	}
+	v, ok, err := s.Get(ctx, "user:1")
+	fmt.Printf("%s %v %v\n", v, ok, err)
+
+	_, ok, err = s.Get(ctx, "user:2")
+	fmt.Println("user:2 found:", ok, err)
+
+	keys := []string{"user:2", "user:1"}
+	vals, err := s.GetMany(ctx, keys)
+	if err != nil {
+		panic(err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			fmt.Println(keys[i], "missing")
+		} else {
+			fmt.Println(keys[i], string(v))
+		}
+	}
+
+	fmt.Println("raw key:", rdb.Get(ctx, "app:user:1").Val())
+	// Output:
+	// Ada true <nil>
+	// user:2 found: false <nil>
+	// user:2 missing
+	// user:1 Ada
+	// raw key: Ada
+}
+
+func ExampleStore_SetAndPublish() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	s := l2.New(rdb, l2.Options{})
+	ctx := context.Background()
+
+	sub := rdb.Subscribe(ctx, "changes")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil { // wait until subscribed
+		panic(err)
+	}
+
+	// The write and its message are one atomic step.
+	if err := s.SetAndPublish(ctx, "k", []byte("v1"), time.Minute, "changes", []byte("set k=v1")); err != nil {
+		panic(err)
+	}
+	if err := s.DeleteAndPublish(ctx, "k", "changes", []byte("del k")); err != nil {
+		panic(err)
+	}
+	for range 2 {
+		m, err := sub.ReceiveMessage(ctx)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(m.Payload)
+	}
+	// Output:
+	// set k=v1
+	// del k
+}
