@@ -1,0 +1,164 @@
+package l1_test
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/l1"
+	"go.uber.org/goleak"
+)
+
+func newCache(t *testing.T, o l1.Options) *l1.Cache[string] {
+	t.Helper()
+	c, err := l1.New[string](o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestNewValidates(t *testing.T) {
+	for _, o := range []l1.Options{{}, {MaxWeight: 1, Resolution: -time.Second}} {
+		if _, err := l1.New[string](o); err == nil {
+			t.Errorf("New(%+v): got nil error, want one", o)
+		}
+	}
+}
+
+func TestSetGetDelete(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("Get on an empty cache: got a value")
+	}
+	c.Set("k", "v", 10, time.Minute)
+	if v, ok := c.Get("k"); !ok || v != "v" {
+		t.Fatalf("Get: got %q %v, want \"v\" true", v, ok)
+	}
+	c.Delete("k")
+	if _, ok := c.Get("k"); ok {
+		t.Fatal("Get after Delete: got a value")
+	}
+	s := c.Stats()
+	if s.Hits != 1 || s.Misses != 2 {
+		t.Errorf("Stats: got %d hits %d misses, want 1 and 2", s.Hits, s.Misses)
+	}
+}
+
+func TestSetNonPositiveTTLDrops(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	c.Set("k", "v", 10, time.Minute)
+	c.Set("k", "w", 10, 0)
+	if v, ok := c.Get("k"); ok {
+		t.Fatalf("Get after Set with ttl 0: got %q, want a miss", v)
+	}
+}
+
+func TestReplaceOnlyWhenPresent(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	if c.Replace("k", "new", 10, time.Minute) {
+		t.Error("Replace of an absent key reported true")
+	}
+	if _, ok := c.Get("k"); ok {
+		t.Error("Replace created an absent key")
+	}
+	c.Set("k", "old", 10, time.Minute)
+	if !c.Replace("k", "new", 10, time.Minute) {
+		t.Error("Replace of a present key reported false")
+	}
+	if v, _ := c.Get("k"); v != "new" {
+		t.Errorf("Get after Replace: got %q, want \"new\"", v)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond})
+	c.Set("short", "v", 10, 30*time.Millisecond)
+	c.Set("long", "v", 10, time.Hour)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, ok := c.Get("short"); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an entry with a 30ms lifetime was still served after 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, ok := c.Get("long"); !ok {
+		t.Error("an entry with a 1h lifetime expired")
+	}
+}
+
+func TestWeightBound(t *testing.T) {
+	var mu sync.Mutex
+	evicted := 0
+	c := newCache(t, l1.Options{MaxWeight: 1000, OnEvict: func(string, bool) {
+		mu.Lock()
+		evicted++
+		mu.Unlock()
+	}})
+	for i := range 1000 {
+		c.Set(strconv.Itoa(i), "v", 100, time.Hour)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	// Eviction runs in otter's maintenance, soon after the writes.
+	sawEvict := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return evicted > 0
+	}
+	for c.Weight() > 1000 || c.Len() > 10 || c.Stats().Evictions == 0 || !sawEvict() {
+		if time.Now().After(deadline) {
+			t.Fatalf("weight %d, %d entries, %d evictions: want at most 1000, at most 10 and some", c.Weight(), c.Len(), c.Stats().Evictions)
+		}
+		c.Get("0") // reads drive otter's maintenance
+		time.Sleep(time.Millisecond)
+	}
+
+}
+
+func TestClear(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	for i := range 10 {
+		c.Set(strconv.Itoa(i), "v", 1, time.Hour)
+	}
+	c.Clear()
+	for i := range 10 {
+		if _, ok := c.Get(strconv.Itoa(i)); ok {
+			t.Fatalf("key %d survived Clear", i)
+		}
+	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	c, err := l1.New[string](l1.Options{MaxWeight: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Set("k", "v", 1, time.Hour)
+	c.Close()
+	if v, ok := c.Get("k"); !ok || v != "v" {
+		t.Errorf("Get after Close: got %q %v, want \"v\" true", v, ok)
+	}
+}
+
+func TestConcurrentHitsCounted(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	c.Set("k", "v", 1, time.Hour)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				c.Get("k")
+			}
+		})
+	}
+	wg.Wait()
+	if got := c.Stats().Hits; got != 8000 {
+		t.Errorf("Hits: got %d, want 8000", got)
+	}
+}
