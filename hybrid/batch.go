@@ -53,14 +53,13 @@ func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func
 		waits = append(waits, waiting{key, call})
 	}
 	if len(lead) > 0 {
-		if !c.startFill() {
+		if !c.run(func() { c.fillMany(ctx, lead, leadCalls, load, e) }) {
 			var zero V
 			for i, key := range lead {
 				c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
 			}
 			return out, ErrClosed
 		}
-		go c.fillMany(ctx, lead, leadCalls, load, e)
 	}
 	var errs []error
 	if badKey != nil {
@@ -212,7 +211,6 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 // fillMany is the batch form of fill: one shared-tier read for all keys,
 // one load for what it did not hold, one write back.
 func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry) {
-	defer c.wg.Done()
 	finished := make([]bool, len(keys))
 	finish := func(i int, v V, err error) {
 		finished[i] = true

@@ -40,7 +40,8 @@ type Cache[V any] struct {
 	// mu guards closed against wg.Add, so Close can wait for every fill.
 	mu     sync.RWMutex
 	closed atomic.Bool
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // fill workers
+	jobs   chan func()    // hands a fill to an idle worker
 	stop   context.Context // cancelled by Close; ends fills
 	cancel context.CancelFunc
 	unsub  func()
@@ -60,6 +61,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		bus:    o.Bus,
 		codec:  o.Codec,
 		fence:  newFence(),
+		jobs:   make(chan func()),
 		log:    limitedLog{l: o.Logger, every: o.LogEvery},
 	}
 	if _, err := rand.Read(c.origin[:]); err != nil {
@@ -125,31 +127,56 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	}
 	call, leader := c.flights.Join(key)
 	if leader {
-		if !c.startFill() {
+		if !c.run(func() { c.fill(ctx, key, load, e, call) }) {
 			c.flights.Finish(key, call, zero, ErrClosed)
 			return zero, ErrClosed
 		}
-		go c.fill(ctx, key, load, e, call)
 	}
 	return call.Wait(ctx)
 }
 
-// startFill registers a fill with Close, or reports that the cache is closed.
-func (c *Cache[V]) startFill() bool {
+// run hands job to an idle fill worker, or starts one, unless the cache is
+// closed. Workers outlive their job for workerIdle, so a busy cache reuses
+// goroutines whose stacks have already grown to what a Redis call needs.
+func (c *Cache[V]) run(job func()) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed.Load() {
 		return false
 	}
-	c.wg.Add(1)
+	select {
+	case c.jobs <- job:
+	default:
+		c.wg.Add(1)
+		go c.worker(job)
+	}
 	return true
+}
+
+// workerIdle is how long a fill worker waits for its next job.
+const workerIdle = 5 * time.Second
+
+func (c *Cache[V]) worker(job func()) {
+	defer c.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		job()
+		idle.Reset(workerIdle)
+		select {
+		case job = <-c.jobs:
+		case <-idle.C:
+			return
+		case <-c.stop.Done():
+			return
+		}
+	}
 }
 
 // fill runs one shared miss: the shared tier, then load. It runs detached
 // from the caller that started it (that caller may leave) and ends with
 // Close or LoadTimeout.
 func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
-	defer c.wg.Done()
 	finished := false
 	finish := func(v V, err error) {
 		finished = true

@@ -1,0 +1,134 @@
+package hybrid_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/codec"
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+// Record is the small value of the Redis-backed benchmarks: {int, two
+// strings, float}, as in the published per-read measurements.
+type Record struct {
+	ID    int
+	Name  string
+	Email string
+	Score float64
+}
+
+func loadRecord(_ context.Context, key string) (Record, error) {
+	id, _ := strconv.Atoi(key)
+	return Record{ID: id, Name: "Ada Lovelace", Email: "ada@example.com", Score: 97.5}, nil
+}
+
+// newRedisBenchCache returns a cache on the package's Redis whose shared
+// tier holds n records, keys "0" .. n-1.
+func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
+	b.Helper()
+	rdb := srv.Client(b)
+	c, err := hybrid.New[Record](hybrid.Options{
+		Namespace: redistest.Prefix(b),
+		Remote:    l2.New(rdb, l2.Options{}),
+		Codec:     codec.Msgpack{},
+		TTL:       time.Hour,
+		Logger:    quiet,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	for i := range n {
+		k := strconv.Itoa(i)
+		r, _ := loadRecord(ctx, k)
+		if err := c.Set(ctx, k, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return c
+}
+
+// BenchmarkGetOrCreate_L2Hit is an L1 miss served by Redis: GET, envelope
+// and msgpack decode, fill bookkeeping. Compare with
+// BenchmarkRedis_GetDecode, the same GET and decode done by hand.
+func BenchmarkGetOrCreate_L2Hit(b *testing.B) {
+	const n = 1000
+	c := newRedisBenchCache(b, n)
+	ctx := context.Background()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+		c.DropLocal(keys[i])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := keys[i%n]
+		if _, err := c.GetOrCreate(ctx, k, loadRecord); err != nil {
+			b.Fatal(err)
+		}
+		c.DropLocal(k)
+		i++
+	}
+	if s := c.Stats(); s.Loads != 0 {
+		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Loads)
+	}
+}
+
+// BenchmarkRedis_GetDecode is the baseline of BenchmarkGetOrCreate_L2Hit:
+// raw go-redis GET of a msgpack record and its decode.
+func BenchmarkRedis_GetDecode(b *testing.B) {
+	const n = 1000
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	prefix := redistest.Prefix(b) + ":"
+	mp := codec.Msgpack{}
+	for i := range n {
+		k := strconv.Itoa(i)
+		r, _ := loadRecord(ctx, k)
+		p, err := mp.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.Set(ctx, prefix+k, p, time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		p, err := rdb.Get(ctx, keys[i%n]).Bytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var r Record
+		if err := mp.Unmarshal(p, &r); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkGetOrCreate_FullMiss is a key in neither tier: GET (miss), load,
+// SET NX, L1 store.
+func BenchmarkGetOrCreate_FullMiss(b *testing.B) {
+	c := newRedisBenchCache(b, 0)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := c.GetOrCreate(ctx, strconv.Itoa(i), loadRecord); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
