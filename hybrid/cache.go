@@ -40,8 +40,8 @@ type Cache[V any] struct {
 	// mu guards closed against wg.Add, so Close can wait for every fill.
 	mu     sync.RWMutex
 	closed atomic.Bool
-	wg     sync.WaitGroup // fill workers
-	jobs   chan func()    // hands a fill to an idle worker
+	wg     sync.WaitGroup  // fill workers
+	jobs   chan func()     // hands a fill to an idle worker
 	stop   context.Context // cancelled by Close; ends fills
 	cancel context.CancelFunc
 	unsub  func()
