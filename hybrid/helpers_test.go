@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/hybridcache/hybridcache/internal/redistest"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -15,7 +16,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// srv is the Redis of the integration tests (integration_*_test.go): a
+// redis-server started for this package run, or the miniredis fallback.
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	redistest.MainCheck(m, &srv, func() error { return goleak.Find() })
+}
 
 // The namespace and bus channel of the caches under test.
 const (
