@@ -91,8 +91,8 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string) (map[string]V, er
 	if len(misses) > 0 {
 		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), c.o.LocalTTL)
 		for i, key := range misses {
-			if vals[i].ok {
-				out[key] = vals[i].v
+			if vals[i].ok && !vals[i].it.absent {
+				out[key] = vals[i].it.v
 			}
 		}
 		if err := ctx.Err(); err != nil {
@@ -112,8 +112,10 @@ func (c *Cache[V]) localMany(keys []string) (out map[string]V, misses []string, 
 			badKey = fmt.Errorf("hybrid: batch: %w", ErrEmptyKey)
 			continue
 		}
-		if v, ok := c.local.Get(key); ok {
-			out[key] = v
+		if it, ok := c.local.Get(key); ok {
+			if !it.absent {
+				out[key] = it.v
+			}
 			continue
 		}
 		if seen == nil {
@@ -144,7 +146,7 @@ func (c *Cache[V]) tokens(keys []string) []token {
 }
 
 type found[V any] struct {
-	v  V
+	it item[V]
 	ok bool
 }
 
@@ -160,8 +162,8 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if !ok {
 		var corrupt map[string]bool
 		for i, key := range keys {
-			v, hit, bad := c.readRemote(ctx, key, toks[i], localTTL)
-			res[i] = found[V]{v, hit}
+			it, hit, bad := c.readRemote(ctx, key, toks[i], localTTL)
+			res[i] = found[V]{it, hit}
 			if bad {
 				if corrupt == nil {
 					corrupt = make(map[string]bool)
@@ -190,7 +192,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		v, ttl, err := c.decode(b)
+		it, ttl, err := c.decode(b)
 		if err != nil {
 			c.n.decodeErrors.Add(1)
 			c.n.l2Misses.Add(1)
@@ -202,8 +204,8 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			continue
 		}
 		c.n.l2Hits.Add(1)
-		c.storeLocal(keys[i], v, weight(keys[i], b), min(ttl, localTTL), toks[i])
-		res[i] = found[V]{v, true}
+		c.storeLocal(keys[i], it, weight(keys[i], b), min(ttl, localTTL), toks[i])
+		res[i] = found[V]{it, true}
 	}
 	return res, corrupt
 }
@@ -231,85 +233,107 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 
 	toks := c.tokens(keys)
 	vals, corrupt := c.readRemoteMany(ctx, keys, toks, e.localTTL)
+	var zero V
 	var missing []string
 	var missIdx []int
 	for i, key := range keys {
-		if vals[i].ok {
-			finish(i, vals[i].v, nil)
-			continue
+		switch {
+		case vals[i].ok && vals[i].it.absent:
+			finish(i, zero, ErrNotFound)
+		case vals[i].ok:
+			finish(i, vals[i].it.v, nil)
+		default:
+			missing = append(missing, key)
+			missIdx = append(missIdx, i)
 		}
-		missing = append(missing, key)
-		missIdx = append(missIdx, i)
 	}
 	if len(missing) == 0 {
 		return
 	}
 	loaded, err := c.runLoadMany(ctx, missing, load)
-	var zero V
 	if err != nil {
 		for _, i := range missIdx {
 			finish(i, zero, err)
 		}
 		return
 	}
-	var write []int // indexes of keys to write back
-	encoded := make([][]byte, len(keys))
+	var w batchWrite
 	for _, i := range missIdx {
 		key := keys[i]
+		ttl, localTTL := c.lifetimes(e)
 		v, ok := loaded[key]
-		if !ok {
+		var it item[V]
+		var b []byte
+		switch {
+		case !ok && c.o.NegativeTTL > 0:
+			it.absent = true
+			ttl, localTTL = c.o.NegativeTTL, min(c.o.NegativeTTL, localTTL)
+			b = c.encodeAbsent(ttl)
+		case !ok:
 			finish(i, zero, ErrNotFound)
 			continue
+		default:
+			it.v = v
+			if b, err = c.encode(key, v, ttl); err != nil {
+				c.notStored(key, err)
+				finish(i, v, nil)
+				continue
+			}
 		}
-		b, err := c.encode(key, v, e.ttl)
-		if err != nil {
-			c.notStored(key, err)
+		c.storeLocal(key, it, weight(key, b), localTTL, toks[i])
+		if it.absent {
+			finish(i, zero, ErrNotFound)
+		} else {
 			finish(i, v, nil)
-			continue
 		}
-		c.storeLocal(key, v, weight(key, b), e.localTTL, toks[i])
-		finish(i, v, nil)
 		if corrupt[key] {
-			c.storeRemote(ctx, key, b, e.ttl, true, toks[i])
+			c.storeRemote(ctx, key, b, ttl, true, toks[i])
 			continue
 		}
-		encoded[i] = b
-		write = append(write, i)
+		w.add(key, b, ttl, toks[i])
 	}
-	c.storeRemoteMany(ctx, keys, encoded, toks, write, e)
+	c.storeRemoteMany(ctx, w)
 }
 
-// storeRemoteMany is the batch form of storeRemote without replace, for
-// keys[i] = vals[i] with i in idx.
-func (c *Cache[V]) storeRemoteMany(ctx context.Context, keys []string, vals [][]byte, toks []token, idx []int, e entry) {
+// batchWrite collects the write-back of a batch fill.
+type batchWrite struct {
+	keys []string
+	vals [][]byte
+	ttls []time.Duration
+	toks []token
+}
+
+func (w *batchWrite) add(key string, b []byte, ttl time.Duration, tok token) {
+	w.keys = append(w.keys, key)
+	w.vals = append(w.vals, b)
+	w.ttls = append(w.ttls, ttl)
+	w.toks = append(w.toks, tok)
+}
+
+// storeRemoteMany is the batch form of storeRemote without replace.
+func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 	if c.remote == nil {
 		return
 	}
 	br, ok := c.remote.(BatchRemote)
 	if !ok {
-		for _, i := range idx {
-			c.storeRemote(ctx, keys[i], vals[i], e.ttl, false, toks[i])
+		for i, key := range w.keys {
+			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], false, w.toks[i])
 		}
 		return
 	}
-	var wKeys, nkeys []string
-	var wVals [][]byte
-	var ttls []time.Duration
-	for _, i := range idx {
-		if !c.fence.valid(toks[i]) {
-			continue // changed since our read: our value may predate it
+	var todo batchWrite
+	for i, key := range w.keys {
+		if c.fence.valid(w.toks[i]) { // else changed since our read: our value may predate it
+			todo.add(c.prefix+key, w.vals[i], w.ttls[i], w.toks[i])
 		}
-		wKeys = append(wKeys, keys[i])
-		nkeys = append(nkeys, c.prefix+keys[i])
-		wVals = append(wVals, vals[i])
-		ttls = append(ttls, e.ttl)
 	}
-	if len(nkeys) == 0 {
+	if len(todo.keys) == 0 {
 		return
 	}
-	stored, err := br.SetManyIfAbsent(ctx, nkeys, wVals, ttls)
-	if err == nil && len(stored) != len(nkeys) {
-		err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(nkeys))
+	stored, err := br.SetManyIfAbsent(ctx, todo.keys, todo.vals, todo.ttls)
+	if err == nil && len(stored) != len(todo.keys) {
+		err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
 	}
 	if err != nil {
 		c.n.l2Errors.Add(1)
@@ -318,8 +342,9 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, keys []string, vals [][]
 	}
 	for i, ok := range stored {
 		if !ok {
-			c.fence.bump(wKeys[i])
-			c.local.Delete(wKeys[i])
+			key := todo.keys[i][len(c.prefix):]
+			c.fence.bump(key)
+			c.local.Delete(key)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,12 @@ import (
 	"github.com/hybridcache/hybridcache/l1"
 )
 
+// item is what L1 holds for a key: a value, or a remembered absence.
+type item[V any] struct {
+	v      V
+	absent bool
+}
+
 // entryOverhead is the weight added to every L1 entry for its key, header
 // and bookkeeping.
 const entryOverhead = 64
@@ -25,7 +32,7 @@ const entryOverhead = 64
 type Cache[V any] struct {
 	o      Options
 	prefix string // Namespace + ":"
-	local  *l1.Cache[V]
+	local  *l1.Cache[item[V]]
 	remote Remote
 	ann    Announcer // remote as Announcer, when it is one and a Bus is set
 	bus    Bus
@@ -70,7 +77,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	if a, ok := o.Remote.(Announcer); ok && o.Bus != nil {
 		c.ann = a
 	}
-	c.local, err = l1.New[V](l1.Options{
+	c.local, err = l1.New[item[V]](l1.Options{
 		MaxWeight: uint64(o.LocalMaxBytes),
 		OnEvict: func(_ string, expired bool) {
 			if expired {
@@ -106,9 +113,16 @@ func New[V any](o Options) (*Cache[V], error) {
 // Shared-tier failures are not returned: they are counted and logged, and
 // the call goes on to load. The value returned from L1 is shared: do not
 // modify it.
+//
+// When load returns an error wrapping ErrNotFound and Options.NegativeTTL is
+// set, the absence is remembered in both tiers for that long: later calls
+// return ErrNotFound without calling load.
 func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
-	if v, ok := c.local.Get(key); ok && !c.closed.Load() {
-		return v, nil
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+		if it.absent {
+			return it.v, ErrNotFound
+		}
+		return it.v, nil
 	}
 	return c.getOrCreateSlow(ctx, key, load, opts)
 }
@@ -194,17 +208,30 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	defer cancel()
 
 	tok := c.fence.token(key)
-	v, found, corrupt := c.readRemote(ctx, key, tok, e.localTTL)
+	it, found, corrupt := c.readRemote(ctx, key, tok, e.localTTL)
 	if found {
-		finish(v, nil)
+		if it.absent {
+			finish(it.v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
+			return
+		}
+		finish(it.v, nil)
 		return
 	}
+	ttl, localTTL := c.lifetimes(e)
 	v, err := c.runLoad(ctx, key, load)
 	if err != nil {
+		if errors.Is(err, ErrNotFound) && c.o.NegativeTTL > 0 {
+			ttl, localTTL = c.o.NegativeTTL, min(c.o.NegativeTTL, localTTL)
+			b := c.encodeAbsent(ttl)
+			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok)
+			finish(v, err)
+			c.storeRemote(ctx, key, b, ttl, corrupt, tok)
+			return
+		}
 		finish(v, err)
 		return
 	}
-	b, err := c.encode(key, v, e.ttl)
+	b, err := c.encode(key, v, ttl)
 	if err != nil {
 		c.notStored(key, err)
 		finish(v, nil)
@@ -212,9 +239,20 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
-	c.storeLocal(key, v, weight(key, b), e.localTTL, tok)
+	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok)
 	finish(v, nil)
-	c.storeRemote(ctx, key, b, e.ttl, corrupt, tok)
+	c.storeRemote(ctx, key, b, ttl, corrupt, tok)
+}
+
+// lifetimes returns the shared-tier and L1 lifetimes of one write: e's,
+// shortened by a random part of up to Options.TTLJitter so that entries
+// written together do not expire together.
+func (c *Cache[V]) lifetimes(e entry) (ttl, localTTL time.Duration) {
+	if c.o.TTLJitter == 0 {
+		return e.ttl, e.localTTL
+	}
+	f := 1 - mrand.Float64()*c.o.TTLJitter
+	return time.Duration(float64(e.ttl) * f), time.Duration(float64(e.localTTL) * f)
 }
 
 // notStored counts and logs a loaded value that could not be encoded or
@@ -249,7 +287,7 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 			var zero V
 			v, err = zero, fmt.Errorf("%w: %q: %v\n%s", ErrPanic, key, r, debug.Stack())
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			c.n.loadErrors.Add(1)
 		}
 	}()
@@ -263,54 +301,67 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
 // if tok is still valid. Errors and undecodable values (corrupt) count as
 // misses.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (v V, found, corrupt bool) {
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (it item[V], found, corrupt bool) {
 	if c.remote == nil {
-		return v, false, false
+		return it, false, false
 	}
 	b, ok, err := c.remote.Get(ctx, c.prefix+key)
 	if err != nil {
 		c.n.l2Errors.Add(1)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
-		return v, false, false
+		return it, false, false
 	}
 	if !ok {
 		c.n.l2Misses.Add(1)
-		return v, false, false
+		return it, false, false
 	}
-	v, ttl, err := c.decode(b)
+	it, ttl, err := c.decode(b)
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		c.n.l2Misses.Add(1)
 		c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", key, "err", err)
-		var zero V
-		return zero, false, true
+		return item[V]{}, false, true
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, v, weight(key, b), min(ttl, localTTL), tok)
-	return v, true, false
+	c.storeLocal(key, it, weight(key, b), min(ttl, localTTL), tok)
+	return it, true, false
 }
 
-// decode turns a stored envelope into a value and its remaining lifetime.
-func (c *Cache[V]) decode(b []byte) (V, time.Duration, error) {
-	var v V
+// decode turns a stored envelope into an item and its remaining lifetime.
+func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
+	var it item[V]
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
-		return v, 0, err
+		return it, 0, err
 	}
 	if h.Codec != c.codec.ID() {
-		return v, 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
+		return it, 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
 	}
 	ttl := c.o.LocalTTL
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 		if ttl <= 0 {
-			return v, 0, errors.New("hybrid: stored value is past its expiry")
+			return it, 0, errors.New("hybrid: stored value is past its expiry")
 		}
 	}
-	if err := c.codec.Unmarshal(payload, &v); err != nil {
-		return v, 0, err
+	if h.Flags&envelope.FlagAbsent != 0 {
+		if len(payload) != 0 {
+			return it, 0, errors.New("hybrid: absence marker with a payload")
+		}
+		it.absent = true
+		return it, ttl, nil
 	}
-	return v, ttl, nil
+	if err := c.codec.Unmarshal(payload, &it.v); err != nil {
+		return item[V]{}, 0, err
+	}
+	return it, ttl, nil
+}
+
+// encodeAbsent returns the envelope of a remembered absence.
+func (c *Cache[V]) encodeAbsent(ttl time.Duration) []byte {
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagAbsent, Written: now, Expires: now.Add(ttl)}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen), h, nil)
 }
 
 // encode returns v's envelope, or an error wrapping ErrValueTooLarge.
@@ -362,12 +413,12 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 // storeLocal puts v in L1 unless key changed since tok was taken. The check
 // after the store closes the window between the first check and the store.
 // It reports whether v stayed.
-func (c *Cache[V]) storeLocal(key string, v V, w uint32, ttl time.Duration, tok token) bool {
+func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token) bool {
 	if !c.fence.valid(tok) {
 		c.n.fillsDiscarded.Add(1)
 		return false
 	}
-	c.local.Set(key, v, w, ttl)
+	c.local.Set(key, it, w, ttl)
 	if !c.fence.valid(tok) {
 		c.local.Delete(key)
 		c.n.fillsDiscarded.Add(1)
@@ -384,18 +435,17 @@ func weight(key string, stored []byte) uint32 {
 // loading. ok is false when neither holds it; shared-tier failures count as
 // misses (see Stats) and are not returned.
 func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
-	if v, ok := c.local.Get(key); ok && !c.closed.Load() {
-		return v, true, nil
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+		return it.v, !it.absent, nil
 	}
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	tok := c.fence.token(key)
-	v, ok, _ = c.readRemote(ctx, key, tok, c.o.LocalTTL)
+	it, ok, _ := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err
 	}
-	return v, ok, nil
+	return it.v, ok && !it.absent, nil
 }
 
 // Set stores v under key in both tiers and tells other instances. After
@@ -409,12 +459,13 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if err != nil {
 		return err
 	}
-	b, err := c.encode(key, v, e.ttl)
+	ttl, localTTL := c.lifetimes(e)
+	b, err := c.encode(key, v, ttl)
 	if err != nil {
 		return err
 	}
 	tok := c.fence.bumpToken(key)
-	if err := c.writeAndAnnounce(ctx, key, b, e.ttl); err != nil {
+	if err := c.writeAndAnnounce(ctx, key, b, ttl); err != nil {
 		c.fence.bump(key)
 		c.local.Delete(key)
 		return err
@@ -427,7 +478,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 		c.local.Delete(key)
 		return nil
 	}
-	if !c.storeLocal(key, v, weight(key, b), e.localTTL, tok) {
+	if !c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok) {
 		c.local.Delete(key)
 	}
 	return nil
@@ -560,12 +611,12 @@ func (c *Cache[V]) onMessage(b []byte) {
 // swap replaces key's L1 entry, if there is one, with the value carried by
 // a message. It reports false when the value does not decode.
 func (c *Cache[V]) swap(key string, b []byte) bool {
-	v, ttl, err := c.decode(b)
+	it, ttl, err := c.decode(b)
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		return false
 	}
-	if c.local.Replace(key, v, weight(key, b), min(ttl, c.o.LocalTTL)) {
+	if c.local.Replace(key, it, weight(key, b), min(ttl, c.o.LocalTTL)) {
 		c.n.swapped.Add(1)
 	}
 	return true

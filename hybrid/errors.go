@@ -17,7 +17,9 @@ var ErrValueTooLarge = errors.New("hybrid: value too large")
 // panics. Check it with errors.Is; the message holds the panic value.
 var ErrPanic = errors.New("hybrid: load panicked")
 
-// ErrNotFound is returned by GetOrCreate for a key that a concurrent
-// GetOrCreateMany was loading and whose load function did not return it.
-// Check it with errors.Is.
+// ErrNotFound says a key has no value. A load function returns an error
+// wrapping it to say so; with Options.NegativeTTL the absence is then
+// remembered. GetOrCreate returns an error wrapping it for a remembered
+// absence, and for a key that a concurrent GetOrCreateMany was loading and
+// whose load function did not return. Check it with errors.Is.
 var ErrNotFound = errors.New("hybrid: not found")

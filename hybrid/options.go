@@ -49,6 +49,17 @@ type Options struct {
 	// Remote is set. Default: the smaller of TTL and 1 minute.
 	LocalTTL time.Duration
 
+	// NegativeTTL is how long an absence is remembered: when load returns
+	// an error wrapping ErrNotFound, both tiers remember for this long that
+	// the key has no value, and GetOrCreate returns ErrNotFound without
+	// calling load. Default: 0, absences are not remembered.
+	NegativeTTL time.Duration
+
+	// TTLJitter shortens each write's lifetimes (TTL and LocalTTL) by a
+	// random fraction of up to TTLJitter, so that entries written together
+	// do not expire together. Range [0, 1). Default: 0, no jitter.
+	TTLJitter float64
+
 	// LocalMaxBytes bounds L1 by the encoded size of its values (plus key and
 	// a fixed overhead per entry). Default: 64 MiB.
 	LocalMaxBytes int64
@@ -90,10 +101,13 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
+	}
+	if o.TTLJitter < 0 || o.TTLJitter >= 1 || o.TTLJitter != o.TTLJitter {
+		return o, fmt.Errorf("hybrid: Options.TTLJitter (%v) is outside [0, 1)", o.TTLJitter)
 	}
 	if o.LocalMaxBytes < 0 {
 		return o, fmt.Errorf("hybrid: Options.LocalMaxBytes is negative (%d)", o.LocalMaxBytes)

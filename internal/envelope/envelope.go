@@ -6,7 +6,8 @@
 //
 //	[0]      format, 1
 //	[1]      codec id (see package codec)
-//	[2]      flags, none defined yet; any set bit is unknown
+//	[2]      flags: 1 absent (a remembered "not found", empty payload);
+//	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
 //	[11:19]  logical expiry, Unix milliseconds, 0 for none
 //	[19:]    payload
@@ -28,8 +29,11 @@ const Format = 1
 // HeaderLen is the length of a format 1 header.
 const HeaderLen = 19
 
+// FlagAbsent marks a remembered absence: the key has no value.
+const FlagAbsent = 1
+
 // knownFlags has every flag bit this version understands.
-const knownFlags = 0
+const knownFlags = FlagAbsent
 
 // ErrCorrupt is wrapped by every error Decode returns; check with errors.Is.
 var ErrCorrupt = errors.New("corrupt envelope")
