@@ -177,7 +177,12 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	for i, key := range keys {
 		nkeys[i] = c.prefix + key
 	}
+	if !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return res, nil
+	}
 	vals, err := br.GetMany(ctx, nkeys)
+	c.br.record(err)
 	if err == nil && len(vals) != len(keys) {
 		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
 	}
@@ -331,13 +336,23 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 	if len(todo.keys) == 0 {
 		return
 	}
-	stored, err := br.SetManyIfAbsent(ctx, todo.keys, todo.vals, todo.ttls)
-	if err == nil && len(stored) != len(todo.keys) {
-		err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
+	var stored []bool
+	var err error
+	for attempt := 0; ; attempt++ {
+		if !c.br.allow() {
+			c.n.l2Skipped.Add(1)
+			return
+		}
+		stored, err = br.SetManyIfAbsent(ctx, todo.keys, todo.vals, todo.ttls)
+		if err == nil && len(stored) != len(todo.keys) {
+			err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
+		}
+		c.br.record(err)
+		if err == nil || !c.retryWrite(ctx, attempt, err) {
+			break
+		}
 	}
 	if err != nil {
-		c.n.l2Errors.Add(1)
-		c.log.log(logL2, "hybrid: shared tier batch write failed; values kept in L1 only", "namespace", c.o.Namespace, "err", err)
 		return
 	}
 	for i, ok := range stored {

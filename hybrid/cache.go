@@ -41,6 +41,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	fence   *fence
+	br      breaker
 	n       counters
 	log     limitedLog
 
@@ -70,6 +71,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		fence:  newFence(),
 		jobs:   make(chan func()),
 		log:    limitedLog{l: o.Logger, every: o.LogEvery},
+		br:     breaker{threshold: int64(o.BreakerThreshold), openFor: o.BreakerOpenFor},
 	}
 	if _, err := rand.Read(c.origin[:]); err != nil {
 		return nil, fmt.Errorf("hybrid: instance id: %w", err)
@@ -305,7 +307,12 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localT
 	if c.remote == nil {
 		return it, false, false
 	}
+	if !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return it, false, false
+	}
 	b, ok, err := c.remote.Get(ctx, c.prefix+key)
+	c.br.record(err)
 	if err != nil {
 		c.n.l2Errors.Add(1)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
@@ -390,24 +397,58 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 	if c.remote == nil {
 		return
 	}
-	if !c.fence.valid(tok) {
-		return
-	}
 	stored, err := true, error(nil)
-	if replace {
-		err = c.remote.Set(ctx, c.prefix+key, b, ttl)
-	} else {
-		stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, ttl)
+	for attempt := 0; ; attempt++ {
+		if !c.fence.valid(tok) {
+			return
+		}
+		if !c.br.allow() {
+			c.n.l2Skipped.Add(1)
+			return
+		}
+		if replace {
+			err = c.remote.Set(ctx, c.prefix+key, b, ttl)
+		} else {
+			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, ttl)
+		}
+		c.br.record(err)
+		if err == nil || !c.retryWrite(ctx, attempt, err) {
+			break
+		}
 	}
 	if err != nil {
-		c.n.l2Errors.Add(1)
-		c.log.log(logL2, "hybrid: shared tier write failed; value kept in L1 only", "namespace", c.o.Namespace, "err", err)
 		return
 	}
 	if !stored {
 		c.fence.bump(key)
 		c.local.Delete(key)
 	}
+}
+
+// writeRetries are the pauses before the second and third attempt of a
+// background write to the shared tier.
+var writeRetries = [...]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}
+
+// retryWrite counts a failed background write (once, however many
+// attempts) and reports whether to try again after a pause; when it gives
+// up, the loss is counted and logged.
+func (c *Cache[V]) retryWrite(ctx context.Context, attempt int, err error) bool {
+	if attempt == 0 {
+		c.n.l2Errors.Add(1)
+	}
+	if attempt < len(writeRetries) {
+		t := time.NewTimer(writeRetries[attempt])
+		defer t.Stop()
+		select {
+		case <-t.C:
+			c.n.writeRetries.Add(1)
+			return true
+		case <-ctx.Done():
+		}
+	}
+	c.n.writesDropped.Add(1)
+	c.log.log(logL2, "hybrid: shared tier write given up; value kept in L1 only", "namespace", c.o.Namespace, "attempts", attempt+1, "err", err)
+	return false
 }
 
 // storeLocal puts v in L1 unless key changed since tok was taken. The check
@@ -474,6 +515,8 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	// store it after us. Anyone else's bump since tok means a newer change
 	// may exist, so we drop instead of store.
 	tok, ok := c.fence.advance(tok)
+	// A fill in progress read the old value: later callers must not join it.
+	c.flights.Forget(key)
 	if !ok {
 		c.local.Delete(key)
 		return nil
@@ -493,6 +536,10 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 	if b == nil {
 		op, m.Op = "delete", message.OpDelete
 	}
+	if c.remote != nil && !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return fmt.Errorf("hybrid: %s %q: %w", op, key, ErrUnavailable)
+	}
 	switch {
 	case c.remote != nil && c.ann != nil:
 		if b != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
@@ -506,6 +553,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		} else {
 			err = c.ann.SetAndPublish(ctx, c.prefix+key, b, ttl, c.o.Channel, msg)
 		}
+		c.br.record(err)
 		if err != nil {
 			c.n.l2Errors.Add(1)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
@@ -519,6 +567,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		} else {
 			err = c.remote.Set(ctx, c.prefix+key, b, ttl)
 		}
+		c.br.record(err)
 		if err != nil {
 			c.n.l2Errors.Add(1)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
@@ -550,8 +599,9 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	}
 	err := c.writeAndAnnounce(ctx, key, nil, 0)
 	// After the shared tier: a fill that read the old value meanwhile must
-	// not store it.
+	// not store it, and later callers must not join it.
 	c.fence.bump(key)
+	c.flights.Forget(key)
 	c.local.Delete(key)
 	return err
 }
@@ -563,6 +613,7 @@ func (c *Cache[V]) Clear(ctx context.Context) error {
 		return ErrClosed
 	}
 	c.fence.bumpAll()
+	c.flights.ForgetAll()
 	c.local.Clear()
 	if c.bus == nil {
 		return nil
@@ -596,10 +647,12 @@ func (c *Cache[V]) onMessage(b []byte) {
 	switch m.Op {
 	case message.OpClear:
 		c.fence.bumpAll()
+		c.flights.ForgetAll()
 		c.local.Clear()
 	case message.OpSet, message.OpDelete:
 		for i, key := range m.Keys {
 			c.fence.bump(key)
+			c.flights.Forget(key)
 			if i == 0 && m.Value != nil && c.fence.mayReplace(key) && c.swap(key, m.Value) {
 				continue
 			}
@@ -627,6 +680,7 @@ func (c *Cache[V]) swap(key string, b []byte) bool {
 func (c *Cache[V]) onLoss() {
 	c.n.busLosses.Add(1)
 	c.fence.bumpAll()
+	c.flights.ForgetAll()
 	c.local.Clear()
 }
 
@@ -668,6 +722,10 @@ func (c *Cache[V]) Stats() Stats {
 		Unauthentic:    c.n.unauthentic.Load(),
 		BusLosses:      c.n.busLosses.Load(),
 		FillsDiscarded: c.n.fillsDiscarded.Load(),
+		L2Skipped:      c.n.l2Skipped.Load(),
+		BreakerOpens:   c.br.opens.Load(),
+		WriteRetries:   c.n.writeRetries.Load(),
+		WritesDropped:  c.n.writesDropped.Load(),
 	}
 }
 

@@ -23,3 +23,8 @@ var ErrPanic = errors.New("hybrid: load panicked")
 // absence, and for a key that a concurrent GetOrCreateMany was loading and
 // whose load function did not return. Check it with errors.Is.
 var ErrNotFound = errors.New("hybrid: not found")
+
+// ErrUnavailable is returned by Set and Delete while the circuit breaker
+// (Options.BreakerThreshold) keeps calls away from a failing shared tier.
+// Check it with errors.Is.
+var ErrUnavailable = errors.New("hybrid: shared tier unavailable (circuit breaker open)")

@@ -75,6 +75,17 @@ type Options struct {
 	// others. Default: 0, no bound other than Close.
 	LoadTimeout time.Duration
 
+	// BreakerThreshold is how many shared-tier failures in a row open the
+	// circuit breaker. While open, reads skip the shared tier (L1 and load
+	// answer), background writes are skipped, and Set and Delete return
+	// ErrUnavailable at once; after BreakerOpenFor one call probes the
+	// shared tier and its success closes the breaker. Default: 0, no breaker.
+	BreakerThreshold int
+
+	// BreakerOpenFor is how long the breaker stays open before a probe.
+	// Default: 5 seconds.
+	BreakerOpenFor time.Duration
+
 	// Logger receives errors from the read path and the bus, at most one per
 	// kind per LogEvery. Default: slog.Default().
 	Logger *slog.Logger
@@ -101,13 +112,19 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
 	}
 	if o.TTLJitter < 0 || o.TTLJitter >= 1 || o.TTLJitter != o.TTLJitter {
 		return o, fmt.Errorf("hybrid: Options.TTLJitter (%v) is outside [0, 1)", o.TTLJitter)
+	}
+	if o.BreakerThreshold < 0 {
+		return o, fmt.Errorf("hybrid: Options.BreakerThreshold is negative (%d)", o.BreakerThreshold)
+	}
+	if o.BreakerOpenFor == 0 {
+		o.BreakerOpenFor = 5 * time.Second
 	}
 	if o.LocalMaxBytes < 0 {
 		return o, fmt.Errorf("hybrid: Options.LocalMaxBytes is negative (%d)", o.LocalMaxBytes)

@@ -32,6 +32,11 @@ type Stats struct {
 	Unauthentic    uint64 // messages whose signature did not verify (keys only dropped)
 	BusLosses      uint64 // times the bus reported possible message loss (L1 flushed)
 	FillsDiscarded uint64 // fills not stored in L1 because the key changed meanwhile
+
+	L2Skipped     uint64 // shared-tier calls not made because the breaker was open
+	BreakerOpens  uint64 // times the breaker opened
+	WriteRetries  uint64 // background shared-tier writes tried again
+	WritesDropped uint64 // background shared-tier writes given up (value kept in L1)
 }
 
 type counters struct {
@@ -39,6 +44,7 @@ type counters struct {
 	evictions, expirations                                                               atomic.Uint64
 	published, publishErrors, received, ownIgnored, swapped                              atomic.Uint64
 	invalid, unauthentic, busLosses, fillsDiscarded                                      atomic.Uint64
+	l2Skipped, writeRetries, writesDropped                                               atomic.Uint64
 }
 
 // logKind names a kind of error that is logged at most once per LogEvery.

@@ -53,6 +53,22 @@ func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) {
 	close(c.done)
 }
 
+// Forget makes later Joins of key start a new call instead of joining the
+// one in progress, whose waiters still get its result. Use it when the
+// call's result is known to be out of date.
+func (g *Group[T]) Forget(key string) {
+	g.mu.Lock()
+	delete(g.calls, key)
+	g.mu.Unlock()
+}
+
+// ForgetAll is Forget for every key.
+func (g *Group[T]) ForgetAll() {
+	g.mu.Lock()
+	clear(g.calls)
+	g.mu.Unlock()
+}
+
 // Wait returns the call's result, or ctx's error if ctx ends first. A
 // waiter that leaves does not affect the call or the other waiters.
 func (c *Call[T]) Wait(ctx context.Context) (T, error) {

@@ -83,3 +83,29 @@ func TestKeysAreIndependent(t *testing.T) {
 	g.Finish("a", a, 1, nil)
 	g.Finish("b", b, 2, nil)
 }
+
+func TestForget(t *testing.T) {
+	var g flight.Group[int]
+	old, _ := g.Join("k")
+	waiter, _ := g.Join("k")
+	g.Forget("k")
+	fresh, leader := g.Join("k")
+	if !leader || fresh == old {
+		t.Fatal("Join after Forget joined the forgotten call")
+	}
+	g.Finish("k", old, 1, nil)
+	if v, _ := waiter.Wait(context.Background()); v != 1 {
+		t.Errorf("waiter of the forgotten call got %d, want 1", v)
+	}
+	// Finishing the forgotten call leaves the fresh one in place.
+	if c, lead := g.Join("k"); lead || c != fresh {
+		t.Error("finishing the forgotten call removed the fresh one")
+	}
+	g.Finish("k", fresh, 2, nil)
+	a, _ := g.Join("a")
+	g.ForgetAll()
+	if _, lead := g.Join("a"); !lead {
+		t.Error("Join after ForgetAll joined the old call")
+	}
+	g.Finish("a", a, 0, nil)
+}

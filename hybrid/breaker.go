@@ -1,0 +1,56 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+)
+
+// breaker stops calls to a failing shared tier for a while, so a dead
+// Redis costs each request nothing instead of a timeout: after threshold
+// consecutive failures it opens for openFor, then lets one probe through;
+// the probe's success closes it, its failure opens it again.
+type breaker struct {
+	threshold int64 // 0: never opens
+	openFor   time.Duration
+
+	failures  atomic.Int64
+	openUntil atomic.Int64 // UnixNano; 0 while closed
+	probing   atomic.Bool
+	opens     atomic.Uint64
+}
+
+// allow reports whether a call may go to the shared tier now.
+func (b *breaker) allow() bool {
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true
+	}
+	if time.Now().UnixNano() < until {
+		return false
+	}
+	return b.probing.CompareAndSwap(false, true)
+}
+
+// record notes the outcome of a call that allow let through. A cancelled
+// context says nothing about the shared tier and is not counted.
+func (b *breaker) record(err error) {
+	if b.threshold == 0 || errors.Is(err, context.Canceled) {
+		b.probing.Store(false)
+		return
+	}
+	if err == nil {
+		b.failures.Store(0)
+		b.openUntil.Store(0)
+		b.probing.Store(false)
+		return
+	}
+	if n := b.failures.Add(1); n >= b.threshold || b.probing.Load() {
+		now := time.Now()
+		if old := b.openUntil.Swap(now.Add(b.openFor).UnixNano()); old <= now.UnixNano() {
+			b.opens.Add(1) // it was closed, or half-open for a probe
+		}
+		b.probing.Store(false)
+	}
+}

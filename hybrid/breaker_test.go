@@ -1,0 +1,119 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+)
+
+func TestBreakerKeepsCallsAwayFromAFailingRemote(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.BreakerThreshold = 3
+		o.BreakerOpenFor = time.Second
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		down := errors.New("connection refused")
+		s.remote.FailWith(down)
+
+		load := func(_ context.Context, key string) (string, error) { return "loaded:" + key, nil }
+		for i := range 10 {
+			key := string(rune('a' + i))
+			if v, err := c.GetOrCreate(ctx, key, load); err != nil || v != "loaded:"+key {
+				t.Fatalf("GetOrCreate(%s) with Redis down: got %q %v, want the loaded value", key, v, err)
+			}
+			synctest.Wait() // let the fill's write-back attempts finish
+		}
+		st := c.Stats()
+		if st.BreakerOpens != 1 {
+			t.Errorf("BreakerOpens: got %d, want 1", st.BreakerOpens)
+		}
+		if st.L2Skipped == 0 {
+			t.Error("L2Skipped: got 0, want calls skipped while the breaker is open")
+		}
+		calls := s.remote.Calls().Total()
+		if err := c.Set(ctx, "k", "v"); !errors.Is(err, hybrid.ErrUnavailable) {
+			t.Errorf("Set while open: got %v, want ErrUnavailable", err)
+		}
+		if got := s.remote.Calls().Total(); got != calls {
+			t.Errorf("Set while open reached the Remote (%d calls, was %d)", got, calls)
+		}
+
+		// Redis comes back; after OpenFor one probe closes the breaker.
+		s.remote.FailWith(nil)
+		time.Sleep(o.BreakerOpenFor + time.Millisecond)
+		if err := c.Set(ctx, "k", "v"); err != nil {
+			t.Fatalf("Set after OpenFor with Redis back: %v", err)
+		}
+		if err := c.Set(ctx, "k2", "v2"); err != nil {
+			t.Fatalf("second Set after the probe: %v", err)
+		}
+		if v, ok := s.stored(t, "k2"); !ok || v != "v2" {
+			t.Errorf("Redis holds %q %v, want v2", v, ok)
+		}
+	})
+}
+
+func TestBreakerProbeFailureReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.BreakerThreshold = 1
+		o.BreakerOpenFor = time.Second
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		s.remote.FailWith(errors.New("down"))
+		if err := c.Set(ctx, "k", "v"); err == nil || errors.Is(err, hybrid.ErrUnavailable) {
+			t.Fatalf("first Set: got %v, want the Remote's error", err)
+		}
+		if err := c.Set(ctx, "k", "v"); !errors.Is(err, hybrid.ErrUnavailable) {
+			t.Fatalf("Set while open: got %v, want ErrUnavailable", err)
+		}
+		time.Sleep(o.BreakerOpenFor + time.Millisecond)
+		if err := c.Set(ctx, "k", "v"); err == nil || errors.Is(err, hybrid.ErrUnavailable) {
+			t.Fatalf("probe: got %v, want the Remote's error", err)
+		}
+		if err := c.Set(ctx, "k", "v"); !errors.Is(err, hybrid.ErrUnavailable) {
+			t.Fatalf("after a failed probe: got %v, want ErrUnavailable", err)
+		}
+		if got := c.Stats().BreakerOpens; got != 2 {
+			t.Errorf("BreakerOpens: got %d, want 2", got)
+		}
+	})
+}
+
+func TestBackgroundWriteRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		c := newTestCache[string](t, s.options())
+		s.remote.FailWith(errors.New("blip"))
+		var calls int
+		load := func(context.Context, string) (string, error) {
+			calls++
+			// Redis recovers while the fill's write-back is retried.
+			go func() {
+				time.Sleep(10 * time.Millisecond)
+				s.remote.FailWith(nil)
+			}()
+			return "v", nil
+		}
+		if _, err := c.GetOrCreate(context.Background(), "k", load); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if v, ok := s.stored(t, "k"); !ok || v != "v" {
+			t.Errorf("Redis holds %q %v after the retry, want v", v, ok)
+		}
+		st := c.Stats()
+		if st.WriteRetries == 0 || st.WritesDropped != 0 {
+			t.Errorf("WriteRetries %d WritesDropped %d, want >0 and 0", st.WriteRetries, st.WritesDropped)
+		}
+	})
+}
