@@ -151,8 +151,9 @@ type found[V any] struct {
 }
 
 // readRemoteMany reads keys from the shared tier in one round trip where the
-// Remote allows it, storing hits in L1 under their tokens. corrupt lists
-// the keys whose stored value did not decode.
+// Remote allows it, storing hits in L1 under their tokens. The map lists
+// the keys whose stored value is to be overwritten: it did not decode, or
+// it is stale.
 func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, localTTL time.Duration) ([]found[V], map[string]bool) {
 	res := make([]found[V], len(keys))
 	if c.remote == nil {
@@ -162,9 +163,9 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if !ok {
 		var corrupt map[string]bool
 		for i, key := range keys {
-			it, hit, bad := c.readRemote(ctx, key, toks[i], localTTL)
-			res[i] = found[V]{it, hit}
-			if bad {
+			it, st := c.readRemote(ctx, key, toks[i], localTTL)
+			res[i] = found[V]{it, st == readHit}
+			if st == readCorrupt || st == readStale {
 				if corrupt == nil {
 					corrupt = make(map[string]bool)
 				}
@@ -197,20 +198,16 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		it, ttl, err := c.decode(b)
-		if err != nil {
-			c.n.decodeErrors.Add(1)
-			c.n.l2Misses.Add(1)
-			c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", keys[i], "err", err)
+		it, st := c.takeRemote(keys[i], b, toks[i], localTTL)
+		switch st {
+		case readHit:
+			res[i] = found[V]{it, true}
+		case readCorrupt, readStale:
 			if corrupt == nil {
 				corrupt = make(map[string]bool)
 			}
-			corrupt[keys[i]] = true
-			continue
+			corrupt[keys[i]] = true // overwrite it with what we load
 		}
-		c.n.l2Hits.Add(1)
-		c.storeLocal(keys[i], it, weight(keys[i], b), min(ttl, localTTL), toks[i])
-		res[i] = found[V]{it, true}
 	}
 	return res, corrupt
 }
@@ -237,7 +234,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	defer cancel()
 
 	toks := c.tokens(keys)
-	vals, corrupt := c.readRemoteMany(ctx, keys, toks, e.localTTL)
+	vals, replace := c.readRemoteMany(ctx, keys, toks, e.localTTL)
 	var zero V
 	var missing []string
 	var missIdx []int
@@ -291,7 +288,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		} else {
 			finish(i, v, nil)
 		}
-		if corrupt[key] {
+		if replace[key] {
 			c.storeRemote(ctx, key, b, ttl, true, toks[i])
 			continue
 		}
@@ -330,7 +327,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 	var todo batchWrite
 	for i, key := range w.keys {
 		if c.fence.valid(w.toks[i]) { // else changed since our read: our value may predate it
-			todo.add(c.prefix+key, w.vals[i], w.ttls[i], w.toks[i])
+			todo.add(c.prefix+key, w.vals[i], c.physical(w.ttls[i]), w.toks[i])
 		}
 	}
 	if len(todo.keys) == 0 {

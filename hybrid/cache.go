@@ -17,10 +17,35 @@ import (
 	"github.com/hybridcache/hybridcache/l1"
 )
 
-// item is what L1 holds for a key: a value, or a remembered absence.
+// item is what L1 holds for a key: a value, or a remembered absence, and,
+// when fail-safe or eager refresh is on, its timing. The timing sits behind
+// a pointer so that an untimed hit copies as little as possible.
 type item[V any] struct {
 	v      V
 	absent bool
+	t      *timing
+}
+
+// timing is an item's schedule, in Unix nanoseconds (L1's clock).
+type timing struct {
+	// due is when a hit must look closer: a refresh or the logical expiry.
+	due int64
+	// expires is the logical expiry: past it the value is stale, kept only
+	// as a fail-safe fallback.
+	expires int64
+	// staleAt is when this value first went stale (a throttled stale serve
+	// moves expires, not staleAt), bounding fail-safe by FailSafeMaxAge.
+	staleAt int64
+	// written is when the value was written to the shared tier.
+	written int64
+}
+
+// writtenAt is when it was written, 0 if unknown.
+func (it item[V]) writtenAt() int64 {
+	if it.t == nil {
+		return 0
+	}
+	return it.t.written
 }
 
 // entryOverhead is the weight added to every L1 entry for its key, header
@@ -121,15 +146,18 @@ func New[V any](o Options) (*Cache[V], error) {
 // return ErrNotFound without calling load.
 func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+		if it.t != nil && c.local.Now() >= it.t.due {
+			return c.getOrCreateDue(ctx, key, it, load, opts)
+		}
 		if it.absent {
 			return it.v, ErrNotFound
 		}
 		return it.v, nil
 	}
-	return c.getOrCreateSlow(ctx, key, load, opts)
+	return c.getOrCreateSlow(ctx, key, load, opts, nil)
 }
 
-func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption) (V, error) {
+func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption, stale *item[V]) (V, error) {
 	var zero V
 	if err := c.check(ctx, key); err != nil {
 		return zero, err
@@ -143,7 +171,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	}
 	call, leader := c.flights.Join(key)
 	if leader {
-		if !c.run(func() { c.fill(ctx, key, load, e, call) }) {
+		if !c.run(func() { c.fill(ctx, key, load, e, call, stale) }) {
 			c.flights.Finish(key, call, zero, ErrClosed)
 			return zero, ErrClosed
 		}
@@ -191,12 +219,15 @@ func (c *Cache[V]) worker(job func()) {
 
 // fill runs one shared miss: the shared tier, then load. It runs detached
 // from the caller that started it (that caller may leave) and ends with
-// Close or LoadTimeout.
-func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
+// Close or LoadTimeout. stale, if not nil, is an expired L1 value that
+// fail-safe may serve if load fails.
+func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V], stale *item[V]) {
 	finished := false
 	finish := func(v V, err error) {
-		finished = true
-		c.flights.Finish(key, call, v, err)
+		if !finished {
+			finished = true
+			c.flights.Finish(key, call, v, err)
+		}
 	}
 	// A load that calls runtime.Goexit skips everything but deferred calls:
 	// its waiters must still get an answer.
@@ -210,29 +241,46 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	defer cancel()
 
 	tok := c.fence.token(key)
-	it, found, corrupt := c.readRemote(ctx, key, tok, e.localTTL)
-	if found {
+	it, st := c.readRemote(ctx, key, tok, e.localTTL)
+	switch st {
+	case readHit:
 		if it.absent {
 			finish(it.v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
 			return
 		}
 		finish(it.v, nil)
 		return
+	case readStale:
+		if stale == nil || it.writtenAt() > stale.writtenAt() {
+			stale = &it
+		}
 	}
-	ttl, localTTL := c.lifetimes(e)
-	v, err := c.runLoad(ctx, key, load)
+	if !c.usable(stale) {
+		stale = nil
+	}
+	// Overwrite what the shared tier holds when it is known to be stale or
+	// corrupt; otherwise write only if still absent.
+	replace := st == readStale || st == readCorrupt
+
+	v, err := c.loadSoftly(ctx, key, load, stale, finish)
 	if err != nil {
 		if errors.Is(err, ErrNotFound) && c.o.NegativeTTL > 0 {
-			ttl, localTTL = c.o.NegativeTTL, min(c.o.NegativeTTL, localTTL)
+			ttl, localTTL := c.o.NegativeTTL, min(c.o.NegativeTTL, e.localTTL)
 			b := c.encodeAbsent(ttl)
 			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok)
 			finish(v, err)
-			c.storeRemote(ctx, key, b, ttl, corrupt, tok)
+			c.storeRemote(ctx, key, b, ttl, replace, tok)
+			return
+		}
+		if stale != nil && !errors.Is(err, ErrNotFound) {
+			c.serveStale(key, *stale, tok, err)
+			finish(stale.v, nil)
 			return
 		}
 		finish(v, err)
 		return
 	}
+	ttl, localTTL := c.lifetimes(e)
 	b, err := c.encode(key, v, ttl)
 	if err != nil {
 		c.notStored(key, err)
@@ -243,7 +291,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	// the waiters; then the shared tier.
 	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok)
 	finish(v, nil)
-	c.storeRemote(ctx, key, b, ttl, corrupt, tok)
+	c.storeRemote(ctx, key, b, ttl, replace, tok)
 }
 
 // lifetimes returns the shared-tier and L1 lifetimes of one write: e's,
@@ -300,38 +348,58 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 	return v, nil
 }
 
+// readState is what a shared-tier read found.
+type readState uint8
+
+const (
+	readMiss    readState = iota // nothing, or the shared tier failed
+	readHit                      // a live value (or remembered absence), now in L1
+	readStale                    // a value past its logical expiry (fail-safe)
+	readCorrupt                  // bytes that do not decode
+)
+
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
-// if tok is still valid. Errors and undecodable values (corrupt) count as
-// misses.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (it item[V], found, corrupt bool) {
+// if tok is still valid. Errors and undecodable values count as misses.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (item[V], readState) {
+	var it item[V]
 	if c.remote == nil {
-		return it, false, false
+		return it, readMiss
 	}
 	if !c.br.allow() {
 		c.n.l2Skipped.Add(1)
-		return it, false, false
+		return it, readMiss
 	}
 	b, ok, err := c.remote.Get(ctx, c.prefix+key)
 	c.br.record(err)
 	if err != nil {
 		c.n.l2Errors.Add(1)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
-		return it, false, false
+		return it, readMiss
 	}
 	if !ok {
 		c.n.l2Misses.Add(1)
-		return it, false, false
+		return it, readMiss
 	}
+	return c.takeRemote(key, b, tok, localTTL)
+}
+
+// takeRemote decodes a value read from the shared tier and stores a live
+// one in L1 if tok is still valid.
+func (c *Cache[V]) takeRemote(key string, b []byte, tok token, localTTL time.Duration) (item[V], readState) {
 	it, ttl, err := c.decode(b)
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		c.n.l2Misses.Add(1)
 		c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", key, "err", err)
-		return item[V]{}, false, true
+		return item[V]{}, readCorrupt
+	}
+	if ttl <= 0 {
+		c.n.l2Misses.Add(1)
+		return it, readStale
 	}
 	c.n.l2Hits.Add(1)
 	c.storeLocal(key, it, weight(key, b), min(ttl, localTTL), tok)
-	return it, true, false
+	return it, readHit
 }
 
 // decode turns a stored envelope into an item and its remaining lifetime.
@@ -344,12 +412,14 @@ func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
 	if h.Codec != c.codec.ID() {
 		return it, 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
 	}
+	// A remaining lifetime <= 0 means the value is stale: kept past its
+	// logical expiry for fail-safe.
 	ttl := c.o.LocalTTL
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
-		if ttl <= 0 {
-			return it, 0, errors.New("hybrid: stored value is past its expiry")
-		}
+	}
+	if c.timed() {
+		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano()}
 	}
 	if h.Flags&envelope.FlagAbsent != 0 {
 		if len(payload) != 0 {
@@ -407,9 +477,9 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 			return
 		}
 		if replace {
-			err = c.remote.Set(ctx, c.prefix+key, b, ttl)
+			err = c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
 		} else {
-			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, ttl)
+			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, c.physical(ttl))
 		}
 		c.br.record(err)
 		if err == nil || !c.retryWrite(ctx, attempt, err) {
@@ -459,6 +529,7 @@ func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duratio
 		c.n.fillsDiscarded.Add(1)
 		return false
 	}
+	it, ttl = c.stamp(it, ttl)
 	c.local.Set(key, it, w, ttl)
 	if !c.fence.valid(tok) {
 		c.local.Delete(key)
@@ -476,17 +547,21 @@ func weight(key string, stored []byte) uint32 {
 // loading. ok is false when neither holds it; shared-tier failures count as
 // misses (see Stats) and are not returned.
 func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() && (it.t == nil || c.local.Now() < it.t.expires) {
 		return it.v, !it.absent, nil
 	}
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, ok, _ := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
+	it, st := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
+	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err
 	}
-	return it.v, ok && !it.absent, nil
+	if !ok {
+		return v, false, nil
+	}
+	return it.v, true, nil
 }
 
 // Set stores v under key in both tiers and tells other instances. After
@@ -500,6 +575,11 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if err != nil {
 		return err
 	}
+	return c.set(ctx, key, v, e)
+}
+
+// set is Set after its checks.
+func (c *Cache[V]) set(ctx context.Context, key string, v V, e entry) error {
 	ttl, localTTL := c.lifetimes(e)
 	b, err := c.encode(key, v, ttl)
 	if err != nil {
@@ -551,7 +631,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		if b == nil {
 			err = c.ann.DeleteAndPublish(ctx, c.prefix+key, c.o.Channel, msg)
 		} else {
-			err = c.ann.SetAndPublish(ctx, c.prefix+key, b, ttl, c.o.Channel, msg)
+			err = c.ann.SetAndPublish(ctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
 		}
 		c.br.record(err)
 		if err != nil {
@@ -565,7 +645,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		if b == nil {
 			err = c.remote.Delete(ctx, c.prefix+key)
 		} else {
-			err = c.remote.Set(ctx, c.prefix+key, b, ttl)
+			err = c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
 		}
 		c.br.record(err)
 		if err != nil {
@@ -669,7 +749,12 @@ func (c *Cache[V]) swap(key string, b []byte) bool {
 		c.n.decodeErrors.Add(1)
 		return false
 	}
-	if c.local.Replace(key, it, weight(key, b), min(ttl, c.o.LocalTTL)) {
+	if ttl <= 0 {
+		return false
+	}
+	var life time.Duration
+	it, life = c.stamp(it, min(ttl, c.o.LocalTTL))
+	if c.local.Replace(key, it, weight(key, b), life) {
 		c.n.swapped.Add(1)
 	}
 	return true
@@ -726,6 +811,9 @@ func (c *Cache[V]) Stats() Stats {
 		BreakerOpens:   c.br.opens.Load(),
 		WriteRetries:   c.n.writeRetries.Load(),
 		WritesDropped:  c.n.writesDropped.Load(),
+		StaleServed:    c.n.staleServed.Load(),
+		SoftTimeouts:   c.n.softTimeouts.Load(),
+		Refreshes:      c.n.refreshes.Load(),
 	}
 }
 

@@ -75,6 +75,29 @@ type Options struct {
 	// others. Default: 0, no bound other than Close.
 	LoadTimeout time.Duration
 
+	// FailSafeMaxAge turns fail-safe on: values are kept this long past
+	// their lifetime (in both tiers), and when load fails or times out for
+	// a key whose value has expired less than FailSafeMaxAge ago, that stale
+	// value is returned instead of the error (Stats.StaleServed).
+	// Default: 0, off.
+	FailSafeMaxAge time.Duration
+
+	// FailSafeThrottle is how long a stale value served by fail-safe is
+	// served again before load is tried anew. Default: 30 seconds.
+	FailSafeThrottle time.Duration
+
+	// SoftTimeout, with fail-safe, bounds how long callers wait for a load
+	// when a stale value is at hand: past it they get the stale value while
+	// the load goes on and updates the cache when it finishes. LoadTimeout
+	// is the hard bound that cancels the load. Default: 0, none.
+	SoftTimeout time.Duration
+
+	// EagerRefresh, in (0, 1), turns eager refresh on: a hit on an entry
+	// older than this fraction of its L1 lifetime returns it at once and
+	// reloads it in the background, once per key, writing and announcing
+	// the new value like Set. Default: 0, off.
+	EagerRefresh float64
+
 	// BreakerThreshold is how many shared-tier failures in a row open the
 	// circuit breaker. While open, reads skip the shared tier (L1 and load
 	// answer), background writes are skipped, and Set and Delete return
@@ -112,13 +135,19 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
 	}
 	if o.TTLJitter < 0 || o.TTLJitter >= 1 || o.TTLJitter != o.TTLJitter {
 		return o, fmt.Errorf("hybrid: Options.TTLJitter (%v) is outside [0, 1)", o.TTLJitter)
+	}
+	if o.EagerRefresh < 0 || o.EagerRefresh >= 1 || o.EagerRefresh != o.EagerRefresh {
+		return o, fmt.Errorf("hybrid: Options.EagerRefresh (%v) is outside [0, 1)", o.EagerRefresh)
+	}
+	if o.FailSafeThrottle == 0 {
+		o.FailSafeThrottle = 30 * time.Second
 	}
 	if o.BreakerThreshold < 0 {
 		return o, fmt.Errorf("hybrid: Options.BreakerThreshold is negative (%d)", o.BreakerThreshold)

@@ -37,6 +37,10 @@ type Stats struct {
 	BreakerOpens  uint64 // times the breaker opened
 	WriteRetries  uint64 // background shared-tier writes tried again
 	WritesDropped uint64 // background shared-tier writes given up (value kept in L1)
+
+	StaleServed  uint64 // stale values served by fail-safe or after a soft timeout
+	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
+	Refreshes    uint64 // eager refreshes started
 }
 
 type counters struct {
@@ -45,6 +49,7 @@ type counters struct {
 	published, publishErrors, received, ownIgnored, swapped                              atomic.Uint64
 	invalid, unauthentic, busLosses, fillsDiscarded                                      atomic.Uint64
 	l2Skipped, writeRetries, writesDropped                                               atomic.Uint64
+	staleServed, softTimeouts, refreshes                                                 atomic.Uint64
 }
 
 // logKind names a kind of error that is logged at most once per LogEvery.
@@ -55,6 +60,7 @@ const (
 	logDecode
 	logBus
 	logOversize
+	logStale
 	logKinds
 )
 

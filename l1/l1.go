@@ -99,6 +99,10 @@ func (c *Cache[V]) Get(key string) (V, bool) {
 	return s.v, ok
 }
 
+// Now returns the cache's clock, in Unix nanoseconds: the time as of at
+// most Resolution ago, read without a system call.
+func (c *Cache[V]) Now() int64 { return c.clock.NowNano() }
+
 // Set stores v under key with the given weight (in bytes) for ttl.
 // A ttl <= 0 stores nothing and drops what was there.
 func (c *Cache[V]) Set(key string, v V, weight uint32, ttl time.Duration) {

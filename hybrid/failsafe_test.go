@@ -1,0 +1,207 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/hybridcache/hybridcache/codec"
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/envelope"
+)
+
+// A value past its logical expiry in the shared tier is a miss, not a
+// decode error, and the load replaces it.
+func TestExpiredRemoteValueIsAMiss(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	old := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now().Add(-time.Hour), Expires: time.Now().Add(-time.Minute)}, []byte(`"old"`))
+	s.remote.Put(testNS+":k", old, time.Hour)
+	l := &counter{value: "loaded"}
+	if v, err := a.GetOrCreate(context.Background(), "k", l.load); err != nil || v != "loaded" {
+		t.Fatalf("got %q %v, want loaded", v, err)
+	}
+	s.waitWrites(t, 1)
+	if st := a.Stats(); st.DecodeErrors != 0 || st.L2Misses != 1 {
+		t.Errorf("DecodeErrors %d L2Misses %d, want 0 and 1", st.DecodeErrors, st.L2Misses)
+	}
+	if v, _ := s.stored(t, "k"); v != "loaded" {
+		t.Errorf("the shared tier holds %q, want the loaded value over the expired one", v)
+	}
+}
+
+func failSafeOptions(s *sharedTier) hybrid.Options {
+	o := s.options()
+	o.TTL = 10 * time.Second
+	o.LocalTTL = 10 * time.Second
+	o.FailSafeMaxAge = time.Hour
+	o.FailSafeThrottle = 5 * time.Second
+	return o
+}
+
+func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		c := newTestCache[string](t, failSafeOptions(s))
+		ctx := context.Background()
+		var calls atomic.Int64
+		fail := atomic.Bool{}
+		dbDown := errors.New("db down")
+		load := func(context.Context, string) (string, error) {
+			n := calls.Add(1)
+			if fail.Load() {
+				return "", dbDown
+			}
+			return "v" + string(rune('0'+n)), nil
+		}
+		if v, err := c.GetOrCreate(ctx, "k", load); err != nil || v != "v1" {
+			t.Fatalf("first: got %q %v", v, err)
+		}
+		synctest.Wait()
+		time.Sleep(11 * time.Second) // past the lifetime, within FailSafeMaxAge
+		fail.Store(true)
+		v, err := c.GetOrCreate(ctx, "k", load)
+		if err != nil || v != "v1" {
+			t.Fatalf("with the loader failing: got %q %v, want the stale v1", v, err)
+		}
+		if st := c.Stats(); st.StaleServed != 1 {
+			t.Errorf("StaleServed: got %d, want 1", st.StaleServed)
+		}
+		// Throttled: the failing loader is not called again for a while.
+		before := calls.Load()
+		for range 5 {
+			if v, err := c.GetOrCreate(ctx, "k", load); err != nil || v != "v1" {
+				t.Fatalf("throttled: got %q %v, want v1", v, err)
+			}
+		}
+		if got := calls.Load() - before; got != 0 {
+			t.Errorf("loader called %d times during the throttle, want 0", got)
+		}
+		// After the throttle, the loader is tried again; it works now.
+		fail.Store(false)
+		time.Sleep(6 * time.Second)
+		if v, err := c.GetOrCreate(ctx, "k", load); err != nil || v == "v1" {
+			t.Errorf("after the throttle: got %q %v, want a fresh value", v, err)
+		}
+	})
+}
+
+func TestFailSafeFromTheSharedTier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		a := newTestCache[string](t, o)
+		ctx := context.Background()
+		if err := a.Set(ctx, "k", "kept"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(11 * time.Second)
+		// A new instance has nothing in L1; the shared tier still holds the
+		// stale value for fail-safe.
+		b := newTestCache[string](t, o)
+		load := func(context.Context, string) (string, error) { return "", errors.New("db down") }
+		if v, err := b.GetOrCreate(ctx, "k", load); err != nil || v != "kept" {
+			t.Errorf("got %q %v, want the stale value from the shared tier", v, err)
+		}
+	})
+}
+
+func TestFailSafeLimitedByMaxAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		o.FailSafeMaxAge = 5 * time.Second
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		if err := c.Set(ctx, "k", "old"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(16 * time.Second) // lifetime 10s + max age 5s passed
+		dbDown := errors.New("db down")
+		load := func(context.Context, string) (string, error) { return "", dbDown }
+		if _, err := c.GetOrCreate(ctx, "k", load); !errors.Is(err, dbDown) {
+			t.Errorf("got err %v, want the loader's error past FailSafeMaxAge", err)
+		}
+	})
+}
+
+func TestSoftTimeoutServesStaleThenUpdates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		o.SoftTimeout = 100 * time.Millisecond
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		if err := c.Set(ctx, "k", "old"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(11 * time.Second)
+		slow := func(ctx context.Context, _ string) (string, error) {
+			select {
+			case <-time.After(time.Second):
+				return "new", nil
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+		start := time.Now()
+		v, err := c.GetOrCreate(ctx, "k", slow)
+		if err != nil || v != "old" {
+			t.Fatalf("got %q %v, want the stale value after the soft timeout", v, err)
+		}
+		if waited := time.Since(start); waited != o.SoftTimeout {
+			t.Errorf("caller waited %v, want the soft timeout %v", waited, o.SoftTimeout)
+		}
+		time.Sleep(2 * time.Second) // the load finishes in the background
+		synctest.Wait()
+		if v, _ := getString(t, c, "k"); v != "new" {
+			t.Errorf("after the slow load finished: got %q, want new", v)
+		}
+		if st := c.Stats(); st.SoftTimeouts != 1 {
+			t.Errorf("SoftTimeouts: got %d, want 1", st.SoftTimeouts)
+		}
+	})
+}
+
+func TestEagerRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.TTL = 10 * time.Second
+		o.LocalTTL = 10 * time.Second
+		o.EagerRefresh = 0.5
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		var calls atomic.Int64
+		load := func(context.Context, string) (string, error) {
+			return "v" + string(rune('0'+calls.Add(1))), nil
+		}
+		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v1" {
+			t.Fatalf("first: got %q", v)
+		}
+		synctest.Wait()
+		time.Sleep(6 * time.Second) // past half the lifetime
+		// The hit returns the current value at once and refreshes once.
+		for range 5 {
+			if v, err := c.GetOrCreate(ctx, "k", load); err != nil || v != "v1" {
+				t.Fatalf("due hit: got %q %v, want v1 at once", v, err)
+			}
+		}
+		synctest.Wait()
+		if got := calls.Load(); got != 2 {
+			t.Errorf("loads: got %d, want 2 (one refresh)", got)
+		}
+		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v2" {
+			t.Errorf("after the refresh: got %q, want v2", v)
+		}
+		if v, _ := s.stored(t, "k"); v != "v2" {
+			t.Errorf("shared tier: got %q, want the refreshed v2", v)
+		}
+		if st := c.Stats(); st.Refreshes != 1 {
+			t.Errorf("Refreshes: got %d, want 1", st.Refreshes)
+		}
+	})
+}

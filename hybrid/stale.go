@@ -1,0 +1,156 @@
+package hybrid
+
+import (
+	"context"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/flight"
+)
+
+// This file holds the timed behaviours: fail-safe (serve a stale value
+// when load fails), the soft load timeout, and eager refresh. All are off
+// unless their Options are set; then L1 items carry their timing and a hit
+// checks it against L1's coarse clock.
+
+// timed reports whether L1 items need timing.
+func (c *Cache[V]) timed() bool {
+	return c.o.FailSafeMaxAge > 0 || c.o.EagerRefresh > 0
+}
+
+// physical is how long the shared tier keeps a value whose logical
+// lifetime is ttl: longer by FailSafeMaxAge, so a stale copy remains to
+// fall back on.
+func (c *Cache[V]) physical(ttl time.Duration) time.Duration {
+	return ttl + c.o.FailSafeMaxAge
+}
+
+// stamp sets it's timing for a logical L1 lifetime of ttl from now and
+// returns the lifetime L1 itself should give it.
+func (c *Cache[V]) stamp(it item[V], ttl time.Duration) (item[V], time.Duration) {
+	if !c.timed() {
+		return it, ttl
+	}
+	now := c.local.Now()
+	var t timing // a new one: the old may be shared with another copy of it
+	if it.t != nil {
+		t = *it.t
+	}
+	if t.written == 0 {
+		t.written = time.Now().UnixNano()
+	}
+	t.expires = now + int64(ttl)
+	if t.staleAt <= 0 || t.staleAt > t.expires {
+		t.staleAt = t.expires
+	}
+	t.due = t.expires
+	if c.o.EagerRefresh > 0 && !it.absent {
+		t.due = now + int64(float64(ttl)*c.o.EagerRefresh)
+	}
+	it.t = &t
+	return it, ttl + c.o.FailSafeMaxAge
+}
+
+// getOrCreateDue handles an L1 hit whose timing asks for attention: a
+// refresh is due (serve it, refresh in the background) or it is stale
+// (a miss, with it as the fail-safe fallback).
+func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], load func(context.Context, string) (V, error), opts []EntryOption) (V, error) {
+	if c.local.Now() < it.t.expires {
+		c.refresh(ctx, key, load, opts)
+		if it.absent {
+			return it.v, ErrNotFound
+		}
+		return it.v, nil
+	}
+	return c.getOrCreateSlow(ctx, key, load, opts, &it)
+}
+
+// usable reports whether stale may still be served by fail-safe.
+func (c *Cache[V]) usable(stale *item[V]) bool {
+	return stale != nil && !stale.absent && stale.t != nil && c.o.FailSafeMaxAge > 0 &&
+		time.Now().UnixNano()-stale.t.staleAt <= int64(c.o.FailSafeMaxAge)
+}
+
+// serveStale puts stale back in L1 for FailSafeThrottle, so the loader that
+// just failed is not called again on every request, and counts it.
+func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error) {
+	c.n.staleServed.Add(1)
+	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
+	c.storeLocal(key, stale, entryOverhead+uint32(len(key)), c.o.FailSafeThrottle, tok)
+}
+
+// loadSoftly calls load. With a usable stale value and a SoftTimeout, a
+// load slower than SoftTimeout lets the waiters have the stale value (via
+// finish) while it goes on; its result is then stored as usual.
+func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], finish func(V, error)) (V, error) {
+	if stale == nil || c.o.SoftTimeout <= 0 {
+		return c.runLoad(ctx, key, load)
+	}
+	type result struct {
+		v   V
+		err error
+	}
+	done := make(chan result, 1)
+	if !c.run(func() {
+		v, err := c.runLoad(ctx, key, load)
+		done <- result{v, err}
+	}) {
+		var zero V
+		return zero, ErrClosed
+	}
+	t := time.NewTimer(c.o.SoftTimeout)
+	defer t.Stop()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-t.C:
+		c.n.softTimeouts.Add(1)
+		c.n.staleServed.Add(1)
+		finish(stale.v, nil)
+		r := <-done
+		return r.v, r.err
+	}
+}
+
+// refresh reloads key in the background, once per key at a time, while
+// its current value goes on being served. The new value is written and
+// announced like a Set, unless the shared tier already holds a newer one.
+func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Context, string) (V, error), opts []EntryOption) {
+	e, err := c.o.entry(opts)
+	if err != nil || load == nil {
+		return
+	}
+	call, leader := c.flights.Join(key)
+	if !leader {
+		return
+	}
+	c.n.refreshes.Add(1)
+	if !c.run(func() { c.refreshFill(ctx, key, load, e, call) }) {
+		var zero V
+		c.flights.Finish(key, call, zero, ErrClosed)
+	}
+}
+
+func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
+	var zero V
+	result, resultErr := zero, error(ErrClosed)
+	defer func() { c.flights.Finish(key, call, result, resultErr) }()
+	ctx, cancel := c.fillContext(caller)
+	defer cancel()
+
+	// Another instance may have refreshed it already.
+	if it, st := c.readRemote(ctx, key, c.fence.token(key), e.localTTL); st == readHit && !it.absent {
+		if held, ok := c.local.Get(key); !ok || it.writtenAt() > held.writtenAt() {
+			result, resultErr = it.v, nil
+			return
+		}
+	}
+	v, err := c.runLoad(ctx, key, load)
+	if err != nil {
+		result, resultErr = zero, err
+		return // the current value stays until it expires (and fail-safe)
+	}
+	result, resultErr = v, nil
+	if err := c.set(ctx, key, v, e); err != nil {
+		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
+	}
+}
