@@ -39,7 +39,33 @@
 // Reads degrade: a shared-tier error is counted (Stats.L2Errors), logged at
 // most once per Options.LogEvery, and the call goes on to L1 and load.
 // Writes report: Set and Delete return the error (and drop the key from
-// L1). Calls wait no longer than go-redis's own timeouts or the ctx.
+// L1). Calls wait no longer than go-redis's own timeouts or the ctx. A
+// fill's write-back that fails is retried twice, then counted
+// (Stats.WritesDropped) and logged. With Options.BreakerThreshold, a run of
+// failures opens a circuit breaker: for BreakerOpenFor the shared tier is
+// not called at all (reads go to L1 and load, Set and Delete return
+// ErrUnavailable), then one call probes it.
+//
+// # Resilience options
+//
+// All off by default. FailSafeMaxAge keeps values that long past their
+// lifetime, in both tiers, and serves such a stale value when load fails
+// (then not again before FailSafeThrottle). SoftTimeout, with a stale value
+// at hand, answers with it when load is slower than that, and stores the
+// load's result when it arrives; LoadTimeout is the hard limit that cancels
+// the load. EagerRefresh reloads an entry in the background once it has
+// lived that fraction of its L1 lifetime, so hot keys never go cold.
+// NegativeTTL remembers "not found" (a load error wrapping ErrNotFound).
+// TTLJitter spreads the expiry of entries written together.
+//
+// # The cache-aside window
+//
+// A fill writes its loaded value only if the key is still absent and has
+// not changed on this instance since the fill began. A Delete on another
+// instance that lands between a fill's check and its write can still be
+// followed by that write (the classic cache-aside race): all instances then
+// agree on the value Redis holds, which may predate the Delete, until its
+// TTL ends. Keep TTL bounded for data that is deleted often.
 //
 // # Bad input
 //
