@@ -151,28 +151,28 @@ type found[V any] struct {
 }
 
 // readRemoteMany reads keys from the shared tier in one round trip where the
-// Remote allows it, storing hits in L1 under their tokens. The map lists
-// the keys whose stored value is to be overwritten: it did not decode, or
-// it is stale.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, localTTL time.Duration) ([]found[V], map[string]bool) {
+// Remote allows it, storing hits in L1 under their tokens. The map holds,
+// by key, the stored bytes a fill is to replace: a value that did not
+// decode, is stale, or is a tombstone.
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, localTTL time.Duration) ([]found[V], map[string][]byte) {
 	res := make([]found[V], len(keys))
 	if c.remote == nil {
 		return res, nil
 	}
 	br, ok := c.remote.(BatchRemote)
 	if !ok {
-		var corrupt map[string]bool
+		var replace map[string][]byte
 		for i, key := range keys {
-			it, st := c.readRemote(ctx, key, toks[i], localTTL)
+			it, st, raw := c.readRemote(ctx, key, toks[i], localTTL)
 			res[i] = found[V]{it, st == readHit}
-			if st == readCorrupt || st == readStale {
-				if corrupt == nil {
-					corrupt = make(map[string]bool)
+			if st == readCorrupt || st == readStale || st == readDeleted {
+				if replace == nil {
+					replace = make(map[string][]byte)
 				}
-				corrupt[key] = true
+				replace[key] = raw
 			}
 		}
-		return res, corrupt
+		return res, replace
 	}
 	nkeys := make([]string, len(keys))
 	for i, key := range keys {
@@ -183,7 +183,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		return res, nil
 	}
 	vals, err := br.GetMany(ctx, nkeys)
-	c.br.record(err)
+	c.br.record(ctx, err)
 	if err == nil && len(vals) != len(keys) {
 		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
 	}
@@ -192,7 +192,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		c.log.log(logL2, "hybrid: shared tier batch read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 		return res, nil
 	}
-	var corrupt map[string]bool
+	var replace map[string][]byte
 	for i, b := range vals {
 		if b == nil {
 			c.n.l2Misses.Add(1)
@@ -202,14 +202,14 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		switch st {
 		case readHit:
 			res[i] = found[V]{it, true}
-		case readCorrupt, readStale:
-			if corrupt == nil {
-				corrupt = make(map[string]bool)
+		case readCorrupt, readStale, readDeleted:
+			if replace == nil {
+				replace = make(map[string][]byte)
 			}
-			corrupt[keys[i]] = true // overwrite it with what we load
+			replace[keys[i]] = b // replace it with what we load
 		}
 	}
-	return res, corrupt
+	return res, replace
 }
 
 // fillMany is the batch form of fill: one shared-tier read for all keys,
@@ -288,8 +288,8 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		} else {
 			finish(i, v, nil)
 		}
-		if replace[key] {
-			c.storeRemote(ctx, key, b, ttl, true, toks[i])
+		if old, ok := replace[key]; ok {
+			c.storeRemote(ctx, key, b, ttl, old, toks[i])
 			continue
 		}
 		w.add(key, b, ttl, toks[i])
@@ -320,7 +320,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 	br, ok := c.remote.(BatchRemote)
 	if !ok {
 		for i, key := range w.keys {
-			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], false, w.toks[i])
+			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], nil, w.toks[i])
 		}
 		return
 	}
@@ -344,7 +344,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 		if err == nil && len(stored) != len(todo.keys) {
 			err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
 		}
-		c.br.record(err)
+		c.br.record(ctx, err)
 		if err == nil || !c.retryWrite(ctx, attempt, err) {
 			break
 		}

@@ -33,10 +33,11 @@ func (b *breaker) allow() bool {
 	return b.probing.CompareAndSwap(false, true)
 }
 
-// record notes the outcome of a call that allow let through. A cancelled
-// context says nothing about the shared tier and is not counted.
-func (b *breaker) record(err error) {
-	if b.threshold == 0 || errors.Is(err, context.Canceled) {
+// record notes the outcome of a call that allow let through, made with
+// ctx. A call cut short by its own ctx (cancelled, or its deadline passed)
+// says nothing about the shared tier and is not counted.
+func (b *breaker) record(ctx context.Context, err error) {
+	if b.threshold == 0 || (err != nil && callerDone(ctx)) || errors.Is(err, context.Canceled) {
 		b.probing.Store(false)
 		return
 	}
@@ -53,4 +54,15 @@ func (b *breaker) record(err error) {
 		}
 		b.probing.Store(false)
 	}
+}
+
+// callerDone reports whether ctx has ended, counting a deadline that has
+// passed even if ctx's own timer has not fired yet (a network deadline set
+// from it can fire first).
+func callerDone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }

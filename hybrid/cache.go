@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
@@ -241,7 +242,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	defer cancel()
 
 	tok := c.fence.token(key)
-	it, st := c.readRemote(ctx, key, tok, e.localTTL)
+	it, st, raw := c.readRemote(ctx, key, tok, e.localTTL)
 	switch st {
 	case readHit:
 		if it.absent {
@@ -258,9 +259,12 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	if !c.usable(stale) {
 		stale = nil
 	}
-	// Overwrite what the shared tier holds when it is known to be stale or
-	// corrupt; otherwise write only if still absent.
-	replace := st == readStale || st == readCorrupt
+	// Replace what the shared tier holds when it is stale, corrupt or a
+	// tombstone, if it still holds that; otherwise write only if absent.
+	var old []byte
+	if st == readStale || st == readCorrupt || st == readDeleted {
+		old = raw
+	}
 
 	v, err := c.loadSoftly(ctx, key, load, stale, finish)
 	if err != nil {
@@ -269,7 +273,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 			b := c.encodeAbsent(ttl)
 			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok)
 			finish(v, err)
-			c.storeRemote(ctx, key, b, ttl, replace, tok)
+			c.storeRemote(ctx, key, b, ttl, old, tok)
 			return
 		}
 		if stale != nil && !errors.Is(err, ErrNotFound) {
@@ -291,7 +295,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	// the waiters; then the shared tier.
 	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok)
 	finish(v, nil)
-	c.storeRemote(ctx, key, b, ttl, replace, tok)
+	c.storeRemote(ctx, key, b, ttl, old, tok)
 }
 
 // lifetimes returns the shared-tier and L1 lifetimes of one write: e's,
@@ -356,37 +360,44 @@ const (
 	readHit                      // a live value (or remembered absence), now in L1
 	readStale                    // a value past its logical expiry (fail-safe)
 	readCorrupt                  // bytes that do not decode
+	readDeleted                  // a tombstone left by a delete
 )
 
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
 // if tok is still valid. Errors and undecodable values count as misses.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (item[V], readState) {
+// The bytes read come back too, for a fill to replace them if stale.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (item[V], readState, []byte) {
 	var it item[V]
 	if c.remote == nil {
-		return it, readMiss
+		return it, readMiss, nil
 	}
 	if !c.br.allow() {
 		c.n.l2Skipped.Add(1)
-		return it, readMiss
+		return it, readMiss, nil
 	}
 	b, ok, err := c.remote.Get(ctx, c.prefix+key)
-	c.br.record(err)
+	c.br.record(ctx, err)
 	if err != nil {
 		c.n.l2Errors.Add(1)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
-		return it, readMiss
+		return it, readMiss, nil
 	}
 	if !ok {
 		c.n.l2Misses.Add(1)
-		return it, readMiss
+		return it, readMiss, nil
 	}
-	return c.takeRemote(key, b, tok, localTTL)
+	it, st := c.takeRemote(key, b, tok, localTTL)
+	return it, st, b
 }
 
 // takeRemote decodes a value read from the shared tier and stores a live
 // one in L1 if tok is still valid.
 func (c *Cache[V]) takeRemote(key string, b []byte, tok token, localTTL time.Duration) (item[V], readState) {
 	it, ttl, err := c.decode(b)
+	if errors.Is(err, errTombstone) {
+		c.n.l2Misses.Add(1)
+		return item[V]{}, readDeleted
+	}
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		c.n.l2Misses.Add(1)
@@ -401,6 +412,9 @@ func (c *Cache[V]) takeRemote(key string, b []byte, tok token, localTTL time.Dur
 	c.storeLocal(key, it, weight(key, b), min(ttl, localTTL), tok)
 	return it, readHit
 }
+
+// errTombstone is decode's answer for a tombstone: a miss, not corruption.
+var errTombstone = errors.New("hybrid: deleted")
 
 // decode turns a stored envelope into an item and its remaining lifetime.
 func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
@@ -421,6 +435,9 @@ func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
 	if c.timed() {
 		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano()}
 	}
+	if h.Flags&envelope.FlagDeleted != 0 {
+		return it, 0, errTombstone
+	}
 	if h.Flags&envelope.FlagAbsent != 0 {
 		if len(payload) != 0 {
 			return it, 0, errors.New("hybrid: absence marker with a payload")
@@ -432,6 +449,17 @@ func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
 		return item[V]{}, 0, err
 	}
 	return it, ttl, nil
+}
+
+// encodeTombstone returns the envelope a delete leaves behind. Its payload
+// is a random nonce, so that no two deletes leave the same bytes and a
+// fill's compare-and-set against one tombstone never matches a later one.
+func (c *Cache[V]) encodeTombstone(ttl time.Duration) []byte {
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagDeleted, Written: now, Expires: now.Add(ttl)}
+	var nonce [8]byte
+	binary.LittleEndian.PutUint64(nonce[:], mrand.Uint64())
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(nonce)), h, nonce[:])
 }
 
 // encodeAbsent returns the envelope of a remembered absence.
@@ -455,15 +483,16 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
 	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(payload)), h, payload), nil
 }
 
-// storeRemote writes a loaded value to the shared tier only if no value is
-// there: a write by another instance since our read wins over our load.
-// It is not announced: a fill changes nothing other instances hold. When
-// another value is found, ours leaves L1 too. A value that did not decode
-// (replace) is overwritten.
+// storeRemote writes a loaded value to the shared tier: if old is nil,
+// only where the key holds nothing; else only where it still holds old (the
+// stale, undecodable or deleted entry the fill read), or unconditionally
+// with a Remote that cannot compare. So a write by another instance since
+// our read wins over our load. It is not announced: a fill changes nothing
+// other instances hold. When another value is found, ours leaves L1 too.
 //
 // A fill whose key changed since tok (a Set or Delete here, or a message
 // from another instance) writes nothing: its value may predate the change.
-func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, replace bool, tok token) {
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, old []byte, tok token) {
 	if c.remote == nil {
 		return
 	}
@@ -476,12 +505,14 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 			c.n.l2Skipped.Add(1)
 			return
 		}
-		if replace {
+		if cas, ok := c.remote.(CompareAndSetter); ok && old != nil {
+			stored, err = cas.CompareAndSet(ctx, c.prefix+key, old, b, c.physical(ttl))
+		} else if old != nil {
 			err = c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
 		} else {
 			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, c.physical(ttl))
 		}
-		c.br.record(err)
+		c.br.record(ctx, err)
 		if err == nil || !c.retryWrite(ctx, attempt, err) {
 			break
 		}
@@ -521,18 +552,13 @@ func (c *Cache[V]) retryWrite(ctx context.Context, attempt int, err error) bool 
 	return false
 }
 
-// storeLocal puts v in L1 unless key changed since tok was taken. The check
-// after the store closes the window between the first check and the store.
-// It reports whether v stayed.
+// storeLocal puts it in L1 unless key changed since tok was taken. The
+// check runs under the lock of key's L1 entry, and every change bumps the
+// fence before it touches the entry, so no change can slip in between the
+// check and the store. It reports whether it stored.
 func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token) bool {
-	if !c.fence.valid(tok) {
-		c.n.fillsDiscarded.Add(1)
-		return false
-	}
 	it, ttl = c.stamp(it, ttl)
-	c.local.Set(key, it, w, ttl)
-	if !c.fence.valid(tok) {
-		c.local.Delete(key)
+	if !c.local.SetIf(key, it, w, ttl, func() bool { return c.fence.valid(tok) }) {
 		c.n.fillsDiscarded.Add(1)
 		return false
 	}
@@ -553,7 +579,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, st := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
+	it, st, _ := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
 	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err
@@ -614,7 +640,11 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 	op := "set"
 	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
 	if b == nil {
+		// A delete leaves a tombstone for TTL rather than nothing, so that a
+		// fill that read the key before the delete cannot write its outdated
+		// value back (its write-if-absent finds the tombstone).
 		op, m.Op = "delete", message.OpDelete
+		b, ttl = c.encodeTombstone(c.o.TTL), c.o.TTL
 	}
 	if c.remote != nil && !c.br.allow() {
 		c.n.l2Skipped.Add(1)
@@ -622,18 +652,13 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 	}
 	switch {
 	case c.remote != nil && c.ann != nil:
-		if b != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+		if m.Op == message.OpSet && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
 			m.Value = b
 		}
 		msg := message.Encode(m, c.o.Secret)
 		c.fence.ownWrite(key)
-		var err error
-		if b == nil {
-			err = c.ann.DeleteAndPublish(ctx, c.prefix+key, c.o.Channel, msg)
-		} else {
-			err = c.ann.SetAndPublish(ctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
-		}
-		c.br.record(err)
+		err := c.ann.SetAndPublish(ctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
+		c.br.record(ctx, err)
 		if err != nil {
 			c.n.l2Errors.Add(1)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
@@ -641,13 +666,8 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		c.n.published.Add(1)
 		return nil
 	case c.remote != nil:
-		var err error
-		if b == nil {
-			err = c.remote.Delete(ctx, c.prefix+key)
-		} else {
-			err = c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
-		}
-		c.br.record(err)
+		err := c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
+		c.br.record(ctx, err)
 		if err != nil {
 			c.n.l2Errors.Add(1)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
@@ -731,9 +751,9 @@ func (c *Cache[V]) onMessage(b []byte) {
 		c.local.Clear()
 	case message.OpSet, message.OpDelete:
 		for i, key := range m.Keys {
-			c.fence.bump(key)
+			tok := c.fence.bumpToken(key)
 			c.flights.Forget(key)
-			if i == 0 && m.Value != nil && c.fence.mayReplace(key) && c.swap(key, m.Value) {
+			if i == 0 && m.Value != nil && c.fence.mayReplace(key) && c.swap(key, m.Value, tok) {
 				continue
 			}
 			c.local.Delete(key)
@@ -742,8 +762,10 @@ func (c *Cache[V]) onMessage(b []byte) {
 }
 
 // swap replaces key's L1 entry, if there is one, with the value carried by
-// a message. It reports false when the value does not decode.
-func (c *Cache[V]) swap(key string, b []byte) bool {
+// a message. It reports false when the value does not decode or is already
+// stale. If the key changed here while we swapped (our own Set, say), the
+// entry is dropped: the swapped value may be the older one.
+func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	it, ttl, err := c.decode(b)
 	if err != nil {
 		c.n.decodeErrors.Add(1)
@@ -756,6 +778,9 @@ func (c *Cache[V]) swap(key string, b []byte) bool {
 	it, life = c.stamp(it, min(ttl, c.o.LocalTTL))
 	if c.local.Replace(key, it, weight(key, b), life) {
 		c.n.swapped.Add(1)
+	}
+	if !c.fence.valid(tok) {
+		c.local.Delete(key)
 	}
 	return true
 }

@@ -69,7 +69,7 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.remote.WaitCalls(ctx, func(c hybridtest.Calls) bool {
-		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.Delete+c.DeleteAndPublish >= n
+		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.Delete+c.DeleteAndPublish+c.CompareAndSet >= n
 	})
 	if err != nil {
 		t.Fatalf("waiting for %d writes to the Remote (have %+v): %v", n, s.remote.Calls(), err)

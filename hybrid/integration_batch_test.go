@@ -177,7 +177,8 @@ func testBatch(t *testing.T, newClient clientFactory) {
 
 	t.Run("GetOrCreate joins the batch", func(t *testing.T) {
 		keys := keysOf("j", 10)
-		l := &batchLoad{block: make(chan struct{}), reached: make(chan struct{})}
+		block, unblock := gate(t)
+		l := &batchLoad{block: block, reached: make(chan struct{})}
 		batch := make(chan error, 1)
 		var page map[string]string
 		go func() {
@@ -198,7 +199,7 @@ func testBatch(t *testing.T, newClient clientFactory) {
 			t.Fatalf("GetOrCreate(j03) returned %q, %v while the batch load was still running: it did not join", r.v, r.err)
 		default:
 		}
-		close(l.block)
+		unblock()
 		if err := <-batch; err != nil {
 			t.Fatalf("GetOrCreateMany: %v", err)
 		}
@@ -219,10 +220,11 @@ func testBatch(t *testing.T, newClient clientFactory) {
 	})
 
 	t.Run("the batch joins a GetOrCreate", func(t *testing.T) {
-		reached, release := make(chan struct{}), make(chan struct{})
+		reached := make(chan struct{})
+		held, release := gate(t)
 		single := goGet(a, "x", func(context.Context, string) (string, error) {
 			close(reached)
-			<-release
+			<-held
 			return "single:x", nil
 		})
 		<-reached
@@ -236,7 +238,7 @@ func testBatch(t *testing.T, newClient clientFactory) {
 			batch <- page
 		}()
 		waitFor(t, 5*time.Second, "the batch load", func() bool { return len(l.snapshot()) > 0 }, nil)
-		close(release)
+		release()
 		page := <-batch
 		if r := <-single; r.err != nil || r.v != "single:x" {
 			t.Errorf("GetOrCreate(x): got %q, %v", r.v, r.err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
@@ -14,14 +15,15 @@ import (
 
 // holdGet makes in's next Redis GET of key (after Redis answered, so the
 // caller holds what Redis had then) signal reached and wait for release.
-func holdGet(in *instance, ns, key string) (reached, release chan struct{}) {
-	reached, release = make(chan struct{}), make(chan struct{})
+func holdGet(t *testing.T, in *instance, ns, key string) (reached chan struct{}, release func()) {
+	reached = make(chan struct{})
+	held, release := gate(t)
 	var armed atomic.Bool
 	armed.Store(true)
 	in.remote.setAfterGet(func(k string) {
 		if k == ns+":"+key && armed.CompareAndSwap(true, false) {
 			close(reached)
-			<-release
+			<-held
 		}
 	})
 	return reached, release
@@ -32,6 +34,7 @@ type strResult struct {
 	err error
 }
 
+// goGet runs in's GetOrCreate of key in a goroutine and delivers its result.
 func goGet(in *instance, key string, load func(context.Context, string) (string, error)) <-chan strResult {
 	ch := make(chan strResult, 1)
 	go func() {
@@ -67,7 +70,7 @@ func TestIntegrationNoStaleFill(t *testing.T) {
 			setStr(t, a, "k", "old")
 			waitStat(t, b, "Received", statReceived, 1)
 
-			reached, release := holdGet(b, ns, "k")
+			reached, release := holdGet(t, b, ns, "k")
 			res := goGet(b, "k", neverLoad(t))
 			select {
 			case <-reached:
@@ -82,7 +85,7 @@ func TestIntegrationNoStaleFill(t *testing.T) {
 				setStr(t, a, "k", "new")
 			}
 			waitStat(t, b, "Received", statReceived, 2) // B has applied A's change
-			close(release)
+			release()
 			var r strResult
 			select {
 			case r = <-res:
@@ -131,7 +134,7 @@ func TestIntegrationNoStaleJoin(t *testing.T) {
 			setStr(t, a, "k", "old")
 			waitStat(t, b, "Received", statReceived, 1)
 
-			reached, release := holdGet(b, ns, "k")
+			reached, release := holdGet(t, b, ns, "k")
 			first := goGet(b, "k", neverLoad(t))
 			<-reached // B's first fill holds "old", read from Redis
 			want := "new"
@@ -150,7 +153,7 @@ func TestIntegrationNoStaleJoin(t *testing.T) {
 			misses := b.c.Stats().L1Misses
 			second := goGet(b, "k", load)
 			waitFor(t, 5*time.Second, "B's second GetOrCreate to miss L1", func() bool { return b.c.Stats().L1Misses > misses }, nil)
-			close(release)
+			release()
 			r1, r2 := <-first, <-second
 			b.remote.setAfterGet(nil)
 			if r1.err != nil || r2.err != nil {
@@ -218,9 +221,9 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 			o := hybrid.Options{Namespace: ns, Secret: m.secret}
 			newClient := singleNode(nil)
 			a := newInstance(t, "A", newClient, o, invalidate.Options{})
-			gate := &gatedBus{}
-			c := newInstanceWrapped(t, "C", newClient(t), o, invalidate.Options{}, func(b hybrid.Bus) hybrid.Bus { gate.Bus = b; return gate })
-			t.Cleanup(gate.release)
+			slow := &gatedBus{}
+			c := newInstanceWrapped(t, "C", newClient(t), o, invalidate.Options{}, func(b hybrid.Bus) hybrid.Bus { slow.Bus = b; return slow })
+			t.Cleanup(slow.release)
 			raw := newClient(t)
 
 			var source atomic.Value // the database
@@ -231,31 +234,32 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 			}
 			waitStat(t, c, "Received", statReceived, 2)
 
-			reached, release := make(chan struct{}), make(chan struct{})
+			reached := make(chan struct{})
+			held, release := gate(t)
 			res := goGet(c, "k", func(context.Context, string) (string, error) {
 				v := source.Load().(string)
 				close(reached)
-				<-release
+				<-held
 				return v, nil
 			})
 			<-reached // C's load has read v1 from the database
-			gate.hold()
+			slow.hold()
 			source.Store("v2")
 			setStr(t, a, "k", "v2")
 			if err := a.c.Delete(ctx, "k"); err != nil {
 				t.Fatal(err)
 			}
-			close(release)
+			release()
 			if r := <-res; r.err != nil || r.v != "v1" {
 				t.Fatalf("C: GetOrCreate: got %q, %v, want \"v1\" (its load began before the change)", r.v, r.err)
 			}
 			// Let C's write-back happen, if it is going to, before its
 			// messages arrive.
 			deadline := time.Now().Add(time.Second)
-			for c.remote.calls().SetIfAbsent == 0 && time.Now().Before(deadline) {
+			for c.remote.calls().SetIfAbsent+c.remote.calls().CompareAndSet == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
-			gate.release()
+			slow.release()
 			waitStat(t, c, "Received", statReceived, 4) // A's Set and Delete: every message is in
 
 			if v, ok := redisValue(t, raw, ns, "k"); ok && v == "v1" {
@@ -266,7 +270,86 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 					t.Errorf("%s: Get after every message arrived: got %q, a value older than the last Set (v2); want a miss or \"v2\"", in.name, v)
 				}
 			}
-			t.Logf("C: SetIfAbsent calls %d, FillsDiscarded %d", c.remote.calls().SetIfAbsent, c.c.Stats().FillsDiscarded)
+			t.Logf("C: SetIfAbsent calls %d, CompareAndSet calls %d, FillsDiscarded %d", c.remote.calls().SetIfAbsent, c.remote.calls().CompareAndSet, c.c.Stats().FillsDiscarded)
 		})
+	}
+}
+
+// gatedCodec is codec.JSON that, while armed, holds the first Unmarshal of
+// the payload it was armed with until released.
+type gatedCodec struct {
+	codec.JSON
+	mu      sync.Mutex
+	payload string
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (c *gatedCodec) arm(t *testing.T, payload string) (reached chan struct{}, release func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.payload = payload
+	c.reached = make(chan struct{})
+	c.release, release = gate(t)
+	return c.reached, release
+}
+
+func (c *gatedCodec) Unmarshal(data []byte, v any) error {
+	c.mu.Lock()
+	var reached, release chan struct{}
+	if c.reached != nil && string(data) == c.payload {
+		reached, release = c.reached, c.release
+		c.reached = nil
+	}
+	c.mu.Unlock()
+	if reached != nil {
+		close(reached)
+		<-release
+	}
+	return c.JSON.Unmarshal(data, v)
+}
+
+// TestIntegrationSwapAfterOwnSet: a value carried by a peer's message must
+// not replace a newer value that this instance's own Set stored meanwhile.
+// B is swapping in A's v2 (its message arrived before B's own write began,
+// so no write of B's was pending) when B's Set of v3 runs to completion;
+// the swap then lands on top of v3. B keeps serving v2 although its Set of
+// v3 returned nil (promise 1) and Redis holds v3 with no message left to
+// correct it (promise 2), until LocalTTL.
+func TestIntegrationSwapAfterOwnSet(t *testing.T) {
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("integration-secret")}
+	newClient := singleNode(nil)
+	a := newInstance(t, "A", newClient, o, invalidate.Options{})
+	gc := &gatedCodec{}
+	ob := o
+	ob.Codec = gc
+	b := newInstance(t, "B", newClient, ob, invalidate.Options{})
+	raw := newClient(t)
+
+	setStr(t, a, "k", "v1")
+	waitStat(t, b, "Received", statReceived, 1)
+	fill(t, b, "k", "v1")
+
+	reached, release := gc.arm(t, `"v2"`)
+	setStr(t, a, "k", "v2")
+	select {
+	case <-reached: // B's bus goroutine is in the swap of v2, past mayReplace
+	case <-time.After(5 * time.Second):
+		t.Fatal("B did not start swapping in v2")
+	}
+	setStr(t, b, "k", "v3") // returns nil: B's L1 holds v3
+	release()
+	waitStat(t, b, "OwnIgnored", statOwnIgnored, 1) // B's own v3 message is back: nothing else will come
+	waitStat(t, a, "Received", statReceived, 1)
+
+	if v, ok := redisValue(t, raw, ns, "k"); !ok || v != "v3" {
+		t.Fatalf("Redis holds %q, %v, want \"v3\"", v, ok)
+	}
+	if v, ok := getStr(t, a, "k"); !ok || v != "v3" {
+		t.Errorf("A: Get: got %q, %v, want \"v3\"", v, ok)
+	}
+	if v, ok := getStr(t, b, "k"); !ok || v != "v3" {
+		t.Errorf("B: Get after its own Set of v3 returned and every message arrived: got %q, %v, want \"v3\" (Redis holds v3; Swapped %d)", v, ok, b.c.Stats().Swapped)
 	}
 }

@@ -32,6 +32,8 @@ var (
 	_ hybrid.Remote      = (*countingRemote)(nil)
 	_ hybrid.BatchRemote = (*countingRemote)(nil)
 	_ hybrid.Announcer   = (*countingRemote)(nil)
+
+	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
 )
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
@@ -44,6 +46,7 @@ type countingRemote struct {
 	gets, getManys, getManyKeys                      atomic.Int64
 	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
 	deletes, setAndPublishes, deleteAndPublishes     atomic.Int64
+	compareAndSets                                   atomic.Int64
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
@@ -108,6 +111,11 @@ func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []
 	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
 }
 
+func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
+	defer r.compareAndSets.Add(1)
+	return r.s.CompareAndSet(ctx, key, old, value, ttl)
+}
+
 func (r *countingRemote) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
 	defer r.deleteAndPublishes.Add(1)
 	return r.s.DeleteAndPublish(ctx, key, channel, msg)
@@ -118,6 +126,7 @@ type remoteCalls struct {
 	Get, GetMany, GetManyKeys                             int64
 	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
 	Delete, SetAndPublish, DeleteAndPublish               int64
+	CompareAndSet                                         int64
 }
 
 func (r *countingRemote) calls() remoteCalls {
@@ -126,12 +135,13 @@ func (r *countingRemote) calls() remoteCalls {
 		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
 		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
 		Delete: r.deletes.Load(), SetAndPublish: r.setAndPublishes.Load(), DeleteAndPublish: r.deleteAndPublishes.Load(),
+		CompareAndSet: r.compareAndSets.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when
@@ -300,6 +310,9 @@ func redisValue(t testing.TB, rdb redis.UniversalClient, ns, key string) (string
 	if err != nil || h.Codec != codec.IDJSON {
 		t.Fatalf("GET %s:%s: not a JSON envelope (%v): %q", ns, key, err, b)
 	}
+	if h.Flags&envelope.FlagDeleted != 0 {
+		return "", false // a delete's tombstone
+	}
 	var v string
 	if err := json.Unmarshal(payload, &v); err != nil {
 		t.Fatalf("GET %s:%s: payload %q: %v", ns, key, payload, err)
@@ -341,6 +354,17 @@ func (l *batchLoad) snapshot() [][]string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.calls)
+}
+
+// gate returns a channel that is closed by release, or when t ends, so
+// that a goroutine held on it never outlives a failed test (a cache's Close
+// waits for its fills).
+func gate(t testing.TB) (ch chan struct{}, release func()) {
+	ch = make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	return ch, release
 }
 
 // clientName turns a test prefix into a valid CLIENT SETNAME argument.

@@ -25,10 +25,19 @@ const (
 	stressWriters   = 2 // per instance
 	stressOps       = 500
 	stressKeys      = 8
-	// stressWindow is the propagation window: a read that returns a value
-	// superseded less than this long before the read began is "inside".
-	stressWindow = 50 * time.Millisecond
 )
+
+// stressWindow is the propagation window: a read that returns a value
+// superseded less than this long before the read began is "inside". Under
+// the race detector, on two cores, with three instances decoding and
+// verifying about 1,200 messages a second each, messages have been seen to
+// take 100 ms to be applied, so the window is wider there.
+var stressWindow = func() time.Duration {
+	if raceEnabled {
+		return 250 * time.Millisecond
+	}
+	return 50 * time.Millisecond
+}()
 
 // stressKey is one key of the stress test and its history. Its value is
 // "name@version". Sets of one key are serialised (wmu), so versions grow in
@@ -102,7 +111,7 @@ func (k *stressKey) known(in *instance) (told, own int64) {
 // tells the key (stressKey.applied).
 type tapBus struct {
 	hybrid.Bus
-	in     *instance
+	in     atomic.Pointer[instance]
 	secret []byte
 	keys   map[string]*stressKey
 }
@@ -112,7 +121,7 @@ func (b *tapBus) Subscribe(ctx context.Context, channel string, onMessage func([
 		onMessage(msg)
 		if m, err := message.Decode(msg, b.secret); err == nil && m.Op == message.OpSet && len(m.Keys) == 1 {
 			if k := b.keys[m.Keys[0]]; k != nil {
-				k.applied(b.in)
+				k.applied(b.in.Load())
 			}
 		}
 	}, onLoss)
@@ -194,7 +203,7 @@ func (s *staleness) check(k *stressKey, in *instance, op string, base, told, own
 		return
 	}
 	redis := s.peek(k.name)
-	if redis == got {
+	if redis == strconv.Quote(got) {
 		s.inRedis.Add(1)
 	}
 	s.mu.Lock()
@@ -235,7 +244,7 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 		tap := &tapBus{secret: secret, keys: byName}
 		p[i] = newInstanceWrapped(t, string(rune('A'+i)), newClient(t), hybrid.Options{Namespace: ns, Secret: secret}, invalidate.Options{},
 			func(b hybrid.Bus) hybrid.Bus { tap.Bus = b; return tap })
-		tap.in = p[i]
+		tap.in.Store(p[i])
 	}
 	raw := srv.Client(t)
 	st := staleness{peek: func(key string) string {
@@ -377,6 +386,11 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 	t.Logf("stale reads: %d inside the %v window, %d outside; max lag %v; served after the instance was told of a newer version: %d by a peer's message, %d by its own Set; of those flagged, %d were what Redis itself held",
 		st.inside.Load(), stressWindow, st.outside.Load(), time.Duration(st.maxLag.Load()).Round(time.Microsecond), st.afterMsg.Load(), st.afterOwn.Load(), st.inRedis.Load())
 	t.Logf("%s", strings.Join(stats, "; "))
+	for _, in := range p {
+		if n := in.c.Stats().BusLosses; n != 0 {
+			t.Errorf("%s: Stats.BusLosses %d, want 0 (a lost message also voids the told-of figures)", in.name, n)
+		}
+	}
 	for _, e := range st.errs {
 		t.Error(e)
 	}
@@ -384,8 +398,10 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 		t.Errorf("%d (instance, key) pairs diverge from Redis 5s after the writers stopped, want 0:\n%s", n, strings.Join(detail, "\n"))
 	}
 	if n, m := st.afterMsg.Load(), st.afterOwn.Load(); n != 0 || m != 0 {
-		t.Errorf("%d reads returned a value older than one a peer's message had announced to the instance before the read began, %d older than one its own Set had written; want 0, 0; e.g.\n%s",
-			n, m, strings.Join(st.examples, "\n"))
+		t.Errorf("%d reads returned a value older than one a peer's message had announced to the instance before the read began, %d older than one its own Set had written; want 0, 0 "+
+			"(%d of the flagged reads returned what Redis itself held right after: a fill wrote back a value loaded before a newer Set, see TestIntegrationNoStaleWriteBack; "+
+			"the others, in swap mode, see TestIntegrationSwapAfterOwnSet); e.g.\n%s",
+			n, m, st.inRedis.Load(), strings.Join(st.examples, "\n"))
 	}
 	if o := st.outside.Load(); o != 0 {
 		t.Errorf("%d reads returned a value superseded %v or more before they began, want 0; e.g.\n%s", o, stressWindow, strings.Join(st.examples, "\n"))

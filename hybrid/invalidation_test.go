@@ -5,6 +5,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"fmt"
+	"github.com/hybridcache/hybridcache/internal/envelope"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -134,8 +135,11 @@ func TestInvalidationDelete(t *testing.T) {
 			t.Errorf("%s: Get after A's Delete: got %q, want a miss", name, v)
 		}
 	}
-	if got := s.remote.Keys(); len(got) != 0 {
-		t.Errorf("Remote keys after Delete: got %q, want none", got)
+	// A Delete leaves a tombstone, which reads as a miss.
+	if b, ok := s.remote.Peek(testNS + ":k"); !ok {
+		t.Error("Remote after Delete: no tombstone")
+	} else if h, _, err := envelope.Decode(b); err != nil || h.Flags&envelope.FlagDeleted == 0 {
+		t.Errorf("Remote after Delete: flags %v err %v, want a tombstone (FlagDeleted)", h.Flags, err)
 	}
 	if got := a.Stats().OwnIgnored; got != 2 {
 		t.Errorf("A: OwnIgnored got %d, want 2", got)

@@ -15,7 +15,6 @@ type Remote interface {
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
 	SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (stored bool, err error)
-	Delete(ctx context.Context, keys ...string) error
 }
 
 // BatchRemote is a Remote that reads and writes many keys in one round trip
@@ -30,13 +29,21 @@ type BatchRemote interface {
 	SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) (stored []bool, err error)
 }
 
+// CompareAndSetter is a Remote that can replace a value only if it is still
+// the one read (for Redis: a Lua script). A fill uses it to replace a stale,
+// undecodable or deleted entry without overwriting a write that landed
+// since its read; without it, such a fill overwrites unconditionally.
+type CompareAndSetter interface {
+	CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (stored bool, err error)
+}
+
 // Announcer is a Remote that can make a write and its announcement one
 // atomic step (for Redis: SET and PUBLISH in one script), so that the order
 // of messages on channel is the order of the writes. With it, peers may swap
 // in a value carried by a message; without it they only drop their copy.
+// (A delete is a write too: it stores a short tombstone.)
 type Announcer interface {
 	SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error
-	DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error
 }
 
 // Bus carries invalidation messages between instances, such as

@@ -138,7 +138,7 @@ func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(con
 	defer cancel()
 
 	// Another instance may have refreshed it already.
-	if it, st := c.readRemote(ctx, key, c.fence.token(key), e.localTTL); st == readHit && !it.absent {
+	if it, st, _ := c.readRemote(ctx, key, c.fence.token(key), e.localTTL); st == readHit && !it.absent {
 		if held, ok := c.local.Get(key); !ok || it.writtenAt() > held.writtenAt() {
 			result, resultErr = it.v, nil
 			return

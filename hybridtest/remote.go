@@ -1,6 +1,7 @@
 package hybridtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -49,12 +50,12 @@ type item struct {
 // A call is counted when it returns.
 type Calls struct {
 	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
-	SetAndPublish, DeleteAndPublish                         int
+	SetAndPublish, DeleteAndPublish, CompareAndSet          int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet
 }
 
 // ErrNoBus is returned by SetAndPublish and DeleteAndPublish of a Remote
@@ -268,6 +269,24 @@ func (r *Remote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl 
 	defer r.mu.Unlock()
 	now := r.now()
 	if _, ok := r.getLocked(key, now); ok {
+		return false, nil
+	}
+	r.setLocked(key, value, ttl, now)
+	return true, nil
+}
+
+// CompareAndSet stores value under key for ttl only if key holds exactly
+// old (a missing or expired key holds nothing, which no old matches), and
+// reports whether it stored.
+func (r *Remote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (stored bool, err error) {
+	defer r.count(func(c *Calls) { c.CompareAndSet++ })
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	if cur, ok := r.getLocked(key, now); !ok || !bytes.Equal(cur, old) {
 		return false, nil
 	}
 	r.setLocked(key, value, ttl, now)

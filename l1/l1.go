@@ -113,6 +113,25 @@ func (c *Cache[V]) Set(key string, v V, weight uint32, ttl time.Duration) {
 	c.c.Set(key, slot[V]{v: v, weight: weight, ttl: ttl})
 }
 
+// SetIf stores v under key, as Set does, only if ok reports true; ok runs
+// under the lock of key's entry, so no other write of key (Set, Replace,
+// Delete) falls between its answer and the store. ok must be quick and
+// must not call the cache. SetIf reports whether it stored.
+func (c *Cache[V]) SetIf(key string, v V, weight uint32, ttl time.Duration, ok func() bool) bool {
+	if ttl <= 0 {
+		return false
+	}
+	stored := false
+	c.c.Compute(key, func(old slot[V], found bool) (slot[V], otter.ComputeOp) {
+		if !ok() {
+			return old, otter.CancelOp
+		}
+		stored = true
+		return slot[V]{v: v, weight: weight, ttl: ttl}, otter.WriteOp
+	})
+	return stored
+}
+
 // Replace stores v under key only if key is present, atomically with
 // respect to Delete, and reports whether it did.
 func (c *Cache[V]) Replace(key string, v V, weight uint32, ttl time.Duration) bool {

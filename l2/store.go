@@ -341,6 +341,37 @@ end
 return redis.call('PUBLISH', ARGV[3], ARGV[4])
 `)
 
+// compareAndSet stores ARGV[2] under KEYS[1] for ARGV[3] ms (0: no expiry)
+// only if KEYS[1] holds exactly ARGV[1]; it returns 1 if it stored.
+var compareAndSet = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+	return 0
+end
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+	redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+else
+	redis.call('SET', KEYS[1], ARGV[2])
+end
+return 1
+`)
+
+// CompareAndSet stores value under key for ttl only if key holds exactly
+// old, in one Lua script, and reports whether it stored. A fill uses it to
+// replace what it read (a stale, undecodable or deleted entry) without
+// overwriting a write that landed since.
+func (s *Store) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	if cancel != nil {
+		defer cancel()
+	}
+	n, err := compareAndSet.Run(ctx, s.rdb, []string{s.prefix + key}, old, value, int64(expiry(ttl)/time.Millisecond)).Int()
+	if err != nil {
+		return false, fmt.Errorf("l2: compare and set %q: %w", key, withCause(ctx, err))
+	}
+	return n == 1, nil
+}
+
 // deleteAndPublish deletes KEYS[1] and publishes ARGV[2] on channel ARGV[1],
 // in one atomic step.
 var deleteAndPublish = redis.NewScript(`

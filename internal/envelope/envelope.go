@@ -7,6 +7,7 @@
 //	[0]      format, 1
 //	[1]      codec id (see package codec)
 //	[2]      flags: 1 absent (a remembered "not found", empty payload);
+//	         2 deleted (a tombstone left by a delete; payload: a nonce);
 //	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
 //	[11:19]  logical expiry, Unix milliseconds, 0 for none
@@ -32,8 +33,13 @@ const HeaderLen = 19
 // FlagAbsent marks a remembered absence: the key has no value.
 const FlagAbsent = 1
 
+// FlagDeleted marks a tombstone: the key was deleted. Readers treat it as a
+// miss; it keeps a fill that read the key before the delete from writing
+// its outdated value back (its write-if-absent finds the tombstone).
+const FlagDeleted = 2
+
 // knownFlags has every flag bit this version understands.
-const knownFlags = FlagAbsent
+const knownFlags = FlagAbsent | FlagDeleted
 
 // ErrCorrupt is wrapped by every error Decode returns; check with errors.Is.
 var ErrCorrupt = errors.New("corrupt envelope")
