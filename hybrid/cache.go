@@ -740,7 +740,8 @@ func (c *Cache[V]) onMessage(b []byte) {
 		}
 		return
 	}
-	c.n.received.Add(1)
+	// Counted once applied, so a count seen means L1 reflects the message.
+	defer c.n.received.Add(1)
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		c.n.unauthentic.Add(1)
 	}
