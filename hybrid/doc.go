@@ -58,29 +58,14 @@
 // NegativeTTL remembers "not found" (a load error wrapping ErrNotFound).
 // TTLJitter spreads the expiry of entries written together.
 //
-// # The cache-aside window
+// # Fills never write back an outdated value
 //
-// A fill writes its loaded value only if the key is still absent and has
-// not changed on this instance since the fill began. A Delete on another
-// instance that lands between a fill's check and its write can still be
-// followed by that write (the classic cache-aside race): all instances then
-// agree on the value Redis holds, which may predate the Delete, until its
-// TTL ends. Keep TTL bounded for data that is deleted often.
-//
-// # Bad input
-//
-//   - A stored value that does not decode (another codec, another format,
-//     truncated or random bytes) is a miss counted in Stats.DecodeErrors;
-//     the fill then loads and the new value replaces it.
-//   - A load error is returned wrapped (errors.Is works) and not cached.
-//   - A load panic becomes an error wrapping ErrPanic for every waiter.
-//   - An empty key gives ErrEmptyKey; a closed cache gives ErrClosed.
-//   - A value encoding to more than Options.MaxValueBytes: Set returns
-//     ErrValueTooLarge; GetOrCreate returns it but stores it nowhere
-//     (Stats.Oversized).
-//   - An invalidation message that does not decode is ignored
-//     (Stats.Invalid); one whose signature does not verify only drops its
-//     keys (Stats.Unauthentic), so a forged PUBLISH can at most evict.
+// A fill writes its loaded value to the shared tier only where the key still
+// holds what the fill read: nothing (SET NX), or the stale, undecodable or
+// deleted entry it saw (compare-and-set, with a Remote that implements
+// CompareAndSetter, as l2.Store does). A Delete leaves a tombstone for TTL
+// instead of removing the key, so a fill that began before the Delete finds
+// the key changed and writes nothing. Tombstones read as misses.
 //
 // # Values are shared
 //
