@@ -182,13 +182,15 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		c.n.l2Skipped.Add(1)
 		return res, nil
 	}
-	vals, err := br.GetMany(ctx, nkeys)
+	sctx, end := c.span(ctx, "get_many", "")
+	vals, err := br.GetMany(sctx, nkeys)
+	end(err)
 	c.br.record(ctx, err)
 	if err == nil && len(vals) != len(keys) {
 		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
 	}
 	if err != nil {
-		c.n.l2Errors.Add(1)
+		c.l2Failed("get_many", err)
 		c.log.log(logL2, "hybrid: shared tier batch read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 		return res, nil
 	}
@@ -340,12 +342,14 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 			c.n.l2Skipped.Add(1)
 			return
 		}
-		stored, err = br.SetManyIfAbsent(ctx, todo.keys, todo.vals, todo.ttls)
+		sctx, end := c.span(ctx, "set_many", "")
+		stored, err = br.SetManyIfAbsent(sctx, todo.keys, todo.vals, todo.ttls)
 		if err == nil && len(stored) != len(todo.keys) {
 			err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
 		}
+		end(err)
 		c.br.record(ctx, err)
-		if err == nil || !c.retryWrite(ctx, attempt, err) {
+		if err == nil || !c.retryWrite(ctx, "set_many", attempt, err) {
 			break
 		}
 	}
@@ -364,6 +368,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 // runLoadMany calls load, turning a panic into an error.
 func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error)) (m map[string]V, err error) {
 	c.n.loads.Add(1)
+	ctx, end := c.span(ctx, "load_many", "")
 	defer func() {
 		if r := recover(); r != nil {
 			m, err = nil, fmt.Errorf("%w: batch of %d keys: %v\n%s", ErrPanic, len(keys), r, debug.Stack())
@@ -371,6 +376,7 @@ func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(con
 		if err != nil {
 			c.n.loadErrors.Add(1)
 		}
+		end(err)
 	}()
 	// The loader gets its own copy: it may keep or change the slice.
 	m, err = load(ctx, append([]string(nil), keys...))

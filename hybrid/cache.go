@@ -107,11 +107,14 @@ func New[V any](o Options) (*Cache[V], error) {
 	}
 	c.local, err = l1.New[item[V]](l1.Options{
 		MaxWeight: uint64(o.LocalMaxBytes),
-		OnEvict: func(_ string, expired bool) {
+		OnEvict: func(key string, expired bool) {
 			if expired {
 				c.n.expirations.Add(1)
 			} else {
 				c.n.evictions.Add(1)
+			}
+			if f := o.Events.Evicted; f != nil {
+				f(key, expired)
 			}
 		},
 	})
@@ -336,6 +339,7 @@ func (c *Cache[V]) fillContext(caller context.Context) (context.Context, context
 // runLoad calls load, turning a panic into an error.
 func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error)) (v V, err error) {
 	c.n.loads.Add(1)
+	ctx, end := c.span(ctx, "load", key)
 	defer func() {
 		if r := recover(); r != nil {
 			var zero V
@@ -344,6 +348,7 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			c.n.loadErrors.Add(1)
 		}
+		end(err)
 	}()
 	v, err = load(ctx, key)
 	if err != nil {
@@ -375,10 +380,12 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localT
 		c.n.l2Skipped.Add(1)
 		return it, readMiss, nil
 	}
-	b, ok, err := c.remote.Get(ctx, c.prefix+key)
+	sctx, end := c.span(ctx, "get", key)
+	b, ok, err := c.remote.Get(sctx, c.prefix+key)
+	end(err)
 	c.br.record(ctx, err)
 	if err != nil {
-		c.n.l2Errors.Add(1)
+		c.l2Failed("get", err)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 		return it, readMiss, nil
 	}
@@ -505,15 +512,17 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 			c.n.l2Skipped.Add(1)
 			return
 		}
+		sctx, end := c.span(ctx, "set", key)
 		if cas, ok := c.remote.(CompareAndSetter); ok && old != nil {
-			stored, err = cas.CompareAndSet(ctx, c.prefix+key, old, b, c.physical(ttl))
+			stored, err = cas.CompareAndSet(sctx, c.prefix+key, old, b, c.physical(ttl))
 		} else if old != nil {
-			err = c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
+			err = c.remote.Set(sctx, c.prefix+key, b, c.physical(ttl))
 		} else {
-			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, c.physical(ttl))
+			stored, err = c.remote.SetIfAbsent(sctx, c.prefix+key, b, c.physical(ttl))
 		}
+		end(err)
 		c.br.record(ctx, err)
-		if err == nil || !c.retryWrite(ctx, attempt, err) {
+		if err == nil || !c.retryWrite(ctx, "set", attempt, err) {
 			break
 		}
 	}
@@ -533,9 +542,9 @@ var writeRetries = [...]time.Duration{20 * time.Millisecond, 100 * time.Millisec
 // retryWrite counts a failed background write (once, however many
 // attempts) and reports whether to try again after a pause; when it gives
 // up, the loss is counted and logged.
-func (c *Cache[V]) retryWrite(ctx context.Context, attempt int, err error) bool {
+func (c *Cache[V]) retryWrite(ctx context.Context, op string, attempt int, err error) bool {
 	if attempt == 0 {
-		c.n.l2Errors.Add(1)
+		c.l2Failed(op, err)
 	}
 	if attempt < len(writeRetries) {
 		t := time.NewTimer(writeRetries[attempt])
@@ -657,19 +666,23 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		}
 		msg := message.Encode(m, c.o.Secret)
 		c.fence.ownWrite(key)
-		err := c.ann.SetAndPublish(ctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
+		sctx, end := c.span(ctx, op, key)
+		err := c.ann.SetAndPublish(sctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
+		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
-			c.n.l2Errors.Add(1)
+			c.l2Failed(op, err)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
 		}
 		c.n.published.Add(1)
 		return nil
 	case c.remote != nil:
-		err := c.remote.Set(ctx, c.prefix+key, b, c.physical(ttl))
+		sctx, end := c.span(ctx, op, key)
+		err := c.remote.Set(sctx, c.prefix+key, b, c.physical(ttl))
+		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
-			c.n.l2Errors.Add(1)
+			c.l2Failed(op, err)
 			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
 		}
 	}
@@ -685,6 +698,9 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 	if err := c.bus.Publish(ctx, c.o.Channel, message.Encode(m, c.o.Secret)); err != nil {
 		c.n.publishErrors.Add(1)
+		if f := c.o.Events.L2Error; f != nil {
+			f("publish", err)
+		}
 		return err
 	}
 	c.n.published.Add(1)
@@ -741,7 +757,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 		return
 	}
 	// Counted once applied, so a count seen means L1 reflects the message.
-	defer c.n.received.Add(1)
+	defer c.invalidated(m.Op.String(), m.Keys)
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		c.n.unauthentic.Add(1)
 	}
@@ -840,6 +856,7 @@ func (c *Cache[V]) Stats() Stats {
 		StaleServed:    c.n.staleServed.Load(),
 		SoftTimeouts:   c.n.softTimeouts.Load(),
 		Refreshes:      c.n.refreshes.Load(),
+		Namespace:      c.o.Namespace,
 	}
 }
 

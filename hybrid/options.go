@@ -116,6 +116,14 @@ type Options struct {
 	// LogEvery is the minimum gap between two log lines of one kind.
 	// Default: 10 seconds.
 	LogEvery time.Duration
+
+	// Events are hooks called on evictions, invalidations received,
+	// shared-tier errors and stale serves. Default: none.
+	Events Events
+
+	// Tracer, if set, gets a span around every load and shared-tier call
+	// (see the otel module for one on OpenTelemetry). Default: none.
+	Tracer Tracer
 }
 
 const (

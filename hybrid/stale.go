@@ -73,7 +73,7 @@ func (c *Cache[V]) usable(stale *item[V]) bool {
 // serveStale puts stale back in L1 for FailSafeThrottle, so the loader that
 // just failed is not called again on every request, and counts it.
 func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error) {
-	c.n.staleServed.Add(1)
+	c.staleServed(key, cause)
 	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
 	c.storeLocal(key, stale, entryOverhead+uint32(len(key)), c.o.FailSafeThrottle, tok)
 }
@@ -104,7 +104,7 @@ func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context
 		return r.v, r.err
 	case <-t.C:
 		c.n.softTimeouts.Add(1)
-		c.n.staleServed.Add(1)
+		c.staleServed(key, nil)
 		finish(stale.v, nil)
 		r := <-done
 		return r.v, r.err

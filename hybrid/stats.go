@@ -8,6 +8,8 @@ import (
 
 // Stats is a snapshot of a Cache's counters since New.
 type Stats struct {
+	Namespace string // the cache's Options.Namespace
+
 	L1Hits        uint64 // answered from L1
 	L1Misses      uint64 // not in L1
 	L2Hits        uint64 // answered from the shared tier

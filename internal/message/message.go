@@ -36,7 +36,23 @@ const (
 	OpSet    Op = 1 // keys were written; peers drop them or swap in Value
 	OpDelete Op = 2 // keys were deleted
 	OpClear  Op = 3 // the whole namespace's local tier must go
+	OpTag    Op = 4 // entries with these tags (Keys holds the tags) were deleted
 )
+
+// String returns the op's name: "set", "delete", "clear" or "tag".
+func (op Op) String() string {
+	switch op {
+	case OpSet:
+		return "set"
+	case OpDelete:
+		return "delete"
+	case OpClear:
+		return "clear"
+	case OpTag:
+		return "tag"
+	}
+	return "unknown"
+}
 
 const (
 	flagValue  = 1
@@ -114,7 +130,7 @@ func Decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpClear {
+	if m.Op < OpSet || m.Op > OpTag {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]

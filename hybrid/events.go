@@ -1,0 +1,74 @@
+package hybrid
+
+import "context"
+
+// Events are optional hooks for telemetry of one's own: each is called, if
+// set, when its event happens. They run on the goroutine that saw the event
+// (a caller's, a fill's, the bus's or L1's maintenance goroutine), so they
+// must be quick, must not block and must not call the Cache. Stats counts
+// the same events whether or not hooks are set.
+type Events struct {
+	// Evicted is called when an entry leaves L1 because of its size bound
+	// (expired false) or its lifetime (expired true); not on Set, Delete
+	// or invalidation.
+	Evicted func(key string, expired bool)
+
+	// Invalidated is called after a message from another instance has been
+	// applied to L1. op is "set", "delete", "clear" or "tag"; keys holds the
+	// keys for "set" and "delete", the tags for "tag", and nothing for
+	// "clear". The slice must not be kept.
+	Invalidated func(op string, keys []string)
+
+	// L2Error is called when a shared-tier or bus call fails. op names the
+	// call: "get", "set", "delete", "get_many", "set_many", "publish",
+	// "delete_tag".
+	L2Error func(op string, err error)
+
+	// StaleServed is called when fail-safe or a soft timeout serves a stale
+	// value for key. cause is the load's error, or nil after a soft timeout.
+	StaleServed func(key string, cause error)
+}
+
+// Tracer starts a span around each load and each shared-tier call the
+// cache makes, so that a tracing system (see the otel module) sees where a
+// miss spends its time. op is "load", "load_many" or a shared-tier call's
+// name as in Events.L2Error; key is the key, or "" for a batch. Start
+// returns the context the work runs under and a function that ends the
+// span with the work's error. L1 hits are never traced.
+type Tracer interface {
+	Start(ctx context.Context, op, key string) (context.Context, func(err error))
+}
+
+// span starts a span when a Tracer is set.
+func (c *Cache[V]) span(ctx context.Context, op, key string) (context.Context, func(error)) {
+	if c.o.Tracer == nil {
+		return ctx, endNothing
+	}
+	return c.o.Tracer.Start(ctx, op, key)
+}
+
+func endNothing(error) {}
+
+// l2Failed counts a failed shared-tier or bus call and reports it.
+func (c *Cache[V]) l2Failed(op string, err error) {
+	c.n.l2Errors.Add(1)
+	if f := c.o.Events.L2Error; f != nil {
+		f(op, err)
+	}
+}
+
+// staleServed counts a stale value served for key and reports it.
+func (c *Cache[V]) staleServed(key string, cause error) {
+	c.n.staleServed.Add(1)
+	if f := c.o.Events.StaleServed; f != nil {
+		f(key, cause)
+	}
+}
+
+// invalidated reports a message from another instance, once applied.
+func (c *Cache[V]) invalidated(op string, keys []string) {
+	c.n.received.Add(1)
+	if f := c.o.Events.Invalidated; f != nil {
+		f(op, keys)
+	}
+}
