@@ -29,7 +29,7 @@ func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func
 	if load == nil {
 		return nil, errors.New("hybrid: GetOrCreateMany: nil load function")
 	}
-	e, err := c.o.entry(opts)
+	e, err := c.o.entry(&c.def, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func (c *Cache[V]) GetMany(ctx context.Context, keys []string) (map[string]V, er
 	}
 	out, misses, badKey := c.localMany(keys)
 	if len(misses) > 0 {
-		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), c.o.LocalTTL)
+		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
 		for i, key := range misses {
 			if vals[i].ok && !vals[i].it.absent {
 				out[key] = vals[i].it.v
@@ -154,7 +154,7 @@ type found[V any] struct {
 // Remote allows it, storing hits in L1 under their tokens. The map holds,
 // by key, the stored bytes a fill is to replace: a value that did not
 // decode, is stale, or is a tombstone.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, localTTL time.Duration) ([]found[V], map[string][]byte) {
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, e *entry) ([]found[V], map[string][]byte) {
 	res := make([]found[V], len(keys))
 	if c.remote == nil {
 		return res, nil
@@ -163,7 +163,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if !ok {
 		var replace map[string][]byte
 		for i, key := range keys {
-			it, st, raw := c.readRemote(ctx, key, toks[i], localTTL)
+			it, st, raw := c.readRemote(ctx, key, toks[i], e)
 			res[i] = found[V]{it, st == readHit}
 			if st == readCorrupt || st == readStale || st == readDeleted {
 				if replace == nil {
@@ -200,7 +200,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		it, st := c.takeRemote(keys[i], b, toks[i], localTTL)
+		it, st := c.takeRemote(keys[i], b, toks[i], e)
 		switch st {
 		case readHit:
 			res[i] = found[V]{it, true}
@@ -232,11 +232,11 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 			}
 		}
 	}()
-	ctx, cancel := c.fillContext(caller)
+	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
 	toks := c.tokens(keys)
-	vals, replace := c.readRemoteMany(ctx, keys, toks, e.localTTL)
+	vals, replace := c.readRemoteMany(ctx, keys, toks, &e)
 	var zero V
 	var missing []string
 	var missIdx []int
@@ -264,14 +264,14 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	var w batchWrite
 	for _, i := range missIdx {
 		key := keys[i]
-		ttl, localTTL := c.lifetimes(e)
+		ttl, localTTL := c.lifetimes(&e)
 		v, ok := loaded[key]
 		var it item[V]
 		var b []byte
 		switch {
-		case !ok && c.o.NegativeTTL > 0:
+		case !ok && e.negativeTTL > 0:
 			it.absent = true
-			ttl, localTTL = c.o.NegativeTTL, min(c.o.NegativeTTL, localTTL)
+			ttl, localTTL = e.negativeTTL, min(e.negativeTTL, localTTL)
 			b = c.encodeAbsent(ttl)
 		case !ok:
 			finish(i, zero, ErrNotFound)
@@ -284,17 +284,17 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocal(key, it, weight(key, b), localTTL, toks[i])
+		c.storeLocal(key, it, weight(key, b), localTTL, toks[i], &e)
 		if it.absent {
 			finish(i, zero, ErrNotFound)
 		} else {
 			finish(i, v, nil)
 		}
 		if old, ok := replace[key]; ok {
-			c.storeRemote(ctx, key, b, ttl, old, toks[i])
+			c.storeRemote(ctx, key, b, e.physical(ttl), old, toks[i])
 			continue
 		}
-		w.add(key, b, ttl, toks[i])
+		w.add(key, b, e.physical(ttl), toks[i])
 	}
 	c.storeRemoteMany(ctx, w)
 }
@@ -303,7 +303,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 type batchWrite struct {
 	keys []string
 	vals [][]byte
-	ttls []time.Duration
+	ttls []time.Duration // lifetimes in the shared tier, fail-safe included
 	toks []token
 }
 
@@ -329,7 +329,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 	var todo batchWrite
 	for i, key := range w.keys {
 		if c.fence.valid(w.toks[i]) { // else changed since our read: our value may predate it
-			todo.add(c.prefix+key, w.vals[i], c.physical(w.ttls[i]), w.toks[i])
+			todo.add(c.prefix+key, w.vals[i], w.ttls[i], w.toks[i])
 		}
 	}
 	if len(todo.keys) == 0 {

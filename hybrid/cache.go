@@ -57,6 +57,7 @@ const entryOverhead = 64
 // with New and release it with Close.
 type Cache[V any] struct {
 	o      Options
+	def    entry  // the entry of a call without options
 	prefix string // Namespace + ":"
 	local  *l1.Cache[item[V]]
 	remote Remote
@@ -90,6 +91,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	}
 	c := &Cache[V]{
 		o:      o,
+		def:    o.defaults(),
 		prefix: o.Namespace + ":",
 		remote: o.Remote,
 		bus:    o.Bus,
@@ -169,7 +171,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	if load == nil {
 		return zero, errors.New("hybrid: GetOrCreate: nil load function")
 	}
-	e, err := c.o.entry(opts)
+	e, err := c.o.entry(&c.def, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -241,11 +243,11 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 			c.flights.Finish(key, call, zero, fmt.Errorf("%w: %q: load called runtime.Goexit", ErrPanic, key))
 		}
 	}()
-	ctx, cancel := c.fillContext(caller)
+	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
 	tok := c.fence.token(key)
-	it, st, raw := c.readRemote(ctx, key, tok, e.localTTL)
+	it, st, raw := c.readRemote(ctx, key, tok, &e)
 	switch st {
 	case readHit:
 		if it.absent {
@@ -259,7 +261,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 			stale = &it
 		}
 	}
-	if !c.usable(stale) {
+	if !c.usable(stale, &e) {
 		stale = nil
 	}
 	// Replace what the shared tier holds when it is stale, corrupt or a
@@ -269,25 +271,25 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		old = raw
 	}
 
-	v, err := c.loadSoftly(ctx, key, load, stale, finish)
+	v, err := c.loadSoftly(ctx, key, load, stale, finish, &e)
 	if err != nil {
-		if errors.Is(err, ErrNotFound) && c.o.NegativeTTL > 0 {
-			ttl, localTTL := c.o.NegativeTTL, min(c.o.NegativeTTL, e.localTTL)
+		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
+			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
 			b := c.encodeAbsent(ttl)
-			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok)
+			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok, &e)
 			finish(v, err)
-			c.storeRemote(ctx, key, b, ttl, old, tok)
+			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 			return
 		}
 		if stale != nil && !errors.Is(err, ErrNotFound) {
-			c.serveStale(key, *stale, tok, err)
+			c.serveStale(key, *stale, tok, err, &e)
 			finish(stale.v, nil)
 			return
 		}
 		finish(v, err)
 		return
 	}
-	ttl, localTTL := c.lifetimes(e)
+	ttl, localTTL := c.lifetimes(&e)
 	b, err := c.encode(key, v, ttl)
 	if err != nil {
 		c.notStored(key, err)
@@ -296,19 +298,19 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
-	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok)
+	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok, &e)
 	finish(v, nil)
-	c.storeRemote(ctx, key, b, ttl, old, tok)
+	c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 }
 
 // lifetimes returns the shared-tier and L1 lifetimes of one write: e's,
-// shortened by a random part of up to Options.TTLJitter so that entries
-// written together do not expire together.
-func (c *Cache[V]) lifetimes(e entry) (ttl, localTTL time.Duration) {
-	if c.o.TTLJitter == 0 {
+// shortened by a random part of up to its jitter so that entries written
+// together do not expire together.
+func (c *Cache[V]) lifetimes(e *entry) (ttl, localTTL time.Duration) {
+	if e.jitter == 0 {
 		return e.ttl, e.localTTL
 	}
-	f := 1 - mrand.Float64()*c.o.TTLJitter
+	f := 1 - mrand.Float64()*e.jitter
 	return time.Duration(float64(e.ttl) * f), time.Duration(float64(e.localTTL) * f)
 }
 
@@ -324,13 +326,14 @@ func (c *Cache[V]) notStored(key string, err error) {
 }
 
 // fillContext is the context of a shared fill: the caller's values without
-// its cancellation, ended by Close and by LoadTimeout.
-func (c *Cache[V]) fillContext(caller context.Context) (context.Context, context.CancelFunc) {
+// its cancellation, ended by Close and by timeout (the load timeout; 0:
+// none).
+func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(caller))
 	stop := context.AfterFunc(c.stop, cancel)
-	if c.o.LoadTimeout > 0 {
+	if timeout > 0 {
 		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeout(ctx, c.o.LoadTimeout)
+		ctx, cancelT = context.WithTimeout(ctx, timeout)
 		return ctx, func() { cancelT(); stop(); cancel() }
 	}
 	return ctx, func() { stop(); cancel() }
@@ -369,9 +372,10 @@ const (
 )
 
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
-// if tok is still valid. Errors and undecodable values count as misses.
-// The bytes read come back too, for a fill to replace them if stale.
-func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localTTL time.Duration) (item[V], readState, []byte) {
+// as e says if tok is still valid. Errors and undecodable values count as
+// misses. The bytes read come back too, for a fill to replace them if
+// stale.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, e *entry) (item[V], readState, []byte) {
 	var it item[V]
 	if c.remote == nil {
 		return it, readMiss, nil
@@ -393,14 +397,14 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, localT
 		c.n.l2Misses.Add(1)
 		return it, readMiss, nil
 	}
-	it, st := c.takeRemote(key, b, tok, localTTL)
+	it, st := c.takeRemote(key, b, tok, e)
 	return it, st, b
 }
 
 // takeRemote decodes a value read from the shared tier and stores a live
-// one in L1 if tok is still valid.
-func (c *Cache[V]) takeRemote(key string, b []byte, tok token, localTTL time.Duration) (item[V], readState) {
-	it, ttl, err := c.decode(b)
+// one in L1 as e says if tok is still valid.
+func (c *Cache[V]) takeRemote(key string, b []byte, tok token, e *entry) (item[V], readState) {
+	it, ttl, err := c.decode(b, e.timed())
 	if errors.Is(err, errTombstone) {
 		c.n.l2Misses.Add(1)
 		return item[V]{}, readDeleted
@@ -416,15 +420,16 @@ func (c *Cache[V]) takeRemote(key string, b []byte, tok token, localTTL time.Dur
 		return it, readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, it, weight(key, b), min(ttl, localTTL), tok)
+	c.storeLocal(key, it, weight(key, b), min(ttl, e.localTTL), tok, e)
 	return it, readHit
 }
 
 // errTombstone is decode's answer for a tombstone: a miss, not corruption.
 var errTombstone = errors.New("hybrid: deleted")
 
-// decode turns a stored envelope into an item and its remaining lifetime.
-func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
+// decode turns a stored envelope into an item and its remaining lifetime;
+// with timed, the item's timing holds when it was written and went stale.
+func (c *Cache[V]) decode(b []byte, timed bool) (item[V], time.Duration, error) {
 	var it item[V]
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
@@ -439,7 +444,7 @@ func (c *Cache[V]) decode(b []byte) (item[V], time.Duration, error) {
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 	}
-	if c.timed() {
+	if timed {
 		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano()}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
@@ -490,7 +495,8 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
 	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(payload)), h, payload), nil
 }
 
-// storeRemote writes a loaded value to the shared tier: if old is nil,
+// storeRemote writes a loaded value to the shared tier for life (its
+// lifetime there, fail-safe included): if old is nil,
 // only where the key holds nothing; else only where it still holds old (the
 // stale, undecodable or deleted entry the fill read), or unconditionally
 // with a Remote that cannot compare. So a write by another instance since
@@ -499,7 +505,7 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
 //
 // A fill whose key changed since tok (a Set or Delete here, or a message
 // from another instance) writes nothing: its value may predate the change.
-func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl time.Duration, old []byte, tok token) {
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token) {
 	if c.remote == nil {
 		return
 	}
@@ -514,11 +520,11 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, ttl ti
 		}
 		sctx, end := c.span(ctx, "set", key)
 		if cas, ok := c.remote.(CompareAndSetter); ok && old != nil {
-			stored, err = cas.CompareAndSet(sctx, c.prefix+key, old, b, c.physical(ttl))
+			stored, err = cas.CompareAndSet(sctx, c.prefix+key, old, b, life)
 		} else if old != nil {
-			err = c.remote.Set(sctx, c.prefix+key, b, c.physical(ttl))
+			err = c.remote.Set(sctx, c.prefix+key, b, life)
 		} else {
-			stored, err = c.remote.SetIfAbsent(sctx, c.prefix+key, b, c.physical(ttl))
+			stored, err = c.remote.SetIfAbsent(sctx, c.prefix+key, b, life)
 		}
 		end(err)
 		c.br.record(ctx, err)
@@ -561,12 +567,13 @@ func (c *Cache[V]) retryWrite(ctx context.Context, op string, attempt int, err e
 	return false
 }
 
-// storeLocal puts it in L1 unless key changed since tok was taken. The
+// storeLocal puts it in L1 for ttl, scheduled as e says, unless key
+// changed since tok was taken. The
 // check runs under the lock of key's L1 entry, and every change bumps the
 // fence before it touches the entry, so no change can slip in between the
 // check and the store. It reports whether it stored.
-func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token) bool {
-	it, ttl = c.stamp(it, ttl)
+func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token, e *entry) bool {
+	it, ttl = c.stamp(it, ttl, e)
 	if !c.local.SetIf(key, it, w, ttl, func() bool { return c.fence.valid(tok) }) {
 		c.n.fillsDiscarded.Add(1)
 		return false
@@ -588,7 +595,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, st, _ := c.readRemote(ctx, key, c.fence.token(key), c.o.LocalTTL)
+	it, st, _ := c.readRemote(ctx, key, c.fence.token(key), &c.def)
 	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err
@@ -606,22 +613,22 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if err := c.check(ctx, key); err != nil {
 		return err
 	}
-	e, err := c.o.entry(opts)
+	e, err := c.o.entry(&c.def, opts)
 	if err != nil {
 		return err
 	}
-	return c.set(ctx, key, v, e)
+	return c.set(ctx, key, v, &e)
 }
 
 // set is Set after its checks.
-func (c *Cache[V]) set(ctx context.Context, key string, v V, e entry) error {
+func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 	ttl, localTTL := c.lifetimes(e)
 	b, err := c.encode(key, v, ttl)
 	if err != nil {
 		return err
 	}
 	tok := c.fence.bumpToken(key)
-	if err := c.writeAndAnnounce(ctx, key, b, ttl); err != nil {
+	if err := c.writeAndAnnounce(ctx, key, b, e.physical(ttl)); err != nil {
 		c.fence.bump(key)
 		c.local.Delete(key)
 		return err
@@ -636,16 +643,16 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e entry) error {
 		c.local.Delete(key)
 		return nil
 	}
-	if !c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok) {
+	if !c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	return nil
 }
 
-// writeAndAnnounce writes b (nil: delete) to the shared tier and announces
-// it: in one atomic step when the Remote is an Announcer, else write then
-// publish.
-func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, ttl time.Duration) error {
+// writeAndAnnounce writes b (nil: delete) to the shared tier for life and
+// announces it: in one atomic step when the Remote is an Announcer, else
+// write then publish.
+func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
 	op := "set"
 	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
 	if b == nil {
@@ -653,7 +660,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		// fill that read the key before the delete cannot write its outdated
 		// value back (its write-if-absent finds the tombstone).
 		op, m.Op = "delete", message.OpDelete
-		b, ttl = c.encodeTombstone(c.o.TTL), c.o.TTL
+		b, life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
 	}
 	if c.remote != nil && !c.br.allow() {
 		c.n.l2Skipped.Add(1)
@@ -667,7 +674,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		msg := message.Encode(m, c.o.Secret)
 		c.fence.ownWrite(key)
 		sctx, end := c.span(ctx, op, key)
-		err := c.ann.SetAndPublish(sctx, c.prefix+key, b, c.physical(ttl), c.o.Channel, msg)
+		err := c.ann.SetAndPublish(sctx, c.prefix+key, b, life, c.o.Channel, msg)
 		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
@@ -678,7 +685,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, t
 		return nil
 	case c.remote != nil:
 		sctx, end := c.span(ctx, op, key)
-		err := c.remote.Set(sctx, c.prefix+key, b, c.physical(ttl))
+		err := c.remote.Set(sctx, c.prefix+key, b, life)
 		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
@@ -783,7 +790,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 // stale. If the key changed here while we swapped (our own Set, say), the
 // entry is dropped: the swapped value may be the older one.
 func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
-	it, ttl, err := c.decode(b)
+	it, ttl, err := c.decode(b, c.def.timed())
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		return false
@@ -792,7 +799,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 		return false
 	}
 	var life time.Duration
-	it, life = c.stamp(it, min(ttl, c.o.LocalTTL))
+	it, life = c.stamp(it, min(ttl, c.def.localTTL), &c.def)
 	if c.local.Replace(key, it, weight(key, b), life) {
 		c.n.swapped.Add(1)
 	}

@@ -3,6 +3,8 @@ package hybrid_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -92,6 +94,17 @@ func TestEntryOptionsValidated(t *testing.T) {
 		{"negative LocalTTL", []hybrid.EntryOption{hybrid.WithLocalTTL(-time.Second)}},
 		{"zero EntryOption", []hybrid.EntryOption{{}}},
 		{"LocalTTL longer than TTL", []hybrid.EntryOption{hybrid.WithTTL(time.Second), hybrid.WithLocalTTL(time.Minute)}},
+		{"negative NegativeTTL", []hybrid.EntryOption{hybrid.WithNegativeTTL(-time.Second)}},
+		{"jitter of 1", []hybrid.EntryOption{hybrid.WithTTLJitter(1)}},
+		{"negative fail-safe", []hybrid.EntryOption{hybrid.WithFailSafe(-time.Second)}},
+		{"zero fail-safe throttle", []hybrid.EntryOption{hybrid.WithFailSafeThrottle(0)}},
+		{"negative soft timeout", []hybrid.EntryOption{hybrid.WithSoftTimeout(-1)}},
+		{"negative load timeout", []hybrid.EntryOption{hybrid.WithLoadTimeout(-1)}},
+		{"eager refresh NaN", []hybrid.EntryOption{hybrid.WithEagerRefresh(math.NaN())}},
+		{"eager refresh below 0", []hybrid.EntryOption{hybrid.WithEagerRefresh(-0.5)}},
+		{"empty tag", []hybrid.EntryOption{hybrid.WithTags("a", "")}},
+		{"long tag", []hybrid.EntryOption{hybrid.WithTags(strings.Repeat("t", 201))}},
+		{"too many tags", []hybrid.EntryOption{hybrid.WithTags(tagsN(20)...), hybrid.WithTags(tagsN(20)...)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,4 +215,13 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("Get just after LocalTTL read the Remote %d times, want 1", n)
 		}
 	})
+}
+
+// tagsN returns n distinct tags.
+func tagsN(n int) []string {
+	tags := make([]string, n)
+	for i := range tags {
+		tags[i] = fmt.Sprint("tag", i)
+	}
+	return tags
 }

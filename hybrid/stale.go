@@ -9,25 +9,15 @@ import (
 
 // This file holds the timed behaviours: fail-safe (serve a stale value
 // when load fails), the soft load timeout, and eager refresh. All are off
-// unless their Options are set; then L1 items carry their timing and a hit
-// checks it against L1's coarse clock.
+// unless set in Options or by a call's EntryOptions; then the L1 items that
+// call writes carry their timing and a hit checks it against L1's coarse
+// clock.
 
-// timed reports whether L1 items need timing.
-func (c *Cache[V]) timed() bool {
-	return c.o.FailSafeMaxAge > 0 || c.o.EagerRefresh > 0
-}
-
-// physical is how long the shared tier keeps a value whose logical
-// lifetime is ttl: longer by FailSafeMaxAge, so a stale copy remains to
-// fall back on.
-func (c *Cache[V]) physical(ttl time.Duration) time.Duration {
-	return ttl + c.o.FailSafeMaxAge
-}
-
-// stamp sets it's timing for a logical L1 lifetime of ttl from now and
-// returns the lifetime L1 itself should give it.
-func (c *Cache[V]) stamp(it item[V], ttl time.Duration) (item[V], time.Duration) {
-	if !c.timed() {
+// stamp sets it's timing for a logical L1 lifetime of ttl from now, as e
+// says, and returns the lifetime L1 itself should give it.
+func (c *Cache[V]) stamp(it item[V], ttl time.Duration, e *entry) (item[V], time.Duration) {
+	if !e.timed() {
+		it.t = nil
 		return it, ttl
 	}
 	now := c.local.Now()
@@ -43,11 +33,11 @@ func (c *Cache[V]) stamp(it item[V], ttl time.Duration) (item[V], time.Duration)
 		t.staleAt = t.expires
 	}
 	t.due = t.expires
-	if c.o.EagerRefresh > 0 && !it.absent {
-		t.due = now + int64(float64(ttl)*c.o.EagerRefresh)
+	if e.eager > 0 && !it.absent {
+		t.due = now + int64(float64(ttl)*e.eager)
 	}
 	it.t = &t
-	return it, ttl + c.o.FailSafeMaxAge
+	return it, ttl + e.failSafe
 }
 
 // getOrCreateDue handles an L1 hit whose timing asks for attention: a
@@ -64,25 +54,26 @@ func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], l
 	return c.getOrCreateSlow(ctx, key, load, opts, &it)
 }
 
-// usable reports whether stale may still be served by fail-safe.
-func (c *Cache[V]) usable(stale *item[V]) bool {
-	return stale != nil && !stale.absent && stale.t != nil && c.o.FailSafeMaxAge > 0 &&
-		time.Now().UnixNano()-stale.t.staleAt <= int64(c.o.FailSafeMaxAge)
+// usable reports whether stale may still be served by fail-safe as e says.
+func (c *Cache[V]) usable(stale *item[V], e *entry) bool {
+	return stale != nil && !stale.absent && stale.t != nil && e.failSafe > 0 &&
+		time.Now().UnixNano()-stale.t.staleAt <= int64(e.failSafe)
 }
 
-// serveStale puts stale back in L1 for FailSafeThrottle, so the loader that
-// just failed is not called again on every request, and counts it.
-func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error) {
+// serveStale puts stale back in L1 for the fail-safe throttle, so the
+// loader that just failed is not called again on every request, and counts
+// it.
+func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error, e *entry) {
 	c.staleServed(key, cause)
 	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
-	c.storeLocal(key, stale, entryOverhead+uint32(len(key)), c.o.FailSafeThrottle, tok)
+	c.storeLocal(key, stale, entryOverhead+uint32(len(key)), e.failSafeThrottle, tok, e)
 }
 
-// loadSoftly calls load. With a usable stale value and a SoftTimeout, a
-// load slower than SoftTimeout lets the waiters have the stale value (via
-// finish) while it goes on; its result is then stored as usual.
-func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], finish func(V, error)) (V, error) {
-	if stale == nil || c.o.SoftTimeout <= 0 {
+// loadSoftly calls load. With a usable stale value and a soft timeout, a
+// load slower than that lets the waiters have the stale value (via finish)
+// while it goes on; its result is then stored as usual.
+func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], finish func(V, error), e *entry) (V, error) {
+	if stale == nil || e.softTimeout <= 0 {
 		return c.runLoad(ctx, key, load)
 	}
 	type result struct {
@@ -97,7 +88,7 @@ func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context
 		var zero V
 		return zero, ErrClosed
 	}
-	t := time.NewTimer(c.o.SoftTimeout)
+	t := time.NewTimer(e.softTimeout)
 	defer t.Stop()
 	select {
 	case r := <-done:
@@ -115,7 +106,7 @@ func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context
 // its current value goes on being served. The new value is written and
 // announced like a Set, unless the shared tier already holds a newer one.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Context, string) (V, error), opts []EntryOption) {
-	e, err := c.o.entry(opts)
+	e, err := c.o.entry(&c.def, opts)
 	if err != nil || load == nil {
 		return
 	}
@@ -134,11 +125,11 @@ func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(con
 	var zero V
 	result, resultErr := zero, error(ErrClosed)
 	defer func() { c.flights.Finish(key, call, result, resultErr) }()
-	ctx, cancel := c.fillContext(caller)
+	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
 	// Another instance may have refreshed it already.
-	if it, st, _ := c.readRemote(ctx, key, c.fence.token(key), e.localTTL); st == readHit && !it.absent {
+	if it, st, _ := c.readRemote(ctx, key, c.fence.token(key), &e); st == readHit && !it.absent {
 		if held, ok := c.local.Get(key); !ok || it.writtenAt() > held.writtenAt() {
 			result, resultErr = it.v, nil
 			return
@@ -150,7 +141,7 @@ func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(con
 		return // the current value stays until it expires (and fail-safe)
 	}
 	result, resultErr = v, nil
-	if err := c.set(ctx, key, v, e); err != nil {
+	if err := c.set(ctx, key, v, &e); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}
 }
