@@ -200,7 +200,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		it, st := c.takeRemote(keys[i], b, toks[i], e)
+		it, st := c.takeRemote(ctx, keys[i], b, toks[i], e)
 		switch st {
 		case readHit:
 			res[i] = found[V]{it, true}
@@ -272,19 +272,19 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		case !ok && e.negativeTTL > 0:
 			it.absent = true
 			ttl, localTTL = e.negativeTTL, min(e.negativeTTL, localTTL)
-			b = c.encodeAbsent(ttl)
+			b = c.encodeAbsent(ttl, e.tags)
 		case !ok:
 			finish(i, zero, ErrNotFound)
 			continue
 		default:
 			it.v = v
-			if b, err = c.encode(key, v, ttl); err != nil {
+			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
 				c.notStored(key, err)
 				finish(i, v, nil)
 				continue
 			}
 		}
-		c.storeLocal(key, it, weight(key, b), localTTL, toks[i], &e)
+		c.storeLocal(key, tagged(it, e.tags), weight(key, b), localTTL, toks[i], &e)
 		if it.absent {
 			finish(i, zero, ErrNotFound)
 		} else {

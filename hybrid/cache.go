@@ -39,6 +39,8 @@ type timing struct {
 	staleAt int64
 	// written is when the value was written to the shared tier.
 	written int64
+	// tags are the value's tags (WithTags).
+	tags []string
 }
 
 // writtenAt is when it was written, 0 if unknown.
@@ -68,6 +70,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	fence   *fence
+	tags    tagState
 	br      breaker
 	n       counters
 	log     limitedLog
@@ -275,8 +278,8 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	if err != nil {
 		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
 			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
-			b := c.encodeAbsent(ttl)
-			c.storeLocal(key, item[V]{absent: true}, weight(key, b), localTTL, tok, &e)
+			b := c.encodeAbsent(ttl, e.tags)
+			c.storeLocal(key, tagged(item[V]{absent: true}, e.tags), weight(key, b), localTTL, tok, &e)
 			finish(v, err)
 			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 			return
@@ -290,7 +293,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		return
 	}
 	ttl, localTTL := c.lifetimes(&e)
-	b, err := c.encode(key, v, ttl)
+	b, err := c.encode(key, v, ttl, e.tags)
 	if err != nil {
 		c.notStored(key, err)
 		finish(v, nil)
@@ -298,7 +301,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
-	c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok, &e)
+	c.storeLocal(key, tagged(item[V]{v: v}, e.tags), weight(key, b), localTTL, tok, &e)
 	finish(v, nil)
 	c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 }
@@ -397,14 +400,17 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, e *ent
 		c.n.l2Misses.Add(1)
 		return it, readMiss, nil
 	}
-	it, st := c.takeRemote(key, b, tok, e)
+	it, st := c.takeRemote(ctx, key, b, tok, e)
 	return it, st, b
 }
 
 // takeRemote decodes a value read from the shared tier and stores a live
 // one in L1 as e says if tok is still valid.
-func (c *Cache[V]) takeRemote(key string, b []byte, tok token, e *entry) (item[V], readState) {
+func (c *Cache[V]) takeRemote(ctx context.Context, key string, b []byte, tok token, e *entry) (item[V], readState) {
 	it, ttl, err := c.decode(b, e.timed())
+	if err == nil && it.t != nil && len(it.t.tags) > 0 && c.tagDeleted(ctx, it.t.tags, it.t.written) {
+		err = errTombstone // deleted by DeleteByTag
+	}
 	if errors.Is(err, errTombstone) {
 		c.n.l2Misses.Add(1)
 		return item[V]{}, readDeleted
@@ -444,8 +450,8 @@ func (c *Cache[V]) decode(b []byte, timed bool) (item[V], time.Duration, error) 
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 	}
-	if timed {
-		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano()}
+	if timed || len(h.Tags) > 0 {
+		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
 		return it, 0, errTombstone
@@ -475,14 +481,14 @@ func (c *Cache[V]) encodeTombstone(ttl time.Duration) []byte {
 }
 
 // encodeAbsent returns the envelope of a remembered absence.
-func (c *Cache[V]) encodeAbsent(ttl time.Duration) []byte {
+func (c *Cache[V]) encodeAbsent(ttl time.Duration, tags []string) []byte {
 	now := time.Now()
-	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagAbsent, Written: now, Expires: now.Add(ttl)}
-	return envelope.Append(make([]byte, 0, envelope.HeaderLen), h, nil)
+	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagAbsent, Written: now, Expires: now.Add(ttl), Tags: tags}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)), h, nil)
 }
 
 // encode returns v's envelope, or an error wrapping ErrValueTooLarge.
-func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
+func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]byte, error) {
 	payload, err := c.codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
@@ -491,8 +497,8 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
 	}
 	now := time.Now()
-	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl)}
-	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(payload)), h, payload), nil
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)+len(payload)), h, payload), nil
 }
 
 // storeRemote writes a loaded value to the shared tier for life (its
@@ -623,7 +629,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 // set is Set after its checks.
 func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 	ttl, localTTL := c.lifetimes(e)
-	b, err := c.encode(key, v, ttl)
+	b, err := c.encode(key, v, ttl, e.tags)
 	if err != nil {
 		return err
 	}
@@ -643,7 +649,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 		c.local.Delete(key)
 		return nil
 	}
-	if !c.storeLocal(key, item[V]{v: v}, weight(key, b), localTTL, tok, e) {
+	if !c.storeLocal(key, tagged(item[V]{v: v}, e.tags), weight(key, b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	return nil
@@ -769,6 +775,8 @@ func (c *Cache[V]) onMessage(b []byte) {
 		c.n.unauthentic.Add(1)
 	}
 	switch m.Op {
+	case message.OpTag:
+		c.onTagMessage(m)
 	case message.OpClear:
 		c.fence.bumpAll()
 		c.flights.ForgetAll()
@@ -795,7 +803,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 		c.n.decodeErrors.Add(1)
 		return false
 	}
-	if ttl <= 0 {
+	if ttl <= 0 || (it.t != nil && len(it.t.tags) > 0 && c.tagKnownDeleted(it.t.tags, it.t.written)) {
 		return false
 	}
 	var life time.Duration
@@ -813,6 +821,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 // trusted any more.
 func (c *Cache[V]) onLoss() {
 	c.n.busLosses.Add(1)
+	c.tags.clear()
 	c.fence.bumpAll()
 	c.flights.ForgetAll()
 	c.local.Clear()
@@ -825,6 +834,9 @@ func (c *Cache[V]) check(ctx context.Context, key string) error {
 	}
 	if key == "" {
 		return ErrEmptyKey
+	}
+	if key[0] == 0 {
+		return ErrReservedKey
 	}
 	return ctx.Err()
 }

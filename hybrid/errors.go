@@ -9,6 +9,11 @@ var ErrClosed = errors.New("hybrid: cache closed")
 // ErrEmptyKey is returned for an empty key. Check it with errors.Is.
 var ErrEmptyKey = errors.New("hybrid: empty key")
 
+// ErrReservedKey is returned for a key that starts with a NUL byte: such
+// keys name the cache's own records (see DeleteByTag). Check it with
+// errors.Is.
+var ErrReservedKey = errors.New("hybrid: keys starting with a NUL byte are reserved")
+
 // ErrValueTooLarge is returned by Set when the encoded value exceeds
 // Options.MaxValueBytes. Check it with errors.Is.
 var ErrValueTooLarge = errors.New("hybrid: value too large")

@@ -347,6 +347,9 @@ func (o *Options) entry(def *entry, opts []EntryOption) (entry, error) {
 	if len(e.tags) > maxTags {
 		return e, fmt.Errorf("hybrid: entry option: %d tags, at most %d", len(e.tags), maxTags)
 	}
+	if len(e.tags) > 0 && e.physical(e.ttl) > tagLife(o) {
+		return e, fmt.Errorf("hybrid: entry option: a tagged value may live at most %v in the shared tier (TTL plus fail-safe), not %v", tagLife(o), e.physical(e.ttl))
+	}
 	if e.localTTL > e.ttl && o.Remote != nil {
 		if localSet {
 			return e, fmt.Errorf("hybrid: entry option: LocalTTL (%v) is longer than TTL (%v)", e.localTTL, e.ttl)

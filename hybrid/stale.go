@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -17,7 +18,11 @@ import (
 // says, and returns the lifetime L1 itself should give it.
 func (c *Cache[V]) stamp(it item[V], ttl time.Duration, e *entry) (item[V], time.Duration) {
 	if !e.timed() {
-		it.t = nil
+		if it.t != nil && len(it.t.tags) > 0 {
+			it.t = &timing{due: math.MaxInt64, expires: math.MaxInt64, written: it.t.written, tags: it.t.tags}
+		} else {
+			it.t = nil
+		}
 		return it, ttl
 	}
 	now := c.local.Now()

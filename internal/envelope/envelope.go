@@ -8,10 +8,17 @@
 //	[1]      codec id (see package codec)
 //	[2]      flags: 1 absent (a remembered "not found", empty payload);
 //	         2 deleted (a tombstone left by a delete; payload: a nonce);
+//	         4 tagged (the payload starts with the tags, see below);
+//	         8 compressed (the codec's bytes are compressed, by the
+//	         reader of the flag, not by this package);
 //	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
 //	[11:19]  logical expiry, Unix milliseconds, 0 for none
 //	[19:]    payload
+//
+// With the tagged flag the payload starts with a uvarint count of tags
+// (1 to MaxTags), then each tag as a uvarint length (1 to MaxTagLen) and its
+// bytes; the codec's bytes follow.
 //
 // Anything else (another format, an unknown flag, a short header) is
 // rejected with an error wrapping ErrCorrupt, so a reader never misreads it.
@@ -38,8 +45,20 @@ const FlagAbsent = 1
 // its outdated value back (its write-if-absent finds the tombstone).
 const FlagDeleted = 2
 
+// FlagTagged marks a value that carries tags (Header.Tags).
+const FlagTagged = 4
+
+// FlagCompressed marks a payload whose codec bytes are compressed.
+const FlagCompressed = 8
+
 // knownFlags has every flag bit this version understands.
-const knownFlags = FlagAbsent | FlagDeleted
+const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed
+
+// The bounds on tags that Decode accepts.
+const (
+	MaxTags   = 64
+	MaxTagLen = 1024
+)
 
 // ErrCorrupt is wrapped by every error Decode returns; check with errors.Is.
 var ErrCorrupt = errors.New("corrupt envelope")
@@ -50,20 +69,47 @@ type Header struct {
 	Flags   byte
 	Written time.Time // truncated to milliseconds
 	Expires time.Time // zero: no logical expiry
+	// Tags are the value's tags. Append sets FlagTagged when there are
+	// any; Decode fills them in when the flag is set.
+	Tags []string
 }
 
 // Append appends h and payload to dst in format 1 and returns the result.
+// Tags beyond the bounds Decode accepts make an envelope Decode rejects;
+// the caller checks them.
 func Append(dst []byte, h Header, payload []byte) []byte {
 	var hdr [HeaderLen]byte
 	hdr[0] = Format
 	hdr[1] = h.Codec
-	hdr[2] = h.Flags
+	hdr[2] = h.Flags &^ FlagTagged
+	if len(h.Tags) > 0 {
+		hdr[2] |= FlagTagged
+	}
 	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
 	if !h.Expires.IsZero() {
 		binary.BigEndian.PutUint64(hdr[11:19], uint64(h.Expires.UnixMilli()))
 	}
 	dst = append(dst, hdr[:]...)
+	if len(h.Tags) > 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(h.Tags)))
+		for _, tag := range h.Tags {
+			dst = binary.AppendUvarint(dst, uint64(len(tag)))
+			dst = append(dst, tag...)
+		}
+	}
 	return append(dst, payload...)
+}
+
+// TagsLen is how many bytes Append adds for tags.
+func TagsLen(tags []string) int {
+	if len(tags) == 0 {
+		return 0
+	}
+	n := binary.MaxVarintLen64
+	for _, tag := range tags {
+		n += binary.MaxVarintLen64 + len(tag)
+	}
+	return n
 }
 
 // Decode splits b into its header and payload. The payload aliases b.
@@ -85,5 +131,42 @@ func Decode(b []byte) (Header, []byte, error) {
 	if exp := int64(binary.BigEndian.Uint64(b[11:19])); exp != 0 {
 		h.Expires = time.UnixMilli(exp)
 	}
-	return h, b[HeaderLen:], nil
+	payload := b[HeaderLen:]
+	if h.Flags&FlagTagged != 0 {
+		var err error
+		if h.Tags, payload, err = decodeTags(payload); err != nil {
+			return Header{}, nil, err
+		}
+	}
+	return h, payload, nil
+}
+
+// decodeTags splits the tags off the front of a tagged payload.
+func decodeTags(b []byte) ([]string, []byte, error) {
+	n, k := uvarint(b)
+	if k <= 0 || n == 0 || n > MaxTags {
+		return nil, nil, fmt.Errorf("%w: bad tag count", ErrCorrupt)
+	}
+	b = b[k:]
+	tags := make([]string, 0, n)
+	for range n {
+		l, k := uvarint(b)
+		if k <= 0 || l == 0 || l > MaxTagLen || l > uint64(len(b)-k) {
+			return nil, nil, fmt.Errorf("%w: bad tag length", ErrCorrupt)
+		}
+		tags = append(tags, string(b[k:k+int(l)]))
+		b = b[k+int(l):]
+	}
+	return tags, b, nil
+}
+
+// uvarint is binary.Uvarint that also rejects a longer encoding than
+// needed, so that every envelope has one form.
+func uvarint(b []byte) (uint64, int) {
+	v, k := binary.Uvarint(b)
+	var min [binary.MaxVarintLen64]byte
+	if k > 0 && binary.PutUvarint(min[:], v) != k {
+		return 0, -1
+	}
+	return v, k
 }

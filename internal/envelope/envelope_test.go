@@ -3,6 +3,7 @@ package envelope_test
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,13 +15,15 @@ func TestRoundTrip(t *testing.T) {
 	for _, h := range []envelope.Header{
 		{Codec: 2, Written: written, Expires: written.Add(time.Minute)},
 		{Codec: 1, Written: written},
+		{Codec: 1, Written: written, Tags: []string{"a", "tag two"}},
+		{Codec: 3, Flags: envelope.FlagCompressed, Written: written, Tags: []string{"x"}},
 	} {
 		b := envelope.Append(nil, h, []byte("payload"))
 		got, payload, err := envelope.Decode(b)
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
-		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) {
+		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) || !slices.Equal(got.Tags, h.Tags) || got.Flags&^envelope.FlagTagged != h.Flags {
 			t.Errorf("got header %+v, want %+v", got, h)
 		}
 		if !bytes.Equal(payload, []byte("payload")) {
@@ -35,12 +38,24 @@ func TestDecodeRejects(t *testing.T) {
 	future[0] = 2
 	flagged := bytes.Clone(good)
 	flagged[2] = 0x80
+	tagged := envelope.Append(nil, envelope.Header{Codec: 1, Written: time.Now(), Tags: []string{"t"}}, []byte("x"))
+	tagFlagOnly := bytes.Clone(good)
+	tagFlagOnly[2] = envelope.FlagTagged
+	longCount := bytes.Clone(tagged)
+	longCount[envelope.HeaderLen] = 0x81 // count 1 in two bytes: not canonical
+	longCount = append(longCount[:envelope.HeaderLen+1], append([]byte{0}, longCount[envelope.HeaderLen+1:]...)...)
+	tooMany := append(bytes.Clone(good[:envelope.HeaderLen]), 65)
+	tooMany[2] = envelope.FlagTagged
 	for name, b := range map[string][]byte{
-		"empty":        nil,
-		"short header": good[:envelope.HeaderLen-1],
-		"other format": future,
-		"unknown flag": flagged,
-		"json text":    []byte(`{"id":1,"name":"not an envelope"}`),
+		"empty":             nil,
+		"short header":      good[:envelope.HeaderLen-1],
+		"other format":      future,
+		"unknown flag":      flagged,
+		"tag flag, no tags": tagFlagOnly,
+		"tag cut short":     tagged[:envelope.HeaderLen+2],
+		"long varint":       longCount,
+		"65 tags":           tooMany,
+		"json text":         []byte(`{"id":1,"name":"not an envelope"}`),
 	} {
 		if _, _, err := envelope.Decode(b); !errors.Is(err, envelope.ErrCorrupt) {
 			t.Errorf("%s: got err %v, want ErrCorrupt", name, err)
@@ -52,6 +67,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(envelope.Append(nil, envelope.Header{Codec: 2, Written: time.UnixMilli(1)}, []byte{0x91, 0x01}))
 	f.Add([]byte{1, 1, 0})
 	f.Add(bytes.Repeat([]byte{0xff}, 40))
+	f.Add(envelope.Append(nil, envelope.Header{Codec: 1, Written: time.UnixMilli(1), Tags: []string{"a", "bc"}}, []byte("1")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, payload, err := envelope.Decode(b)
 		if err != nil {

@@ -1,0 +1,283 @@
+package hybrid
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
+
+// Tags. A value written with WithTags carries its tags in L1 and in its
+// envelope in the shared tier. DeleteByTag(tag) does not find and delete
+// those values one by one in the shared tier: it writes a tag record (the
+// time of the delete) next to them and announces it. From then on a value
+// read from the shared tier that carries the tag and was written no later
+// than that time is a miss, as if deleted. Each instance deletes the tagged
+// values in its L1 when it gets the message, and keeps what it knows of tag
+// records in tagState: filled from the bus, and read from the shared tier
+// the first time a value with an unknown tag is read. Losing the bus drops
+// that knowledge along with L1.
+
+// tagState is what an instance knows of tag records.
+type tagState struct {
+	mu sync.Mutex
+	// deleted maps a tag to the time of its last DeleteByTag, in Unix
+	// milliseconds; 0 means the record was absent when read.
+	deleted map[string]int64
+	// epoch changes whenever knowledge is dropped, so that a record read
+	// before that is not learned after it.
+	epoch uint64
+}
+
+// maxKnownTags bounds tagState; past it, knowledge is dropped and read
+// again as needed.
+const maxKnownTags = 100_000
+
+func (s *tagState) lookup(tag string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.deleted[tag]
+	return t, ok
+}
+
+func (s *tagState) currentEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.epoch
+}
+
+// learn records that tag was last deleted at t (0: never), unless
+// knowledge was dropped since epoch. Times only move forward.
+func (s *tagState) learn(epoch uint64, tag string, t int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if epoch != s.epoch {
+		return
+	}
+	if s.deleted == nil || len(s.deleted) >= maxKnownTags {
+		s.deleted = make(map[string]int64)
+		s.epoch++
+	}
+	if old, ok := s.deleted[tag]; !ok || t > old {
+		s.deleted[tag] = t
+	}
+}
+
+// forget drops what is known of tag: it changed, and its record is to be
+// read again.
+func (s *tagState) forget(tag string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.deleted, tag)
+	s.epoch++
+}
+
+// clear drops everything known.
+func (s *tagState) clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.deleted = nil
+	s.epoch++
+}
+
+// tagKey is the shared-tier key of tag's record. A NUL byte cannot start a
+// key of ours (check rejects it), so no key collides with it.
+func (c *Cache[V]) tagKey(tag string) string {
+	return c.prefix + "\x00tag:" + tag
+}
+
+// tagLife is how long tag records are kept in the shared tier: at least a
+// day, and at least as long as a value lives there by default. A tagged
+// write may not outlive it (see Options.entry).
+func tagLife(o *Options) time.Duration {
+	return max(24*time.Hour, o.TTL+o.FailSafeMaxAge)
+}
+
+// encodeTagRecord and decodeTagRecord give a tag record's stored form: the
+// time of the delete, Unix milliseconds, 8 bytes big-endian.
+func encodeTagRecord(t int64) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(t))
+}
+
+func decodeTagRecord(b []byte) (int64, bool) {
+	if len(b) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(b)), true
+}
+
+// DeleteByTag deletes every value written with tag (see WithTags), on
+// every instance and in the shared tier: later reads miss them and load
+// anew. It costs one write and one message, plus, on each instance, a pass
+// over L1. A value counts as written before the delete when its write
+// time, by the clock of the instance that wrote it, is not after the
+// delete's time by the clock of this one: keep clocks in sync.
+//
+// Values written later with the tag are not affected. When the shared tier
+// or the bus fails, L1 here is cleared of the tag anyway and the error is
+// returned; other instances may keep their copies until their LocalTTL.
+func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := (EntryOption{kind: kindTags, s: []string{tag}}).check(); err != nil {
+		return fmt.Errorf("hybrid: DeleteByTag: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	record := encodeTagRecord(now)
+	err := c.announceTag(ctx, tag, record)
+	// After the shared tier: a fill that read a tagged value meanwhile
+	// must not store it.
+	c.tags.learn(c.tags.currentEpoch(), tag, now)
+	c.dropTagged(tag)
+	return err
+}
+
+// announceTag writes tag's record and announces it, in one step when the
+// Remote is an Announcer.
+func (c *Cache[V]) announceTag(ctx context.Context, tag string, record []byte) error {
+	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
+	if c.remote != nil && !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return fmt.Errorf("hybrid: delete tag %q: %w", tag, ErrUnavailable)
+	}
+	switch {
+	case c.remote != nil && c.ann != nil:
+		sctx, end := c.span(ctx, "delete_tag", tag)
+		err := c.ann.SetAndPublish(sctx, c.tagKey(tag), record, tagLife(&c.o), c.o.Channel, message.Encode(m, c.o.Secret))
+		end(err)
+		c.br.record(ctx, err)
+		if err != nil {
+			c.l2Failed("delete_tag", err)
+			return fmt.Errorf("hybrid: delete tag %q: %w", tag, err)
+		}
+		c.n.published.Add(1)
+		return nil
+	case c.remote != nil:
+		sctx, end := c.span(ctx, "delete_tag", tag)
+		err := c.remote.Set(sctx, c.tagKey(tag), record, tagLife(&c.o))
+		end(err)
+		c.br.record(ctx, err)
+		if err != nil {
+			c.l2Failed("delete_tag", err)
+			return fmt.Errorf("hybrid: delete tag %q: %w", tag, err)
+		}
+	}
+	if c.bus == nil {
+		return nil
+	}
+	if err := c.publish(ctx, m); err != nil {
+		return fmt.Errorf("hybrid: delete tag %q: announce: %w", tag, err)
+	}
+	return nil
+}
+
+// dropTagged makes L1 forget every value tagged with tag and every fill in
+// progress (which may have read one).
+func (c *Cache[V]) dropTagged(tag string) {
+	c.fence.bumpAll()
+	c.flights.ForgetAll()
+	c.local.DeleteIf(func(_ string, it item[V]) bool { return it.hasTag(tag) })
+}
+
+// onTagMessage applies another instance's DeleteByTag. A signed message
+// carries the delete's time; otherwise the record is read again when
+// needed.
+func (c *Cache[V]) onTagMessage(m message.Message) {
+	for _, tag := range m.Keys {
+		if t, ok := decodeTagRecord(m.Value); ok && m.Authentic {
+			c.tags.learn(c.tags.currentEpoch(), tag, min(t, time.Now().Add(time.Minute).UnixMilli()))
+		} else {
+			c.tags.forget(tag)
+		}
+		c.dropTagged(tag)
+	}
+}
+
+// hasTag reports whether it carries tag.
+func (it item[V]) hasTag(tag string) bool {
+	if it.t == nil {
+		return false
+	}
+	for _, t := range it.t.tags {
+		if t == tag {
+			return true
+		}
+	}
+	return false
+}
+
+// tagDeleted reports whether a value with tags, written at written (Unix
+// nanoseconds), was deleted by a DeleteByTag, reading tag records it does
+// not know yet from the shared tier. When a record cannot be read, the
+// value counts as deleted: a miss is safe, a stale value is not.
+func (c *Cache[V]) tagDeleted(ctx context.Context, tags []string, written int64) bool {
+	for _, tag := range tags {
+		t, ok := c.tags.lookup(tag)
+		if !ok {
+			if t, ok = c.readTag(ctx, tag); !ok {
+				return true
+			}
+		}
+		if t != 0 && written <= t*int64(time.Millisecond)+int64(time.Millisecond-1) {
+			return true
+		}
+	}
+	return false
+}
+
+// tagKnownDeleted is tagDeleted without reading the shared tier: it
+// reports true for a tag it does not know.
+func (c *Cache[V]) tagKnownDeleted(tags []string, written int64) bool {
+	for _, tag := range tags {
+		t, ok := c.tags.lookup(tag)
+		if !ok || (t != 0 && written <= t*int64(time.Millisecond)+int64(time.Millisecond-1)) {
+			return true
+		}
+	}
+	return false
+}
+
+// readTag reads tag's record from the shared tier and learns it.
+func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
+	if c.remote == nil {
+		return 0, true
+	}
+	if !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return 0, false
+	}
+	epoch := c.tags.currentEpoch()
+	sctx, end := c.span(ctx, "get_tag", tag)
+	b, found, err := c.remote.Get(sctx, c.tagKey(tag))
+	end(err)
+	c.br.record(ctx, err)
+	if err != nil {
+		c.l2Failed("get_tag", err)
+		return 0, false
+	}
+	var t int64
+	if found {
+		if t, found = decodeTagRecord(b); !found {
+			c.n.decodeErrors.Add(1)
+			return 0, false
+		}
+	}
+	c.tags.learn(epoch, tag, t)
+	return t, true
+}
+
+// tagged gives it tags, which L1 keeps in its timing.
+func tagged[V any](it item[V], tags []string) item[V] {
+	if len(tags) > 0 {
+		it.t = &timing{due: math.MaxInt64, expires: math.MaxInt64, tags: tags}
+	}
+	return it
+}

@@ -1,0 +1,223 @@
+package hybrid_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+)
+
+func setTagged(t testing.TB, c *hybrid.Cache[string], key, v string, tags ...string) {
+	t.Helper()
+	if err := c.Set(context.Background(), key, v, hybrid.WithTags(tags...)); err != nil {
+		t.Fatalf("Set(%q): %v", key, err)
+	}
+}
+
+func TestDeleteByTagTwoInstances(t *testing.T) {
+	for _, m := range invalidationModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newSharedTier(t)
+			o := s.options()
+			o.Secret = m.secret
+			a := newTestCache[string](t, o)
+			b := newTestCache[string](t, o)
+			ctx := context.Background()
+			setTagged(t, a, "p1", "one", "products", "page:1")
+			setTagged(t, a, "p2", "two", "products")
+			setTagged(t, a, "u1", "user", "users")
+			s.flush(t)
+			for _, k := range []string{"p1", "p2", "u1"} {
+				if _, ok := getString(t, b, k); !ok {
+					t.Fatalf("b: %s missing before DeleteByTag", k)
+				}
+			}
+			if err := a.DeleteByTag(ctx, "products"); err != nil {
+				t.Fatal(err)
+			}
+			s.flush(t)
+			for _, c := range []*hybrid.Cache[string]{a, b} {
+				for _, k := range []string{"p1", "p2"} {
+					if v, ok := getString(t, c, k); ok {
+						t.Errorf("%s after DeleteByTag(products): got %q, want a miss", k, v)
+					}
+				}
+				if v, ok := getString(t, c, "u1"); !ok || v != "user" {
+					t.Errorf("u1 (other tag): got %q %v, want kept", v, ok)
+				}
+			}
+			// A new instance, which never saw the message, reads the tag
+			// record from the shared tier.
+			fresh := newTestCache[string](t, o)
+			if v, ok := getString(t, fresh, "p1"); ok {
+				t.Errorf("new instance: p1 = %q, want a miss", v)
+			}
+			// GetOrCreate loads anew, and a value written after the delete
+			// with the same tag stays.
+			time.Sleep(2 * time.Millisecond) // the delete's millisecond has passed
+			if v, err := b.GetOrCreate(ctx, "p1", (&counter{value: "one v2"}).load, hybrid.WithTags("products")); err != nil || v != "one v2" {
+				t.Fatalf("reload: got %q %v", v, err)
+			}
+			s.waitWrites(t, 5) // 3 Sets, the tag record and the reload's write-back
+			if v, ok := getString(t, fresh, "p1"); !ok || v != "one v2" {
+				t.Errorf("new instance after the reload: got %q %v, want one v2", v, ok)
+			}
+		})
+	}
+}
+
+// A fill that read a tagged value before a DeleteByTag elsewhere does not
+// keep it in L1.
+func TestDeleteByTagDuringFill(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	b := newTestCache[string](t, s.options())
+	ctx := context.Background()
+	setTagged(t, a, "k", "old", "t")
+	s.flush(t)
+	s.remote.SetAfterGet(func(key string) {
+		if key == testNS+":k" {
+			s.remote.SetAfterGet(nil)
+			if err := a.DeleteByTag(ctx, "t"); err != nil {
+				t.Error(err)
+			}
+			s.flush(t)
+		}
+	})
+	// The fill may answer old (read before the delete) or load anew.
+	if v, err := b.GetOrCreate(ctx, "k", (&counter{value: "new"}).load); err != nil || (v != "old" && v != "new") {
+		t.Fatalf("fill: got %q %v", v, err)
+	}
+	if v, ok := getString(t, b, "k"); ok && v == "old" {
+		t.Errorf("after the delete: b serves %q", v)
+	}
+}
+
+// Without the bus, knowledge of tags could go stale: losing it drops what
+// is known, and the record is read again.
+func TestDeleteByTagAfterBusLoss(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	b := newTestCache[string](t, s.options())
+	setTagged(t, a, "k", "v", "t")
+	if _, ok := getString(t, b, "k"); !ok { // b learns tag t: never deleted
+		t.Fatal("b: k missing")
+	}
+	// A DeleteByTag whose message is lost: its record is written, no one
+	// hears of it.
+	record := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixMilli()))
+	s.remote.Put(testNS+":\x00tag:t", record, time.Hour)
+	if v, ok := getString(t, b, "k"); !ok || v != "v" {
+		t.Fatalf("b before the loss: got %q %v, want v from L1", v, ok)
+	}
+	s.bus.SimulateLoss()
+	s.flush(t)
+	if v, ok := getString(t, b, "k"); ok {
+		t.Errorf("b after the bus loss: got %q, want a miss (the tag record was written)", v)
+	}
+}
+
+func TestTagsInBatchesAndAbsences(t *testing.T) {
+	s := newSharedTier(t)
+	c := newTestCache[string](t, s.options())
+	ctx := context.Background()
+	load := func(_ context.Context, keys []string) (map[string]string, error) {
+		return map[string]string{"a": "A", "b": "B"}, nil
+	}
+	tags := []hybrid.EntryOption{hybrid.WithTags("page"), hybrid.WithNegativeTTL(time.Minute)}
+	if m, err := c.GetOrCreateMany(ctx, []string{"a", "b", "none"}, load, tags...); err != nil || len(m) != 2 {
+		t.Fatalf("batch: %v %v", m, err)
+	}
+	if _, err := c.GetOrCreate(ctx, "none", neverLoad(t)); !errors.Is(err, hybrid.ErrNotFound) {
+		t.Fatalf("none: got %v, want the remembered absence", err)
+	}
+	if err := c.DeleteByTag(ctx, "page"); err != nil {
+		t.Fatal(err)
+	}
+	l := &counter{value: "fresh"}
+	for _, k := range []string{"a", "b", "none"} {
+		if v, err := c.GetOrCreate(ctx, k, l.load); err != nil || v != "fresh" {
+			t.Errorf("%s after DeleteByTag: got %q %v, want a fresh load", k, v, err)
+		}
+	}
+	if got := l.calls.Load(); got != 3 {
+		t.Errorf("loads: got %d, want 3", got)
+	}
+}
+
+func TestTagErrors(t *testing.T) {
+	s := newSharedTier(t)
+	c := newTestCache[string](t, s.options())
+	ctx := context.Background()
+	if err := c.DeleteByTag(ctx, ""); err == nil {
+		t.Error("DeleteByTag(\"\"): no error")
+	}
+	if err := c.Set(ctx, "\x00tag:x", "v"); !errors.Is(err, hybrid.ErrReservedKey) {
+		t.Errorf("Set of a NUL key: got %v, want ErrReservedKey", err)
+	}
+	if err := c.Set(ctx, "k", "v", hybrid.WithTags("t"), hybrid.WithTTL(30*24*time.Hour)); err == nil {
+		t.Error("a tagged value living 30 days: no error")
+	}
+	if err := c.Set(ctx, "k", "v", hybrid.WithTags("t"), hybrid.WithTTL(time.Hour)); err != nil {
+		t.Errorf("a tagged value living an hour: %v", err)
+	}
+	// A Remote that cannot read the tag record: the value is a miss.
+	d := newTestCache[string](t, s.options())
+	s.remote.SetBeforeGet(func(key string) {
+		if key == testNS+":\x00tag:t" {
+			s.remote.SetBeforeGet(nil)
+			s.remote.FailWith(errors.New("down"))
+		}
+	})
+	if v, ok := getString(t, d, "k"); ok {
+		t.Errorf("tag record unreadable: got %q, want a miss", v)
+	}
+	s.remote.FailWith(nil)
+	if v, ok := getString(t, d, "k"); !ok || v != "v" {
+		t.Errorf("tag record readable again: got %q %v, want v", v, ok)
+	}
+}
+
+// TestIntegrationDeleteByTag: DeleteByTag on real Redis and on the
+// cluster.
+func TestIntegrationDeleteByTag(t *testing.T) {
+	for _, name := range []string{"single", "cluster"} {
+		t.Run(name, func(t *testing.T) {
+			newClient := singleNode(nil)
+			if name == "cluster" {
+				newClient = clusterNodes(t)
+			}
+			ns := redistest.Prefix(t)
+			p := newInstances(t, 2, newClient, hybrid.Options{Namespace: ns, Secret: []byte("s")})
+			a, b := p[0], p[1]
+			ctx := context.Background()
+			for _, k := range []string{"x", "y", "z"} {
+				if err := a.c.Set(ctx, k, k, hybrid.WithTags("g")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitStat(t, b, "Received", statReceived, 3)
+			fill(t, b, "x", "x")
+			if err := a.c.DeleteByTag(ctx, "g"); err != nil {
+				t.Fatal(err)
+			}
+			waitStat(t, b, "Received", statReceived, 4)
+			for _, in := range p {
+				for _, k := range []string{"x", "y", "z"} {
+					if v, ok := getStr(t, in, k); ok {
+						t.Errorf("%s: %s = %q after DeleteByTag, want a miss", in.name, k, v)
+					}
+				}
+			}
+			fresh := newInstance(t, "C", newClient, hybrid.Options{Namespace: ns}, invalidate.Options{})
+			if v, ok := getStr(t, fresh, "y"); ok {
+				t.Errorf("new instance: y = %q, want a miss", v)
+			}
+		})
+	}
+}

@@ -1,0 +1,22 @@
+package l1
+
+import "github.com/maypok86/otter/v2"
+
+// DeleteIf deletes every entry for which match reports true and returns how
+// many it deleted. It visits every entry, so it costs a pass over the
+// cache; each entry is checked and deleted under its own lock, so an entry
+// written meanwhile is judged on its new value. match must be quick and
+// must not call the cache.
+func (c *Cache[V]) DeleteIf(match func(key string, v V) bool) int {
+	n := 0
+	for key := range c.c.Keys() {
+		c.c.ComputeIfPresent(key, func(old slot[V]) (slot[V], otter.ComputeOp) {
+			if match(key, old.v) {
+				n++
+				return old, otter.InvalidateOp
+			}
+			return old, otter.CancelOp
+		})
+	}
+	return n
+}
