@@ -23,6 +23,10 @@ import (
 // returned map is the caller's; the values in it are shared as with
 // GetOrCreate.
 func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func(ctx context.Context, missing []string) (map[string]V, error), opts ...EntryOption) (map[string]V, error) {
+	return c.outMany(c.getOrCreateMany(ctx, keys, load, opts))
+}
+
+func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func(ctx context.Context, missing []string) (map[string]V, error), opts []EntryOption) (map[string]V, error) {
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
@@ -84,6 +88,10 @@ func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func
 // the shared tier, without loading. Missing keys are absent from the map.
 // Shared-tier failures count as misses, as with Get.
 func (c *Cache[V]) GetMany(ctx context.Context, keys []string) (map[string]V, error) {
+	return c.outMany(c.getMany(ctx, keys))
+}
+
+func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, error) {
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
@@ -112,7 +120,9 @@ func (c *Cache[V]) localMany(keys []string) (out map[string]V, misses []string, 
 			badKey = fmt.Errorf("hybrid: batch: %w", ErrEmptyKey)
 			continue
 		}
-		if it, ok := c.local.Get(key); ok {
+		// An expired entry kept for fail-safe is a miss here: batches load it
+		// anew and do not fall back on it.
+		if it, ok := c.local.Get(key); ok && (it.t == nil || c.local.Now() < it.t.expires) {
 			if !it.absent {
 				out[key] = it.v
 			}
@@ -284,7 +294,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocal(key, tagged(it, e.tags), weight(key, b), localTTL, toks[i], &e)
+		c.storeLocal(key, tagged(it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
 		if it.absent {
 			finish(i, zero, ErrNotFound)
 		} else {
@@ -373,7 +383,7 @@ func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(con
 		if r := recover(); r != nil {
 			m, err = nil, fmt.Errorf("%w: batch of %d keys: %v\n%s", ErrPanic, len(keys), r, debug.Stack())
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			c.n.loadErrors.Add(1)
 		}
 		end(err)

@@ -60,6 +60,7 @@ const entryOverhead = 64
 type Cache[V any] struct {
 	o      Options
 	def    entry  // the entry of a call without options
+	copy   func(V) (V, error) // copies values for callers; nil: shared
 	prefix string // Namespace + ":"
 	local  *l1.Cache[item[V]]
 	remote Remote
@@ -95,6 +96,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	c := &Cache[V]{
 		o:      o,
 		def:    o.defaults(),
+		copy:   copier[V](&o),
 		prefix: o.Namespace + ":",
 		remote: o.Remote,
 		bus:    o.Bus,
@@ -147,8 +149,8 @@ func New[V any](o Options) (*Cache[V], error) {
 //
 // A load error is returned wrapped (errors.Is sees it) and is not cached.
 // Shared-tier failures are not returned: they are counted and logged, and
-// the call goes on to load. The value returned from L1 is shared: do not
-// modify it.
+// the call goes on to load. The value returned is shared with L1 and other
+// callers: do not modify it, or set Options.CopyOnRead.
 //
 // When load returns an error wrapping ErrNotFound and Options.NegativeTTL is
 // set, the absence is remembered in both tiers for that long: later calls
@@ -156,14 +158,17 @@ func New[V any](o Options) (*Cache[V], error) {
 func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
 		if it.t != nil && c.local.Now() >= it.t.due {
-			return c.getOrCreateDue(ctx, key, it, load, opts)
+			return c.out(c.getOrCreateDue(ctx, key, it, load, opts))
 		}
 		if it.absent {
 			return it.v, ErrNotFound
 		}
+		if c.copy != nil {
+			return c.copy(it.v)
+		}
 		return it.v, nil
 	}
-	return c.getOrCreateSlow(ctx, key, load, opts, nil)
+	return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
 }
 
 func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption, stale *item[V]) (V, error) {
@@ -279,7 +284,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
 			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
 			b := c.encodeAbsent(ttl, e.tags)
-			c.storeLocal(key, tagged(item[V]{absent: true}, e.tags), weight(key, b), localTTL, tok, &e)
+			c.storeLocal(key, tagged(item[V]{absent: true}, e.tags), c.weigh(key, b), localTTL, tok, &e)
 			finish(v, err)
 			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 			return
@@ -301,7 +306,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
-	c.storeLocal(key, tagged(item[V]{v: v}, e.tags), weight(key, b), localTTL, tok, &e)
+	c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.weigh(key, b), localTTL, tok, &e)
 	finish(v, nil)
 	c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 }
@@ -426,7 +431,7 @@ func (c *Cache[V]) takeRemote(ctx context.Context, key string, b []byte, tok tok
 		return it, readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, it, weight(key, b), min(ttl, e.localTTL), tok, e)
+	c.storeLocal(key, it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
 	return it, readHit
 }
 
@@ -463,6 +468,11 @@ func (c *Cache[V]) decode(b []byte, timed bool) (item[V], time.Duration, error) 
 		it.absent = true
 		return it, ttl, nil
 	}
+	if h.Flags&envelope.FlagCompressed != 0 {
+		if payload, err = c.decompress(payload); err != nil {
+			return item[V]{}, 0, err
+		}
+	}
 	if err := c.codec.Unmarshal(payload, &it.v); err != nil {
 		return item[V]{}, 0, err
 	}
@@ -498,6 +508,9 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]
 	}
 	now := time.Now()
 	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags}
+	if z, ok := c.compress(payload); ok {
+		payload, h.Flags = z, envelope.FlagCompressed
+	}
 	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)+len(payload)), h, payload), nil
 }
 
@@ -596,6 +609,10 @@ func weight(key string, stored []byte) uint32 {
 // misses (see Stats) and are not returned.
 func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() && (it.t == nil || c.local.Now() < it.t.expires) {
+		if c.copy != nil && !it.absent {
+			v, err = c.copy(it.v)
+			return v, err == nil, err
+		}
 		return it.v, !it.absent, nil
 	}
 	if err := c.check(ctx, key); err != nil {
@@ -609,7 +626,8 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 	if !ok {
 		return v, false, nil
 	}
-	return it.v, true, nil
+	v, err = c.out(it.v, nil)
+	return v, err == nil, err
 }
 
 // Set stores v under key in both tiers and tells other instances. After
@@ -621,6 +639,9 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	}
 	e, err := c.o.entry(&c.def, opts)
 	if err != nil {
+		return err
+	}
+	if v, err = c.out(v, nil); err != nil {
 		return err
 	}
 	return c.set(ctx, key, v, &e)
@@ -649,7 +670,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 		c.local.Delete(key)
 		return nil
 	}
-	if !c.storeLocal(key, tagged(item[V]{v: v}, e.tags), weight(key, b), localTTL, tok, e) {
+	if !c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.weigh(key, b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	return nil
@@ -808,7 +829,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	}
 	var life time.Duration
 	it, life = c.stamp(it, min(ttl, c.def.localTTL), &c.def)
-	if c.local.Replace(key, it, weight(key, b), life) {
+	if c.local.Replace(key, it, c.weigh(key, b), life) {
 		c.n.swapped.Add(1)
 	}
 	if !c.fence.valid(tok) {

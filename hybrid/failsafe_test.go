@@ -205,3 +205,27 @@ func TestEagerRefresh(t *testing.T) {
 		}
 	})
 }
+
+// A batch read does not serve a value past its lifetime that L1 keeps for
+// fail-safe: it loads anew.
+func TestBatchSkipsExpiredFailSafeEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		c := newTestCache[string](t, failSafeOptions(s))
+		ctx := context.Background()
+		if err := c.Set(ctx, "k", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(11 * time.Second)
+		load := func(context.Context, []string) (map[string]string, error) {
+			return map[string]string{"k": "v2"}, nil
+		}
+		m, err := c.GetOrCreateMany(ctx, []string{"k"}, load)
+		if err != nil || m["k"] != "v2" {
+			t.Errorf("GetOrCreateMany: got %v %v, want the new v2", m, err)
+		}
+		if m, _ := c.GetMany(ctx, []string{"k"}); m["k"] != "v2" {
+			t.Errorf("GetMany: got %v, want v2", m)
+		}
+	})
+}

@@ -69,6 +69,18 @@ type Options struct {
 	// ErrValueTooLarge. Default: 1 MiB.
 	MaxValueBytes int
 
+	// CopyOnRead gives every caller its own copy of a value, for mutable
+	// types: made by the value's Clone method if V has one (Clone() V),
+	// else by a round trip through Codec. Set stores a copy too. Default:
+	// false, values are shared and callers must not modify them.
+	CopyOnRead bool
+
+	// CompressAbove turns compression on: an encoded value of at least this
+	// many bytes is stored S2-compressed in the shared tier when that makes
+	// it shorter (flagged in its envelope; MaxValueBytes still bounds the
+	// value before compression and when inflating). Default: 0, off.
+	CompressAbove int
+
 	// LoadTimeout bounds one shared fill: the shared-tier read and the load
 	// function. The load's ctx is cancelled when it passes. It is not tied to
 	// any caller's ctx: a caller leaving never cancels the fill for the
@@ -165,6 +177,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LocalMaxBytes < 0 {
 		return o, fmt.Errorf("hybrid: Options.LocalMaxBytes is negative (%d)", o.LocalMaxBytes)
+	}
+	if o.CompressAbove < 0 {
+		return o, fmt.Errorf("hybrid: Options.CompressAbove is negative (%d)", o.CompressAbove)
 	}
 	if o.MaxValueBytes < 0 {
 		return o, fmt.Errorf("hybrid: Options.MaxValueBytes is negative (%d)", o.MaxValueBytes)
