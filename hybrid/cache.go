@@ -59,9 +59,9 @@ const entryOverhead = 64
 // with New and release it with Close.
 type Cache[V any] struct {
 	o      Options
-	def    entry  // the entry of a call without options
+	def    entry              // the entry of a call without options
 	copy   func(V) (V, error) // copies values for callers; nil: shared
-	prefix string // Namespace + ":"
+	prefix string             // Namespace + ":"
 	local  *l1.Cache[item[V]]
 	remote Remote
 	ann    Announcer // remote as Announcer, when it is one and a Bus is set
