@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// newTestServer serves a service over an embedded Redis until the test
+// ends.
+func newTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := newService(rdb, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// get returns the body of path, failing the test unless the status is
+// want.
+func get(t *testing.T, srv *httptest.Server, path string, want int) string {
+	t.Helper()
+	resp, err := srv.Client().Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != want {
+		t.Fatalf("GET %s: status %d, want %d; body %q", path, resp.StatusCode, want, body)
+	}
+	return string(body)
+}
+
+func TestProductsAndMetrics(t *testing.T) {
+	srv := newTestServer(t)
+	const reads = 5
+	for i := range reads {
+		var p Product
+		if err := json.Unmarshal([]byte(get(t, srv, "/products/7", http.StatusOK)), &p); err != nil {
+			t.Fatal(err)
+		}
+		if want := (Product{ID: "7", Name: "Widget 7", Price: 9.99}); p != want {
+			t.Fatalf("read %d: got %+v, want %+v", i, p, want)
+		}
+	}
+	for range 2 {
+		get(t, srv, "/products/5000", http.StatusNotFound)
+	}
+
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(get(t, srv, "/metrics", http.StatusOK)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		family string
+		labels map[string]string
+		want   float64
+	}{
+		// Product 7: one miss, then L1 hits; product 5000: a miss that loads
+		// and is remembered, then an L1 hit.
+		{"hybridcache_hits_total", map[string]string{"tier": "l1"}, reads - 1 + 1},
+		{"hybridcache_hits_total", map[string]string{"tier": "l2"}, 0},
+		{"hybridcache_misses_total", map[string]string{"tier": "l1"}, 2},
+		{"hybridcache_loads_total", nil, 2},
+		{"hybridcache_load_errors_total", nil, 0},
+		{"hybridcache_operation_duration_seconds", map[string]string{"op": "load", "outcome": "ok"}, 1},
+		{"hybridcache_operation_duration_seconds", map[string]string{"op": "load", "outcome": "not_found"}, 1},
+	} {
+		labels := map[string]string{"hybridcache_namespace": namespace}
+		for k, v := range tc.labels {
+			labels[k] = v
+		}
+		got, ok := value(families[tc.family], labels)
+		if !ok {
+			t.Errorf("/metrics has no %s%v", tc.family, labels)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s%v = %v, want %v", tc.family, labels, got, tc.want)
+		}
+	}
+
+	index := get(t, srv, "/", http.StatusOK)
+	if want := "hit ratio    71.4%"; !strings.Contains(index, want) { // 5 of 7
+		t.Errorf("GET / = %q, want it to contain %q", index, want)
+	}
+}
+
+func TestNotFound(t *testing.T) {
+	srv := newTestServer(t)
+	for _, path := range []string{"/products/abc", "/products/0", "/products/007", "/products/1001", "/nothing"} {
+		get(t, srv, path, http.StatusNotFound)
+	}
+	// Only 1001 looks like an id: the others never reach the cache.
+	if index, want := get(t, srv, "/", http.StatusOK), "requests     1\n"; !strings.Contains(index, want) {
+		t.Errorf("GET / = %q, want it to contain %q", index, want)
+	}
+}
+
+// value returns the value of the metric of f whose labels are exactly
+// labels: a counter's or gauge's value, a histogram's count.
+func value(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	for _, m := range f.GetMetric() {
+		if len(m.GetLabel()) != len(labels) {
+			continue
+		}
+		match := true
+		for _, l := range m.GetLabel() {
+			if labels[l.GetName()] != l.GetValue() {
+				match = false
+			}
+		}
+		if !match {
+			continue
+		}
+		switch f.GetType() {
+		case dto.MetricType_COUNTER:
+			return m.GetCounter().GetValue(), true
+		case dto.MetricType_GAUGE:
+			return m.GetGauge().GetValue(), true
+		case dto.MetricType_HISTOGRAM:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}

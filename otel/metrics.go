@@ -1,0 +1,188 @@
+package hybridotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+)
+
+// StatsSource is a cache whose counters RegisterMetrics reports, such as a
+// *hybrid.Cache[V] of any V.
+type StatsSource interface {
+	Stats() hybrid.Stats
+}
+
+// The attribute keys of the metrics.
+const (
+	keyNamespace = "hybridcache.namespace"
+	keyTier      = "tier"
+	keyKind      = "kind"
+	keyReason    = "reason"
+	keyResult    = "result"
+)
+
+// RegisterMetrics creates on meter the instruments listed in the package
+// comment and registers one callback that reads the Stats of every cache
+// in caches at each collection. Unregister the returned Registration to
+// stop reporting; a cache closed before that reports its last counts.
+//
+// NOTE: call it once per Meter with all the caches: two registrations of
+// caches of one namespace would each report that namespace's series.
+func RegisterMetrics(meter metric.Meter, caches ...StatsSource) (metric.Registration, error) {
+	if meter == nil {
+		return nil, errors.New("hybridotel: RegisterMetrics: nil meter")
+	}
+	if len(caches) == 0 {
+		return nil, errors.New("hybridotel: RegisterMetrics: no cache")
+	}
+	if i := slices.Index(caches, nil); i >= 0 {
+		return nil, fmt.Errorf("hybridotel: RegisterMetrics: cache %d is nil", i)
+	}
+	caches = slices.Clone(caches)
+
+	type observed struct {
+		inst   metric.Int64Observable
+		series []series
+	}
+	var all []observed
+	var insts []metric.Observable
+	for _, in := range catalogue() {
+		unit, desc := metric.WithUnit(in.unit), metric.WithDescription(in.desc)
+		var inst metric.Int64Observable
+		var err error
+		if in.gauge {
+			inst, err = meter.Int64ObservableGauge("hybridcache."+in.name, unit, desc)
+		} else {
+			inst, err = meter.Int64ObservableCounter("hybridcache."+in.name, unit, desc)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("hybridotel: instrument hybridcache.%s: %w", in.name, err)
+		}
+		all = append(all, observed{inst, in.series})
+		insts = append(insts, inst)
+	}
+
+	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		stats := make([]hybrid.Stats, len(caches))
+		for i, c := range caches {
+			stats[i] = c.Stats()
+		}
+		for i := range stats {
+			ns := stats[i].Namespace
+			if slices.ContainsFunc(stats[:i], func(s hybrid.Stats) bool { return s.Namespace == ns }) {
+				continue // added up with the first cache of ns
+			}
+			nsAttr := attribute.String(keyNamespace, ns)
+			for _, ob := range all {
+				for _, se := range ob.series {
+					var v uint64
+					for j := i; j < len(stats); j++ {
+						if stats[j].Namespace == ns {
+							v += se.value(&stats[j])
+						}
+					}
+					o.ObserveInt64(ob.inst, int64(min(v, math.MaxInt64)), metric.WithAttributes(append(slices.Clip(se.attrs), nsAttr)...))
+				}
+			}
+		}
+		return nil
+	}, insts...)
+	if err != nil {
+		return nil, fmt.Errorf("hybridotel: register callback: %w", err)
+	}
+	return reg, nil
+}
+
+// instrument describes one instrument and where its values come from.
+type instrument struct {
+	name, unit, desc string
+	gauge            bool
+	series           []series
+}
+
+// series is one attribute set of an instrument (besides the namespace) and
+// the Stats field it reports.
+type series struct {
+	attrs []attribute.KeyValue
+	value func(*hybrid.Stats) uint64
+}
+
+// only is the single series of an instrument without attributes.
+func only(value func(*hybrid.Stats) uint64) []series {
+	return []series{{value: value}}
+}
+
+// by is a series with the attribute key=val.
+func by(key, val string, value func(*hybrid.Stats) uint64) series {
+	return series{attrs: []attribute.KeyValue{attribute.String(key, val)}, value: value}
+}
+
+// catalogue lists the instruments of RegisterMetrics, as in the package
+// comment.
+func catalogue() []instrument {
+	return []instrument{
+		{name: "hits", unit: "{hit}", desc: "Lookups answered from a tier.", series: []series{
+			by(keyTier, "l1", func(s *hybrid.Stats) uint64 { return s.L1Hits }),
+			by(keyTier, "l2", func(s *hybrid.Stats) uint64 { return s.L2Hits }),
+		}},
+		{name: "misses", unit: "{miss}", desc: "Lookups a tier could not answer.", series: []series{
+			by(keyTier, "l1", func(s *hybrid.Stats) uint64 { return s.L1Misses }),
+			by(keyTier, "l2", func(s *hybrid.Stats) uint64 { return s.L2Misses }),
+		}},
+		{name: "loads", unit: "{load}", desc: "Calls of load functions.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Loads })},
+		{name: "load.errors", unit: "{error}", desc: "Load calls that failed or panicked.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.LoadErrors })},
+		{name: "load.soft_timeouts", unit: "{load}", desc: "Loads that passed SoftTimeout while a stale value was served.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.SoftTimeouts })},
+		{name: "refreshes", unit: "{refresh}", desc: "Eager refreshes started.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Refreshes })},
+		{name: "errors", unit: "{error}", desc: "Errors the cache absorbed, by kind.", series: []series{
+			by(keyKind, "l2", func(s *hybrid.Stats) uint64 { return s.L2Errors }),
+			by(keyKind, "decode", func(s *hybrid.Stats) uint64 { return s.DecodeErrors }),
+			by(keyKind, "encode", func(s *hybrid.Stats) uint64 { return s.EncodeErrors }),
+			by(keyKind, "oversized", func(s *hybrid.Stats) uint64 { return s.Oversized }),
+			by(keyKind, "publish", func(s *hybrid.Stats) uint64 { return s.PublishErrors }),
+		}},
+		{name: "stale.served", unit: "{value}", desc: "Stale values served by fail-safe or after a soft timeout.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.StaleServed })},
+		{name: "fills.discarded", unit: "{fill}", desc: "Fills not stored in L1 because the key changed meanwhile.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.FillsDiscarded })},
+		{name: "l1.entries", unit: "{entry}", desc: "Entries in L1 (approximate).", gauge: true,
+			series: only(func(s *hybrid.Stats) uint64 { return uint64(max(s.L1Entries, 0)) })},
+		{name: "l1.size", unit: "By", desc: "Weight of L1: encoded values, keys and overhead (approximate).", gauge: true,
+			series: only(func(s *hybrid.Stats) uint64 { return s.L1Bytes })},
+		{name: "l1.evictions", unit: "{entry}", desc: "L1 entries evicted by the size bound or by their lifetime.", series: []series{
+			by(keyReason, "size", func(s *hybrid.Stats) uint64 { return s.L1Evictions }),
+			by(keyReason, "expired", func(s *hybrid.Stats) uint64 { return s.L1Expirations }),
+		}},
+		{name: "l2.skipped", unit: "{call}", desc: "Shared-tier calls not made because the breaker was open.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.L2Skipped })},
+		{name: "l2.write.retries", unit: "{retry}", desc: "Background shared-tier writes tried again.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.WriteRetries })},
+		{name: "l2.writes.dropped", unit: "{write}", desc: "Background shared-tier writes given up (value kept in L1).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.WritesDropped })},
+		{name: "breaker.opens", unit: "{open}", desc: "Times the circuit breaker opened.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.BreakerOpens })},
+		{name: "invalidations.sent", unit: "{message}", desc: "Invalidation messages sent.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Published })},
+		{name: "invalidations.received", unit: "{message}", desc: "Invalidation messages received, by what became of them.", series: []series{
+			by(keyResult, "applied", func(s *hybrid.Stats) uint64 { return s.Received }),
+			by(keyResult, "own", func(s *hybrid.Stats) uint64 { return s.OwnIgnored }),
+			by(keyResult, "invalid", func(s *hybrid.Stats) uint64 { return s.Invalid }),
+		}},
+		{name: "invalidations.unauthentic", unit: "{message}", desc: "Applied messages whose signature did not verify (keys only dropped).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Unauthentic })},
+		{name: "invalidations.swapped", unit: "{entry}", desc: "L1 entries replaced by a value carried in a message.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Swapped })},
+		{name: "bus.losses", unit: "{loss}", desc: "Times the bus reported possible message loss (L1 flushed).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.BusLosses })},
+	}
+}
