@@ -56,7 +56,38 @@
 // the load. EagerRefresh reloads an entry in the background once it has
 // lived that fraction of its L1 lifetime, so hot keys never go cold.
 // NegativeTTL remembers "not found" (a load error wrapping ErrNotFound).
-// TTLJitter spreads the expiry of entries written together.
+// TTLJitter spreads the expiry of entries written together. Every one of
+// them can also be set, or turned off, for one call with an EntryOption
+// (WithFailSafe, WithFailSafeThrottle, WithSoftTimeout, WithLoadTimeout,
+// WithEagerRefresh, WithNegativeTTL, WithTTLJitter); those that shape a
+// stored value apply to the values that call writes.
+//
+// # Tags
+//
+// WithTags tags the values a call writes; DeleteByTag(tag) removes them
+// from every instance and from the shared tier's point of view. It writes
+// one tag record (the time of the delete) and sends one message, instead
+// of finding the tagged keys: a value read from the shared tier whose tag
+// was deleted after it was written is a miss. Each instance drops tagged
+// L1 entries when the message arrives, and keeps what it knows of tag
+// records current through the bus (reading a record the first time it
+// meets the tag, and again after the bus reports a loss). A hit in L1
+// checks nothing: tagged entries are removed from L1, not filtered on read.
+//
+// # Compression
+//
+// With Options.CompressAbove, values whose encoding is at least that long
+// are stored S2-compressed when that makes them shorter, flagged in their
+// envelope; compressed and plain values coexist, and a decompression is
+// bounded by MaxValueBytes before it allocates.
+//
+// # Telemetry
+//
+// Stats returns every counter. Options.Events has hooks for evictions,
+// invalidations received, shared-tier errors and stale serves;
+// Options.Tracer gets a span around every load and shared-tier call. The
+// module github.com/hybridcache/hybridcache/otel exports both to
+// OpenTelemetry.
 //
 // # Fills never write back an outdated value
 //
@@ -71,5 +102,8 @@
 //
 // NOTE: L1 holds values as they are, and every hit returns the same value.
 // Do not modify a value (or what its pointers, slices or maps reach) after
-// Set or after receiving it from the cache.
+// Set or after receiving it from the cache. For mutable types, set
+// Options.CopyOnRead: every caller then gets its own copy (by V's Clone
+// method if it has one, else through the Codec) and Set stores a copy; a
+// hit then costs that copy.
 package hybrid
