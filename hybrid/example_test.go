@@ -141,3 +141,60 @@ func Example_invalidation() {
 	// b sees 120
 	// swapped: 1 shared-tier reads: 1
 }
+
+// Values written with a tag are deleted together, on every instance, by
+// one DeleteByTag.
+func ExampleCache_DeleteByTag() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	o := hybrid.Options{Namespace: "products", Remote: remote, Bus: bus}
+	a, err := hybrid.New[string](o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer a.Close()
+	b, err := hybrid.New[string](o)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	ctx := context.Background()
+	_ = a.Set(ctx, "p1", "chair", hybrid.WithTags("shop:7"))
+	_ = a.Set(ctx, "p2", "table", hybrid.WithTags("shop:7"))
+	_ = a.Set(ctx, "p3", "lamp", hybrid.WithTags("shop:9"))
+	found, _ := b.GetMany(ctx, []string{"p1", "p2", "p3"})
+	fmt.Println("b holds", len(found))
+
+	_ = a.DeleteByTag(ctx, "shop:7")
+	_ = bus.Flush(ctx) // wait until b has applied a's message
+	found, _ = b.GetMany(ctx, []string{"p1", "p2", "p3"})
+	fmt.Println("b holds", len(found), found["p3"])
+	// Output:
+	// b holds 3
+	// b holds 1 lamp
+}
+
+// A call can turn fail-safe on for itself: a value it wrote is served
+// stale when its load later fails.
+func ExampleWithFailSafe() {
+	c, err := hybrid.New[string](hybrid.Options{TTL: 50 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	failSafe := hybrid.WithFailSafe(time.Hour)
+
+	v, _ := c.GetOrCreate(ctx, "rate", func(context.Context, string) (string, error) { return "1.08", nil }, failSafe)
+	fmt.Println(v)
+	time.Sleep(100 * time.Millisecond) // the value's lifetime passes
+	v, err = c.GetOrCreate(ctx, "rate", func(context.Context, string) (string, error) {
+		return "", errors.New("rates service down")
+	}, failSafe)
+	fmt.Println(v, err, c.Stats().StaleServed)
+	// Output:
+	// 1.08
+	// 1.08 <nil> 1
+}
