@@ -337,15 +337,23 @@ func (c *Cache[V]) notStored(key string, err error) {
 // its cancellation, ended by Close and by timeout (the load timeout; 0:
 // none).
 func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(caller))
-	stop := context.AfterFunc(c.stop, cancel)
+	ctx := context.Context(fillCtx{Context: c.stop, values: caller})
 	if timeout > 0 {
-		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithTimeout(ctx, timeout)
-		return ctx, func() { cancelT(); stop(); cancel() }
+		return context.WithTimeout(ctx, timeout)
 	}
-	return ctx, func() { stop(); cancel() }
+	return ctx, func() {}
 }
+
+// fillCtx is done when the cache closes (its embedded Context is the
+// cache's stop) and has the values of the caller that started the fill.
+// It costs one allocation where WithoutCancel, WithCancel and AfterFunc
+// together cost six.
+type fillCtx struct {
+	context.Context
+	values context.Context
+}
+
+func (f fillCtx) Value(key any) any { return f.values.Value(key) }
 
 // runLoad calls load, turning a panic into an error.
 func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error)) (v V, err error) {
