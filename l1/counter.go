@@ -14,15 +14,30 @@ type counter struct {
 	}
 }
 
-const counterStripes = 8
+const (
+	counterStripes = 8
+	stripeBits     = 3 // log2(counterStripes)
+)
 
-// add picks a stripe from the address of a local variable: goroutines have
-// separate stacks, so concurrent callers tend to pick different stripes,
-// at the cost of a shift instead of a random number.
-func (c *counter) add() {
+// count adds one to n, on the stripe of the calling goroutine.
+//
+// The stripe comes from the address of a local variable: goroutines have
+// separate stacks, so concurrent callers tend to pick different stripes, at
+// the cost of a multiplication instead of a random number. The bits below
+// 2 KiB, the smallest stack, depend on the call depth rather than on the
+// goroutine and are dropped; neighbouring small stacks differ only in the
+// bits just above, so these are mixed into the top bits, which pick the
+// stripe. (Taking bits 13-15 as they are put up to four 2 KiB stacks, such
+// as those of goroutines started together, on one stripe.)
+//
+// count is a method of the generic Cache, not of counter, so that it is
+// inlined into Get wherever Get is instantiated: the compiler does not
+// inline this package's plain functions into a Get instantiated from
+// generic code in another package, such as the hybrid cache.
+func (c *Cache[V]) count(n *counter) {
 	var local byte
-	i := (uintptr(unsafe.Pointer(&local)) >> 13) % counterStripes
-	c.stripes[i].n.Add(1)
+	h := uint64(uintptr(unsafe.Pointer(&local))>>11) * 0x9e3779b97f4a7c15
+	n.stripes[h>>(64-stripeBits)].n.Add(1)
 }
 
 func (c *counter) load() uint64 {

@@ -162,3 +162,23 @@ func TestConcurrentHitsCounted(t *testing.T) {
 		t.Errorf("Hits: got %d, want 8000", got)
 	}
 }
+
+func TestDeleteIf(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	for _, k := range []string{"a1", "a2", "b1", "b2", "b3"} {
+		c.Set(k, k[:1], 10, time.Minute)
+	}
+	if n := c.DeleteIf(func(_ string, v string) bool { return v == "b" }); n != 3 {
+		t.Errorf("DeleteIf deleted %d, want 3", n)
+	}
+	for _, k := range []string{"a1", "a2"} {
+		if _, ok := c.Get(k); !ok {
+			t.Errorf("%s: gone, want kept", k)
+		}
+	}
+	for _, k := range []string{"b1", "b2", "b3"} {
+		if _, ok := c.Get(k); ok {
+			t.Errorf("%s: kept, want deleted", k)
+		}
+	}
+}

@@ -10,7 +10,7 @@ import "github.com/maypok86/otter/v2"
 func (c *Cache[V]) DeleteIf(match func(key string, v V) bool) int {
 	n := 0
 	for key := range c.c.Keys() {
-		c.c.ComputeIfPresent(key, func(old slot[V]) (slot[V], otter.ComputeOp) {
+		c.c.ComputeIfPresent(key, func(old *cell[V]) (*cell[V], otter.ComputeOp) {
 			if match(key, old.v) {
 				n++
 				return old, otter.InvalidateOp
