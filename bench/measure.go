@@ -149,8 +149,11 @@ func bytesOf(s opStats) float64  { return s.bytes }
 func allocsOf(s opStats) float64 { return s.allocs }
 
 // ratio is row r's p50 over its baseline's, run by run.
-func (rs *rows) ratio(r *row) spread {
-	b := rs.get(r.baseline)
+func (rs *rows) ratio(r *row) spread { return rs.ratioTo(r, r.baseline) }
+
+// ratioTo is ratio against the row named base instead of r's baseline.
+func (rs *rows) ratioTo(r *row, base string) spread {
+	b := rs.get(base)
 	if b == nil || r.na != "" || b.na != "" {
 		return spread{}
 	}
