@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -37,43 +38,47 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	if err != nil {
 		return nil, err
 	}
-	out, misses, badKey := c.localMany(keys)
+	out, misses, badKey := c.localMany(keys, false)
 	if len(misses) == 0 {
 		return out, badKey
 	}
-	type waiting struct {
-		key  string
-		call *flight.Call[V]
-	}
-	waits := make([]waiting, 0, len(misses))
-	var lead []string
-	var leadCalls []*flight.Call[V]
-	for _, key := range misses {
-		call, leader := c.flights.Join(key)
-		if leader {
-			lead = append(lead, key)
-			leadCalls = append(leadCalls, call)
-		}
-		waits = append(waits, waiting{key, call})
-	}
+	// One lock for the whole page. A key repeated in keys joins the call
+	// its first appearance leads, so it is read and loaded once.
+	calls := make([]*flight.Call[V], len(misses))
+	lead := c.flights.JoinMany(misses, calls, make([]int, 0, len(misses)))
 	if len(lead) > 0 {
-		if !c.run(func() { c.fillMany(ctx, lead, leadCalls, load, e) }) {
+		leadKeys, leadCalls := misses, calls
+		if len(lead) < len(misses) {
+			leadKeys, leadCalls = make([]string, len(lead)), make([]*flight.Call[V], len(lead))
+			for j, i := range lead {
+				leadKeys[j], leadCalls[j] = misses[i], calls[i]
+			}
+		}
+		if !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e) }) {
 			var zero V
-			for i, key := range lead {
+			for i, key := range leadKeys {
 				c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
+			}
+			if out == nil {
+				out = make(map[string]V)
 			}
 			return out, ErrClosed
 		}
+	}
+	if out == nil {
+		// Made here rather than in localMany, so that for a cold page it
+		// is made while the fill reads the shared tier.
+		out = make(map[string]V, len(keys))
 	}
 	var errs []error
 	if badKey != nil {
 		errs = append(errs, badKey)
 	}
-	for _, w := range waits {
-		v, err := w.call.Wait(ctx)
+	for i, call := range calls {
+		v, err := call.Wait(ctx)
 		switch {
 		case err == nil:
-			out[w.key] = v
+			out[misses[i]] = v
 		case errors.Is(err, ErrNotFound):
 		case ctx.Err() != nil:
 			return out, ctx.Err()
@@ -95,8 +100,11 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
-	out, misses, badKey := c.localMany(keys)
+	out, misses, badKey := c.localMany(keys, true)
 	if len(misses) > 0 {
+		if out == nil {
+			out = make(map[string]V, len(keys))
+		}
 		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
 		for i, key := range misses {
 			if vals[i].ok && !vals[i].it.absent {
@@ -110,12 +118,13 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 	return out, badKey
 }
 
-// localMany answers what it can from L1 and returns the distinct non-empty
-// keys it could not, and an error if some key was empty.
-func (c *Cache[V]) localMany(keys []string) (out map[string]V, misses []string, badKey error) {
-	out = make(map[string]V, len(keys))
+// localMany answers what it can from L1 and returns the non-empty keys it
+// could not, and an error if some key was empty. With distinct, a key
+// repeated in keys is returned once. out is nil when L1 held none of keys
+// and some are to be read.
+func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, misses []string, badKey error) {
 	var seen map[string]struct{}
-	for _, key := range keys {
+	for i, key := range keys {
 		if key == "" {
 			badKey = fmt.Errorf("hybrid: batch: %w", ErrEmptyKey)
 			continue
@@ -124,18 +133,29 @@ func (c *Cache[V]) localMany(keys []string) (out map[string]V, misses []string, 
 		// anew and do not fall back on it.
 		if it, ok := c.local.Get(key); ok && (it.t == nil || c.local.Now() < it.t.expires) {
 			if !it.absent {
+				if out == nil {
+					out = make(map[string]V, len(keys))
+				}
 				out[key] = it.v
 			}
 			continue
 		}
-		if seen == nil {
-			seen = make(map[string]struct{})
+		if misses == nil {
+			misses = make([]string, 0, len(keys)-i)
 		}
-		if _, dup := seen[key]; dup {
-			continue
+		if distinct {
+			if seen == nil {
+				seen = make(map[string]struct{}, len(keys)-i)
+			}
+			if _, dup := seen[key]; dup {
+				continue
+			}
+			seen[key] = struct{}{}
 		}
-		seen[key] = struct{}{}
 		misses = append(misses, key)
+	}
+	if out == nil && len(misses) == 0 {
+		out = make(map[string]V)
 	}
 	return out, misses, badKey
 }
@@ -153,6 +173,27 @@ func (c *Cache[V]) tokens(keys []string) []token {
 		toks[i] = c.fence.token(key)
 	}
 	return toks
+}
+
+// prefixed returns keys with the namespace prefix, in one allocation.
+func (c *Cache[V]) prefixed(keys []string) []string {
+	n := len(c.prefix) * len(keys)
+	for _, key := range keys {
+		n += len(key)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for _, key := range keys {
+		sb.WriteString(c.prefix)
+		sb.WriteString(key)
+	}
+	all := sb.String()
+	full := make([]string, len(keys))
+	for i, key := range keys {
+		n = len(c.prefix) + len(key)
+		full[i], all = all[:n], all[n:]
+	}
+	return full
 }
 
 type found[V any] struct {
@@ -184,16 +225,12 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		}
 		return res, replace
 	}
-	nkeys := make([]string, len(keys))
-	for i, key := range keys {
-		nkeys[i] = c.prefix + key
-	}
 	if !c.br.allow() {
 		c.n.l2Skipped.Add(1)
 		return res, nil
 	}
 	sctx, end := c.span(ctx, "get_many", "")
-	vals, err := br.GetMany(sctx, nkeys)
+	vals, err := br.GetMany(sctx, c.prefixed(keys))
 	end(err)
 	c.br.record(ctx, err)
 	if err == nil && len(vals) != len(keys) {
@@ -210,10 +247,9 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		it, st := c.takeRemote(ctx, keys[i], b, toks[i], e)
-		switch st {
+		switch c.takeRemoteInto(ctx, &res[i].it, keys[i], b, toks[i], e) {
 		case readHit:
-			res[i] = found[V]{it, true}
+			res[i].ok = true
 		case readCorrupt, readStale, readDeleted:
 			if replace == nil {
 				replace = make(map[string][]byte)
@@ -228,9 +264,11 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 // one load for what it did not hold, one write back.
 func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry) {
 	finished := make([]bool, len(keys))
-	finish := func(i int, v V, err error) {
-		finished[i] = true
-		c.flights.Finish(keys[i], calls[i], v, err)
+	finish := func(idx []int, result func(i int) (V, error)) {
+		for _, i := range idx {
+			finished[i] = true
+		}
+		c.flights.FinishMany(keys, calls, idx, result)
 	}
 	// A load that calls runtime.Goexit skips everything but deferred calls:
 	// its waiters must still get an answer.
@@ -248,63 +286,76 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	toks := c.tokens(keys)
 	vals, replace := c.readRemoteMany(ctx, keys, toks, &e)
 	var zero V
-	var missing []string
+	// result is key i's answer once vals[i].it holds it.
+	result := func(i int) (V, error) {
+		if vals[i].it.absent {
+			return zero, ErrNotFound
+		}
+		return vals[i].it.v, nil
+	}
+	hits := make([]int, 0, len(keys))
 	var missIdx []int
-	for i, key := range keys {
-		switch {
-		case vals[i].ok && vals[i].it.absent:
-			finish(i, zero, ErrNotFound)
-		case vals[i].ok:
-			finish(i, vals[i].it.v, nil)
-		default:
-			missing = append(missing, key)
+	for i := range keys {
+		if vals[i].ok {
+			hits = append(hits, i)
+		} else {
 			missIdx = append(missIdx, i)
 		}
 	}
-	if len(missing) == 0 {
+	finish(hits, result)
+	if len(missIdx) == 0 {
 		return
 	}
-	loaded, err := c.runLoadMany(ctx, missing, load)
-	if err != nil {
-		for _, i := range missIdx {
-			finish(i, zero, err)
-		}
+	missing := make([]string, len(missIdx))
+	for j, i := range missIdx {
+		missing[j] = keys[i]
+	}
+	loaded, loadErr := c.runLoadMany(ctx, missing, load)
+	if loadErr != nil {
+		finish(missIdx, func(int) (V, error) { return zero, loadErr })
 		return
 	}
-	var w batchWrite
+	type write struct {
+		i    int
+		b    []byte
+		life time.Duration
+	}
+	writes := make([]write, 0, len(missIdx))
 	for _, i := range missIdx {
 		key := keys[i]
 		ttl, localTTL := c.lifetimes(&e)
 		v, ok := loaded[key]
-		var it item[V]
 		var b []byte
 		switch {
 		case !ok && e.negativeTTL > 0:
-			it.absent = true
+			vals[i].it = item[V]{absent: true}
 			ttl, localTTL = e.negativeTTL, min(e.negativeTTL, localTTL)
 			b = c.encodeAbsent(ttl, e.tags)
 		case !ok:
-			finish(i, zero, ErrNotFound)
+			vals[i].it = item[V]{absent: true} // not found, and not remembered
 			continue
 		default:
-			it.v = v
+			vals[i].it = item[V]{v: v}
+			var err error
 			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
 				c.notStored(key, err)
-				finish(i, v, nil)
 				continue
 			}
 		}
-		c.storeLocal(key, tagged(it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
-		if it.absent {
-			finish(i, zero, ErrNotFound)
-		} else {
-			finish(i, v, nil)
-		}
+		c.storeLocal(key, tagged(vals[i].it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
+		writes = append(writes, write{i, b, e.physical(ttl)})
+	}
+	// L1 first, so that no caller arriving after finish loads again; then
+	// the waiters; then the shared tier.
+	finish(missIdx, result)
+	var w batchWrite
+	for _, wr := range writes {
+		key := keys[wr.i]
 		if old, ok := replace[key]; ok {
-			c.storeRemote(ctx, key, b, e.physical(ttl), old, toks[i])
+			c.storeRemote(ctx, key, wr.b, wr.life, old, toks[wr.i])
 			continue
 		}
-		w.add(key, b, e.physical(ttl), toks[i])
+		w.add(key, wr.b, wr.life, toks[wr.i])
 	}
 	c.storeRemoteMany(ctx, w)
 }

@@ -420,27 +420,39 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, e *ent
 // takeRemote decodes a value read from the shared tier and stores a live
 // one in L1 as e says if tok is still valid.
 func (c *Cache[V]) takeRemote(ctx context.Context, key string, b []byte, tok token, e *entry) (item[V], readState) {
-	it, ttl, err := c.decode(b, e.timed())
+	var it item[V]
+	st := c.takeRemoteInto(ctx, &it, key, b, tok, e)
+	return it, st
+}
+
+// takeRemoteInto is takeRemote decoding into *it, which must be the zero
+// item: a batch decodes into a slice it allocated once, where the item of
+// takeRemote escapes to the heap, one allocation per key. After a
+// readDeleted or readCorrupt, *it is the zero item again.
+func (c *Cache[V]) takeRemoteInto(ctx context.Context, it *item[V], key string, b []byte, tok token, e *entry) readState {
+	ttl, err := c.decodeInto(it, b, e.timed())
 	if err == nil && it.t != nil && len(it.t.tags) > 0 && c.tagDeleted(ctx, it.t.tags, it.t.written) {
 		err = errTombstone // deleted by DeleteByTag
 	}
 	if errors.Is(err, errTombstone) {
 		c.n.l2Misses.Add(1)
-		return item[V]{}, readDeleted
+		*it = item[V]{}
+		return readDeleted
 	}
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		c.n.l2Misses.Add(1)
 		c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", key, "err", err)
-		return item[V]{}, readCorrupt
+		*it = item[V]{}
+		return readCorrupt
 	}
 	if ttl <= 0 {
 		c.n.l2Misses.Add(1)
-		return it, readStale
+		return readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
-	return it, readHit
+	c.storeLocal(key, *it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
+	return readHit
 }
 
 // errTombstone is decode's answer for a tombstone: a miss, not corruption.
@@ -450,12 +462,22 @@ var errTombstone = errors.New("hybrid: deleted")
 // with timed, the item's timing holds when it was written and went stale.
 func (c *Cache[V]) decode(b []byte, timed bool) (item[V], time.Duration, error) {
 	var it item[V]
+	ttl, err := c.decodeInto(&it, b, timed)
+	if err != nil {
+		return item[V]{}, 0, err
+	}
+	return it, ttl, nil
+}
+
+// decodeInto is decode into *it, which must be the zero item. On an error
+// *it may be partly set.
+func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (time.Duration, error) {
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
-		return it, 0, err
+		return 0, err
 	}
 	if h.Codec != c.codec.ID() {
-		return it, 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
+		return 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
 	}
 	// A remaining lifetime <= 0 means the value is stale: kept past its
 	// logical expiry for fail-safe.
@@ -467,24 +489,24 @@ func (c *Cache[V]) decode(b []byte, timed bool) (item[V], time.Duration, error) 
 		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
-		return it, 0, errTombstone
+		return 0, errTombstone
 	}
 	if h.Flags&envelope.FlagAbsent != 0 {
 		if len(payload) != 0 {
-			return it, 0, errors.New("hybrid: absence marker with a payload")
+			return 0, errors.New("hybrid: absence marker with a payload")
 		}
 		it.absent = true
-		return it, ttl, nil
+		return ttl, nil
 	}
 	if h.Flags&envelope.FlagCompressed != 0 {
 		if payload, err = c.decompress(payload); err != nil {
-			return item[V]{}, 0, err
+			return 0, err
 		}
 	}
 	if err := c.codec.Unmarshal(payload, &it.v); err != nil {
-		return item[V]{}, 0, err
+		return 0, err
 	}
-	return it, ttl, nil
+	return ttl, nil
 }
 
 // encodeTombstone returns the envelope a delete leaves behind. Its payload

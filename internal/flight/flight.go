@@ -10,6 +10,7 @@ package flight
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Group holds the fills in progress, by key. The zero value is ready.
@@ -19,8 +20,14 @@ type Group[T any] struct {
 }
 
 // Call is one fill in progress.
+//
+// Its channel is made only when a waiter has to block: a call that ends
+// before anyone waits on it, as most calls of a batch do for the batch's
+// own caller, costs no channel.
 type Call[T any] struct {
-	done chan struct{}
+	done atomic.Bool // set, under mu, once val and err hold the result
+	mu   sync.Mutex
+	wake chan struct{} // made by the first waiter that blocks; closed by Finish
 	val  T
 	err  error
 }
@@ -36,9 +43,36 @@ func (g *Group[T]) Join(key string) (c *Call[T], leader bool) {
 	if g.calls == nil {
 		g.calls = make(map[string]*Call[T])
 	}
-	c = &Call[T]{done: make(chan struct{})}
+	c = new(Call[T])
 	g.calls[key] = c
 	return c, true
+}
+
+// JoinMany is Join for each of keys, under one lock. It sets calls[i] to
+// the call of keys[i] and appends to lead the index of each key it started
+// a call for, which the caller leads and must end exactly once, with
+// Finish or FinishMany. A key that appears twice joins the call of its
+// first appearance. calls must be as long as keys.
+func (g *Group[T]) JoinMany(keys []string, calls []*Call[T], lead []int) []int {
+	// One allocation for the batch's calls: they are freed together, when
+	// nobody holds any of them.
+	slab := make([]Call[T], len(keys))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.calls == nil {
+		g.calls = make(map[string]*Call[T], len(keys))
+	}
+	for i, key := range keys {
+		c, ok := g.calls[key]
+		if !ok {
+			c = &slab[0]
+			slab = slab[1:]
+			g.calls[key] = c
+			lead = append(lead, i)
+		}
+		calls[i] = c
+	}
+	return lead
 }
 
 // Finish ends c, the call for key, with its result and wakes its waiters.
@@ -49,8 +83,50 @@ func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) {
 		delete(g.calls, key)
 	}
 	g.mu.Unlock()
+	if wake := c.settle(key, v, err); wake != nil {
+		close(wake)
+	}
+}
+
+// FinishMany is Finish for each i in idx: it ends calls[i], the call for
+// keys[i], with result(i). It takes g's lock once, and wakes the waiters
+// only once all these calls have their result, so that a caller waiting
+// on several of them is woken once rather than once for each.
+func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result func(i int) (T, error)) {
+	if len(idx) == 0 {
+		return
+	}
+	g.mu.Lock()
+	for _, i := range idx {
+		if g.calls[keys[i]] == calls[i] {
+			delete(g.calls, keys[i])
+		}
+	}
+	g.mu.Unlock()
+	var buf [4]chan struct{}
+	wakes := buf[:0]
+	for _, i := range idx {
+		v, err := result(i)
+		if wake := calls[i].settle(keys[i], v, err); wake != nil {
+			wakes = append(wakes, wake)
+		}
+	}
+	for _, wake := range wakes {
+		close(wake)
+	}
+}
+
+// settle stores c's result and returns the channel to close to wake its
+// waiters, if any is blocked.
+func (c *Call[T]) settle(key string, v T, err error) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done.Load() {
+		panic("flight: call for " + key + " finished twice")
+	}
 	c.val, c.err = v, err
-	close(c.done)
+	c.done.Store(true)
+	return c.wake
 }
 
 // Forget makes later Joins of key start a new call instead of joining the
@@ -72,13 +148,21 @@ func (g *Group[T]) ForgetAll() {
 // Wait returns the call's result, or ctx's error if ctx ends first. A
 // waiter that leaves does not affect the call or the other waiters.
 func (c *Call[T]) Wait(ctx context.Context) (T, error) {
-	select {
-	case <-c.done:
+	if c.done.Load() {
 		return c.val, c.err
-	default:
 	}
+	c.mu.Lock()
+	if c.done.Load() {
+		c.mu.Unlock()
+		return c.val, c.err
+	}
+	if c.wake == nil {
+		c.wake = make(chan struct{})
+	}
+	wake := c.wake
+	c.mu.Unlock()
 	select {
-	case <-c.done:
+	case <-wake:
 		return c.val, c.err
 	case <-ctx.Done():
 		var zero T
