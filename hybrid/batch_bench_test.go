@@ -99,7 +99,7 @@ func storedPages(b *testing.B) pageSet {
 }
 
 // newPageCache returns a msgpack cache of Items on rdb, with an empty L1.
-func newPageCache(rdb *redis.Client, ns string) (*hybrid.Cache[Item], error) {
+func newPageCache(rdb redis.UniversalClient, ns string) (*hybrid.Cache[Item], error) {
 	return hybrid.New[Item](hybrid.Options{
 		Namespace: ns,
 		Remote:    l2.New(rdb, l2.Options{}),
@@ -280,6 +280,105 @@ func BenchmarkRedis_MGetDecodeOtterSet(b *testing.B) {
 				b.Fatal(err)
 			}
 			oc.Set(ps.pages[p%pageCount][i], it)
+		}
+		p++
+	}
+	reportCPU(b, cpu0)
+}
+
+// clusterPages stores pageCount pages of Items on the Redis Cluster of
+// HYBRID_REDIS_CLUSTER (the benchmark skips without one) and returns them
+// with a client of the cluster.
+func clusterPages(b *testing.B) (pageSet, *redis.ClusterClient) {
+	b.Helper()
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.ClusterAddrs(b)})
+	b.Cleanup(func() { rdb.Close() })
+	ps := pageSet{ns: redistest.Prefix(b), pages: make([][]string, pageCount)}
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for p := range ps.pages {
+		ps.pages[p] = make([]string, pageLen)
+		for i := range ps.pages[p] {
+			k := "item:" + strconv.Itoa(p*pageLen+i)
+			ps.pages[p][i] = k
+			if err := c.Set(ctx, k, newItem(p*pageLen+i)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return ps, rdb
+}
+
+// BenchmarkCluster_GetOrCreateManyColdPage is
+// BenchmarkGetOrCreateMany_ColdPage on a 3-master Redis Cluster, where the
+// page's keys live on every node: one MGET per hash slot, sent to the
+// nodes in parallel. Compare with BenchmarkCluster_PipelinedGetDecode.
+func BenchmarkCluster_GetOrCreateManyColdPage(b *testing.B) {
+	ps, rdb := clusterPages(b)
+	ctx := context.Background()
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { c.Close() }()
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	p := 0
+	for b.Loop() {
+		if p%pageCount == 0 && p > 0 {
+			b.StopTimer()
+			c.Close()
+			if c, err = newPageCache(rdb, ps.ns); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
+		if err != nil || len(m) != pageLen {
+			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
+		}
+		p++
+	}
+	reportCPU(b, cpu0)
+}
+
+// BenchmarkCluster_PipelinedGetDecode is the raw baseline on the cluster:
+// MGET cannot span slots there, so the page is 50 GETs in one go-redis
+// pipeline (one round trip per node, in parallel) and a decode of each.
+func BenchmarkCluster_PipelinedGetDecode(b *testing.B) {
+	ps, rdb := clusterPages(b)
+	ctx := context.Background()
+	mp := codec.Msgpack{}
+	b.ReportAllocs()
+	cpu0 := cpuTime(b)
+	p := 0
+	for b.Loop() {
+		page := ps.pages[p%pageCount]
+		cmds := make([]*redis.StringCmd, len(page))
+		pipe := rdb.Pipeline()
+		for i, k := range page {
+			cmds[i] = pipe.Get(ctx, ps.ns+":"+k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		items := make([]Item, len(page))
+		for i, cmd := range cmds {
+			raw, err := cmd.Bytes()
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, payload, err := envelope.Decode(raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := mp.Unmarshal(payload, &items[i]); err != nil {
+				b.Fatal(err)
+			}
 		}
 		p++
 	}
