@@ -140,8 +140,13 @@ func noLoadMany(context.Context, []string) (map[string]Item, error) {
 // read twice by one cache: after pageCount pages the cache is replaced by
 // a new one, untimed.
 func BenchmarkGetOrCreateMany_ColdPage(b *testing.B) {
-	ps := storedPages(b)
-	rdb := srv.Client(b)
+	readColdPages(b, srv.Client(b), storedPages(b))
+}
+
+// readColdPages is the loop of the cold-page benchmarks: each page through
+// GetOrCreateMany of a cache that has not read it, a new cache every
+// pageCount pages (untimed). No page may load.
+func readColdPages(b *testing.B, rdb redis.UniversalClient, ps pageSet) {
 	ctx := context.Background()
 	c, err := newPageCache(rdb, ps.ns)
 	if err != nil {
@@ -319,31 +324,7 @@ func clusterPages(b *testing.B) (pageSet, *redis.ClusterClient) {
 // nodes in parallel. Compare with BenchmarkCluster_PipelinedGetDecode.
 func BenchmarkCluster_GetOrCreateManyColdPage(b *testing.B) {
 	ps, rdb := clusterPages(b)
-	ctx := context.Background()
-	c, err := newPageCache(rdb, ps.ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { c.Close() }()
-	b.ReportAllocs()
-	cpu0 := cpuTime(b)
-	p := 0
-	for b.Loop() {
-		if p%pageCount == 0 && p > 0 {
-			b.StopTimer()
-			c.Close()
-			if c, err = newPageCache(rdb, ps.ns); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-		}
-		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
-		if err != nil || len(m) != pageLen {
-			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
-		}
-		p++
-	}
-	reportCPU(b, cpu0)
+	readColdPages(b, rdb, ps)
 }
 
 // BenchmarkCluster_PipelinedGetDecode is the raw baseline on the cluster:

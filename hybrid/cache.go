@@ -707,8 +707,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 }
 
 // writeAndAnnounce writes b (nil: delete) to the shared tier for life and
-// announces it: in one atomic step when the Remote is an Announcer, else
-// write then publish.
+// announces it.
 func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
 	op := "set"
 	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
@@ -718,43 +717,53 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, l
 		// value back (its write-if-absent finds the tombstone).
 		op, m.Op = "delete", message.OpDelete
 		b, life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
+	} else if c.ann != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+		m.Value = b
 	}
+	return c.writeAndPublish(ctx, op, key, c.prefix+key, b, life, m, true)
+}
+
+// writeAndPublish writes b under the shared-tier key rkey for life and
+// publishes m: in one atomic step when the Remote is an Announcer, else
+// write then publish. op names the call in spans, events and errors, name
+// the key or tag it is about. With own, a write of key name is recorded in
+// the fence as ours until its message comes back.
+func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b []byte, life time.Duration, m message.Message, own bool) error {
 	if c.remote != nil && !c.br.allow() {
 		c.n.l2Skipped.Add(1)
-		return fmt.Errorf("hybrid: %s %q: %w", op, key, ErrUnavailable)
+		return fmt.Errorf("hybrid: %s %q: %w", op, name, ErrUnavailable)
 	}
 	switch {
 	case c.remote != nil && c.ann != nil:
-		if m.Op == message.OpSet && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
-			m.Value = b
-		}
 		msg := message.Encode(m, c.o.Secret)
-		c.fence.ownWrite(key)
-		sctx, end := c.span(ctx, op, key)
-		err := c.ann.SetAndPublish(sctx, c.prefix+key, b, life, c.o.Channel, msg)
+		if own {
+			c.fence.ownWrite(name)
+		}
+		sctx, end := c.span(ctx, op, name)
+		err := c.ann.SetAndPublish(sctx, rkey, b, life, c.o.Channel, msg)
 		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
 			c.l2Failed(op, err)
-			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
+			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
 		}
 		c.n.published.Add(1)
 		return nil
 	case c.remote != nil:
-		sctx, end := c.span(ctx, op, key)
-		err := c.remote.Set(sctx, c.prefix+key, b, life)
+		sctx, end := c.span(ctx, op, name)
+		err := c.remote.Set(sctx, rkey, b, life)
 		end(err)
 		c.br.record(ctx, err)
 		if err != nil {
 			c.l2Failed(op, err)
-			return fmt.Errorf("hybrid: %s %q: %w", op, key, err)
+			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
 		}
 	}
 	if c.bus == nil {
 		return nil
 	}
 	if err := c.publish(ctx, m); err != nil {
-		return fmt.Errorf("hybrid: %s %q: announce: %w", op, key, err)
+		return fmt.Errorf("hybrid: %s %q: announce: %w", op, name, err)
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package hybrid
 
 import (
 	"context"
-	"math"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -18,12 +17,12 @@ import (
 // says, and returns the lifetime L1 itself should give it.
 func (c *Cache[V]) stamp(it item[V], ttl time.Duration, e *entry) (item[V], time.Duration) {
 	if !e.timed() {
-		if it.t != nil && len(it.t.tags) > 0 {
-			it.t = &timing{due: math.MaxInt64, expires: math.MaxInt64, written: it.t.written, tags: it.t.tags}
-		} else {
-			it.t = nil
+		var tags []string
+		if it.t != nil {
+			tags = it.t.tags
 		}
-		return it, ttl
+		it.t = nil
+		return tagged(it, tags), ttl
 	}
 	now := c.local.Now()
 	var t timing // a new one: the old may be shared with another copy of it

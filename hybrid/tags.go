@@ -132,51 +132,13 @@ func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 	}
 	now := time.Now().UnixMilli()
 	record := encodeTagRecord(now)
-	err := c.announceTag(ctx, tag, record)
+	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
+	err := c.writeAndPublish(ctx, "delete_tag", tag, c.tagKey(tag), record, tagLife(&c.o), m, false)
 	// After the shared tier: a fill that read a tagged value meanwhile
 	// must not store it.
 	c.tags.learn(c.tags.currentEpoch(), tag, now)
 	c.dropTagged(tag)
 	return err
-}
-
-// announceTag writes tag's record and announces it, in one step when the
-// Remote is an Announcer.
-func (c *Cache[V]) announceTag(ctx context.Context, tag string, record []byte) error {
-	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
-	if c.remote != nil && !c.br.allow() {
-		c.n.l2Skipped.Add(1)
-		return fmt.Errorf("hybrid: delete tag %q: %w", tag, ErrUnavailable)
-	}
-	switch {
-	case c.remote != nil && c.ann != nil:
-		sctx, end := c.span(ctx, "delete_tag", tag)
-		err := c.ann.SetAndPublish(sctx, c.tagKey(tag), record, tagLife(&c.o), c.o.Channel, message.Encode(m, c.o.Secret))
-		end(err)
-		c.br.record(ctx, err)
-		if err != nil {
-			c.l2Failed("delete_tag", err)
-			return fmt.Errorf("hybrid: delete tag %q: %w", tag, err)
-		}
-		c.n.published.Add(1)
-		return nil
-	case c.remote != nil:
-		sctx, end := c.span(ctx, "delete_tag", tag)
-		err := c.remote.Set(sctx, c.tagKey(tag), record, tagLife(&c.o))
-		end(err)
-		c.br.record(ctx, err)
-		if err != nil {
-			c.l2Failed("delete_tag", err)
-			return fmt.Errorf("hybrid: delete tag %q: %w", tag, err)
-		}
-	}
-	if c.bus == nil {
-		return nil
-	}
-	if err := c.publish(ctx, m); err != nil {
-		return fmt.Errorf("hybrid: delete tag %q: announce: %w", tag, err)
-	}
-	return nil
 }
 
 // dropTagged makes L1 forget every value tagged with tag and every fill in
@@ -226,11 +188,18 @@ func (c *Cache[V]) tagDeleted(ctx context.Context, tags []string, written int64)
 				return true
 			}
 		}
-		if t != 0 && written <= t*int64(time.Millisecond)+int64(time.Millisecond-1) {
+		if deletedSince(t, written) {
 			return true
 		}
 	}
 	return false
+}
+
+// deletedSince reports whether a value written at written (Unix
+// nanoseconds) predates a tag delete at t (Unix milliseconds; 0: none). The
+// delete's millisecond counts as before: a value written then is deleted.
+func deletedSince(t, written int64) bool {
+	return t != 0 && written/int64(time.Millisecond) <= t
 }
 
 // tagKnownDeleted is tagDeleted without reading the shared tier: it
@@ -238,7 +207,7 @@ func (c *Cache[V]) tagDeleted(ctx context.Context, tags []string, written int64)
 func (c *Cache[V]) tagKnownDeleted(tags []string, written int64) bool {
 	for _, tag := range tags {
 		t, ok := c.tags.lookup(tag)
-		if !ok || (t != 0 && written <= t*int64(time.Millisecond)+int64(time.Millisecond-1)) {
+		if !ok || deletedSince(t, written) {
 			return true
 		}
 	}
