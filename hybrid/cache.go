@@ -824,8 +824,8 @@ func (c *Cache[V]) onMessage(b []byte) {
 	}
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
-		if m.Op != message.OpClear && c.ann != nil {
-			c.fence.ownMessage(m.Keys[0])
+		if (m.Op == message.OpSet || m.Op == message.OpDelete) && c.ann != nil {
+			c.fence.ownMessage(m.Keys[0]) // a tag's message names no key we wrote
 		}
 		return
 	}
