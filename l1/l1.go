@@ -27,7 +27,9 @@ type Options struct {
 	Resolution time.Duration
 	// OnEvict, if set, is called after an entry leaves the cache because of
 	// its size bound or its expiry (not when it is deleted or replaced).
-	// It runs on a goroutine of the cache's and must not call the cache.
+	// It runs on the goroutine of a write (the upkeep that follows a Set,
+	// Replace or Delete runs there) or on one of the cache's own, and must
+	// not call the cache.
 	OnEvict func(key string, expired bool)
 }
 
@@ -61,6 +63,7 @@ type Cache[V any] struct {
 	_            [64 - 2*unsafe.Sizeof(uintptr(0))]byte
 	hits, misses counter
 	evictions    atomic.Uint64
+	tasks        tasks
 }
 
 // New returns a Cache bounded by o.MaxWeight.
@@ -84,7 +87,8 @@ func New[V any](o Options) (*Cache[V], error) {
 		ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, *cell[V]]) time.Duration {
 			return e.Value.ttl
 		}),
-		Clock: c.clock,
+		Clock:    c.clock,
+		Executor: c.tasks.submit,
 		OnDeletion: func(e otter.DeletionEvent[string, *cell[V]]) {
 			if !e.Cause.IsEviction() {
 				return
@@ -123,6 +127,8 @@ func (c *Cache[V]) Now() int64 { return c.clock.NowNano() }
 // Set stores v under key with the given weight (in bytes) for ttl.
 // A ttl <= 0 stores nothing and drops what was there.
 func (c *Cache[V]) Set(key string, v V, weight uint32, ttl time.Duration) {
+	c.tasks.begin()
+	defer c.tasks.done()
 	if ttl <= 0 {
 		c.c.Invalidate(key)
 		return
@@ -139,6 +145,8 @@ func (c *Cache[V]) SetIf(key string, v V, weight uint32, ttl time.Duration, ok f
 		return false
 	}
 	stored := false
+	c.tasks.begin()
+	defer c.tasks.done()
 	c.c.Compute(key, func(old *cell[V], found bool) (*cell[V], otter.ComputeOp) {
 		if !ok() {
 			return old, otter.CancelOp
@@ -152,6 +160,8 @@ func (c *Cache[V]) SetIf(key string, v V, weight uint32, ttl time.Duration, ok f
 // Replace stores v under key only if key is present, atomically with
 // respect to Delete, and reports whether it did.
 func (c *Cache[V]) Replace(key string, v V, weight uint32, ttl time.Duration) bool {
+	c.tasks.begin()
+	defer c.tasks.done()
 	if ttl <= 0 {
 		c.c.Invalidate(key)
 		return false
@@ -166,11 +176,15 @@ func (c *Cache[V]) Replace(key string, v V, weight uint32, ttl time.Duration) bo
 
 // Delete drops key.
 func (c *Cache[V]) Delete(key string) {
+	c.tasks.begin()
+	defer c.tasks.done()
 	c.c.Invalidate(key)
 }
 
 // Clear drops every entry.
 func (c *Cache[V]) Clear() {
+	c.tasks.begin()
+	defer c.tasks.done()
 	c.c.InvalidateAll()
 }
 

@@ -182,3 +182,53 @@ func TestDeleteIf(t *testing.T) {
 		}
 	}
 }
+
+// TestUpkeepOnWrite: the upkeep a write causes (here, eviction to the
+// weight bound) is done by the time the write returns, on the writer's
+// goroutine, with no other goroutine needed.
+func TestUpkeepOnWrite(t *testing.T) {
+	evicted := 0 // written by OnEvict on this goroutine only
+	c := newCache(t, l1.Options{MaxWeight: 1000, OnEvict: func(string, bool) { evicted++ }})
+	for i := range 1000 {
+		c.Set(strconv.Itoa(i), "v", 100, time.Hour)
+		if w := c.Weight(); w > 1000 {
+			t.Fatalf("after write %d: weight %d, want at most 1000", i, w)
+		}
+	}
+	if evicted < 990 || c.Stats().Evictions != uint64(evicted) {
+		t.Errorf("OnEvict ran %d times, Stats counts %d evictions; want 990 or more of each, equal", evicted, c.Stats().Evictions)
+	}
+}
+
+// TestUpkeepWithoutWrites: upkeep that reads alone ask for (here, the
+// notice of an expired entry) still runs when nothing writes.
+func TestUpkeepWithoutWrites(t *testing.T) {
+	expired := make(chan string, 1)
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond, OnEvict: func(key string, exp bool) {
+		if exp {
+			select {
+			case expired <- key:
+			default:
+			}
+		}
+	}})
+	c.Set("short", "v", 10, 20*time.Millisecond)
+	c.Set("long", "v", 10, time.Hour)
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case k := <-expired:
+			if k != "short" {
+				t.Fatalf("OnEvict(%q, expired): want \"short\"", k)
+			}
+			return
+		case <-deadline:
+			t.Fatal("no expiry notice for a 20ms entry after 10s of reads")
+		default:
+		}
+		for range 64 {
+			c.Get("long")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

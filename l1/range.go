@@ -9,6 +9,8 @@ import "github.com/maypok86/otter/v2"
 // must not call the cache.
 func (c *Cache[V]) DeleteIf(match func(key string, v V) bool) int {
 	n := 0
+	c.tasks.begin()
+	defer c.tasks.done()
 	for key := range c.c.Keys() {
 		c.c.ComputeIfPresent(key, func(old *cell[V]) (*cell[V], otter.ComputeOp) {
 			if match(key, old.v) {

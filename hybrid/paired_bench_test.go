@@ -1,0 +1,215 @@
+package hybrid_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/codec"
+	"github.com/hybridcache/hybridcache/internal/envelope"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+)
+
+// The paired benchmarks time the cache and its raw baseline in the same
+// loop, one operation of each per iteration, in alternating order, and
+// report the median of each and their ratio. On a shared machine whose
+// speed drifts from one second to the next, two benchmarks run one after
+// the other can differ by 30% for the same code; operations interleaved
+// this way see the same drift, so their ratio holds still where the ratio
+// of two separate runs does not.
+
+// paired runs ours(i) and base(i) alternately and reports their medians
+// (ours-ns, base-ns) and the ratio of the medians (x-base). Only the calls
+// are timed; prepare, if not nil, runs untimed before each pair.
+func paired(b *testing.B, prepare func(i int), ours, base func(i int)) {
+	b.Helper()
+	pairedBlocks(b, 1, prepare, ours, base)
+}
+
+// pairedBlocks is paired for operations too quick to time one by one: it
+// times blocks of n calls, and reports the medians per call.
+func pairedBlocks(b *testing.B, n int, prepare func(i int), ours, base func(i int)) {
+	b.Helper()
+	var to, tb []time.Duration
+	run := func(f func(int), i int) time.Duration {
+		t0 := time.Now()
+		for j := range n {
+			f(i*n + j)
+		}
+		return time.Since(t0)
+	}
+	i := 0
+	for b.Loop() {
+		if prepare != nil {
+			prepare(i)
+		}
+		if i%2 == 0 {
+			to = append(to, run(ours, i))
+			tb = append(tb, run(base, i))
+		} else {
+			tb = append(tb, run(base, i))
+			to = append(to, run(ours, i))
+		}
+		i++
+	}
+	mo, mb := float64(median(to))/float64(n), float64(median(tb))/float64(n)
+	b.ReportMetric(mo, "ours-ns")
+	b.ReportMetric(mb, "base-ns")
+	b.ReportMetric(mo/mb, "x-base")
+	b.ReportMetric(0, "ns/op") // the time of a pair; the three above say more
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+// BenchmarkPaired_L2Hit is BenchmarkGetOrCreate_L2Hit against
+// BenchmarkRedis_GetDecode, interleaved: an L1 miss served by Redis
+// against a raw GET of the same record and its msgpack decode.
+func BenchmarkPaired_L2Hit(b *testing.B) {
+	const n = 1000
+	c := newRedisBenchCache(b, n)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	raw := redistest.Prefix(b) + ":raw:"
+	mp := codec.Msgpack{}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+		c.DropLocal(keys[i])
+		r, _ := loadRecord(ctx, keys[i])
+		p, err := mp.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.Set(ctx, raw+keys[i], p, time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	// The L1 entry that a read stores is dropped before the next pair,
+	// untimed: the delete is no part of an L2 hit.
+	paired(b, func(i int) {
+		if i > 0 {
+			c.DropLocal(keys[(i-1)%n])
+		}
+	}, func(i int) {
+		if _, err := c.GetOrCreate(ctx, keys[i%n], loadRecord); err != nil {
+			b.Fatal(err)
+		}
+	}, func(i int) {
+		p, err := rdb.Get(ctx, raw+keys[i%n]).Bytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var r Record
+		if err := mp.Unmarshal(p, &r); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if s := c.Stats(); s.Loads != 0 {
+		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Loads)
+	}
+}
+
+// BenchmarkPaired_ColdPage is BenchmarkGetOrCreateMany_ColdPage against
+// BenchmarkRedis_MGetDecode, interleaved: a page of 50 keys that Redis
+// holds and L1 does not, against a raw MGET of the same 50 envelopes and
+// the decode of each.
+func BenchmarkPaired_ColdPage(b *testing.B) {
+	ps := storedPages(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	full := make([][]string, len(ps.pages))
+	for p, page := range ps.pages {
+		full[p] = make([]string, len(page))
+		for i, k := range page {
+			full[p][i] = ps.ns + ":" + k
+		}
+	}
+	mp := codec.Msgpack{}
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { c.Close() }()
+	b.ReportAllocs()
+	paired(b, func(p int) {
+		if p%pageCount == 0 && p > 0 {
+			c.Close()
+			if c, err = newPageCache(rdb, ps.ns); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(p int) {
+		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
+		if err != nil || len(m) != pageLen {
+			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
+		}
+	}, func(p int) {
+		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		items := make([]Item, len(vals))
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				b.Fatalf("key %d: got %T, want a string", i, v)
+			}
+			_, payload, err := envelope.Decode([]byte(s))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := mp.Unmarshal(payload, &items[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkPaired_L1Hit is BenchmarkGetOrCreate_L1Hit against
+// BenchmarkOtterFair_GetIfPresent (otter with the features L1 uses: a
+// weigher, a lifetime per entry, a coarse clock), in blocks of 1,000
+// reads. Both report 0 allocations.
+func BenchmarkPaired_L1Hit(b *testing.B) {
+	keys := benchKeyNames()
+	c := newBenchCache(b, keys)
+	oc := newBenchOtterFair(b, keys)
+	ctx := context.Background()
+	b.ReportAllocs()
+	pairedBlocks(b, 1000, nil, func(i int) {
+		if _, err := c.GetOrCreate(ctx, keys[i&(benchKeys-1)], loadBenchUser); err != nil {
+			b.Fatal(err)
+		}
+	}, func(i int) {
+		if _, ok := oc.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
+			b.Fatal("miss")
+		}
+	})
+}
+
+// BenchmarkPaired_L1HitBare is BenchmarkPaired_L1Hit against a bare otter
+// cache (a count bound only): BenchmarkOtter_GetIfPresent.
+func BenchmarkPaired_L1HitBare(b *testing.B) {
+	keys := benchKeyNames()
+	c := newBenchCache(b, keys)
+	oc := newBenchOtter(b, keys)
+	ctx := context.Background()
+	b.ReportAllocs()
+	pairedBlocks(b, 1000, nil, func(i int) {
+		if _, err := c.GetOrCreate(ctx, keys[i&(benchKeys-1)], loadBenchUser); err != nil {
+			b.Fatal(err)
+		}
+	}, func(i int) {
+		if _, ok := oc.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
+			b.Fatal("miss")
+		}
+	})
+}
