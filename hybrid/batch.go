@@ -54,10 +54,18 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 				leadKeys[j], leadCalls[j] = misses[i], calls[i]
 			}
 		}
-		if !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e) }) {
+		var pre *manyRead[V]
+		if ctx.Done() == nil {
+			// As in GetOrCreate: a caller that cannot leave reads the
+			// shared tier itself.
+			pre = c.leadReadMany(ctx, leadKeys, leadCalls, &e)
+		}
+		if (pre == nil || len(pre.missIdx) > 0) && !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e, pre) }) {
 			var zero V
 			for i, key := range leadKeys {
-				c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
+				if pre == nil || !pre.vals[i].ok {
+					c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
+				}
 			}
 			if out == nil {
 				out = make(map[string]V)
@@ -260,10 +268,66 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	return res, replace
 }
 
-// fillMany is the batch form of fill: one shared-tier read for all keys,
-// one load for what it did not hold, one write back.
-func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry) {
+// manyRead is what a batch fill's shared-tier read found: by key, the
+// tokens taken before it, the values, the stored bytes to replace (see
+// readRemoteMany), and the indexes of the keys still to load.
+type manyRead[V any] struct {
+	toks    []token
+	vals    []found[V]
+	replace map[string][]byte
+	missIdx []int
+}
+
+// readMany reads keys from the shared tier and finishes the calls of the
+// keys it found.
+func (c *Cache[V]) readMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
+	r := &manyRead[V]{toks: c.tokens(keys)}
+	r.vals, r.replace = c.readRemoteMany(ctx, keys, r.toks, e)
+	hits := make([]int, 0, len(keys))
+	for i := range keys {
+		if r.vals[i].ok {
+			hits = append(hits, i)
+		} else {
+			r.missIdx = append(r.missIdx, i)
+		}
+	}
+	c.flights.FinishMany(keys, calls, hits, r.result)
+	return r
+}
+
+// result is key i's answer once r.vals[i].it holds it.
+func (r *manyRead[V]) result(i int) (V, error) {
+	if r.vals[i].it.absent {
+		var zero V
+		return zero, ErrNotFound
+	}
+	return r.vals[i].it.v, nil
+}
+
+// leadReadMany is readMany made by a leader whose ctx cannot end, on its
+// own goroutine (see leadRead).
+func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
+	if e.loadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = c.fillContext(ctx, e.loadTimeout)
+		defer cancel()
+	}
+	return c.readMany(ctx, keys, calls, e)
+}
+
+// fillMany is the batch form of fill: one shared-tier read for all keys
+// (unless pre holds what the leader read itself), one load for what it did
+// not hold, one write back.
+func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry, pre *manyRead[V]) {
 	finished := make([]bool, len(keys))
+	if pre != nil {
+		for i := range finished {
+			finished[i] = true
+		}
+		for _, i := range pre.missIdx {
+			finished[i] = false
+		}
+	}
 	finish := func(idx []int, result func(i int) (V, error)) {
 		for _, i := range idx {
 			finished[i] = true
@@ -283,29 +347,18 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
-	toks := c.tokens(keys)
-	vals, replace := c.readRemoteMany(ctx, keys, toks, &e)
-	var zero V
-	// result is key i's answer once vals[i].it holds it.
-	result := func(i int) (V, error) {
-		if vals[i].it.absent {
-			return zero, ErrNotFound
-		}
-		return vals[i].it.v, nil
-	}
-	hits := make([]int, 0, len(keys))
-	var missIdx []int
-	for i := range keys {
-		if vals[i].ok {
-			hits = append(hits, i)
-		} else {
-			missIdx = append(missIdx, i)
+	r := pre
+	if r == nil {
+		r = c.readMany(ctx, keys, calls, &e)
+		for i, v := range r.vals {
+			finished[i] = v.ok
 		}
 	}
-	finish(hits, result)
+	toks, vals, replace, missIdx, result := r.toks, r.vals, r.replace, r.missIdx, r.result
 	if len(missIdx) == 0 {
 		return
 	}
+	var zero V
 	missing := make([]string, len(missIdx))
 	for j, i := range missIdx {
 		missing[j] = keys[i]
