@@ -250,12 +250,14 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		return res, nil
 	}
 	var replace map[string][]byte
+	lb := c.local.Batch()
+	defer lb.Done()
 	for i, b := range vals {
 		if b == nil {
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		switch c.takeRemoteInto(ctx, &res[i].it, keys[i], b, toks[i], e) {
+		switch c.takeRemoteInto(ctx, lb, &res[i].it, keys[i], b, toks[i], e) {
 		case readHit:
 			res[i].ok = true
 		case readCorrupt, readStale, readDeleted:
@@ -374,6 +376,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		life time.Duration
 	}
 	writes := make([]write, 0, len(missIdx))
+	lb := c.local.Batch()
 	for _, i := range missIdx {
 		key := keys[i]
 		ttl, localTTL := c.lifetimes(&e)
@@ -395,9 +398,10 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocal(key, tagged(vals[i].it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
+		c.storeLocalIn(lb, key, tagged(vals[i].it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
 		writes = append(writes, write{i, b, e.physical(ttl)})
 	}
+	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
 	finish(missIdx, result)

@@ -486,7 +486,7 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, e *ent
 // one in L1 as e says if tok is still valid.
 func (c *Cache[V]) takeRemote(ctx context.Context, key string, b []byte, tok token, e *entry) (item[V], readState) {
 	var it item[V]
-	st := c.takeRemoteInto(ctx, &it, key, b, tok, e)
+	st := c.takeRemoteInto(ctx, nil, &it, key, b, tok, e)
 	return it, st
 }
 
@@ -494,7 +494,7 @@ func (c *Cache[V]) takeRemote(ctx context.Context, key string, b []byte, tok tok
 // item: a batch decodes into a slice it allocated once, where the item of
 // takeRemote escapes to the heap, one allocation per key. After a
 // readDeleted or readCorrupt, *it is the zero item again.
-func (c *Cache[V]) takeRemoteInto(ctx context.Context, it *item[V], key string, b []byte, tok token, e *entry) readState {
+func (c *Cache[V]) takeRemoteInto(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, e *entry) readState {
 	ttl, err := c.decodeInto(it, b, e.timed())
 	if err == nil && it.t != nil && len(it.t.tags) > 0 && c.tagDeleted(ctx, it.t.tags, it.t.written) {
 		err = errTombstone // deleted by DeleteByTag
@@ -516,7 +516,7 @@ func (c *Cache[V]) takeRemoteInto(ctx context.Context, it *item[V], key string, 
 		return readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocal(key, *it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
+	c.storeLocalIn(lb, key, *it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
 	return readHit
 }
 
@@ -687,8 +687,20 @@ func (c *Cache[V]) retryWrite(ctx context.Context, op string, attempt int, err e
 // fence before it touches the entry, so no change can slip in between the
 // check and the store. It reports whether it stored.
 func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token, e *entry) bool {
+	return c.storeLocalIn(nil, key, it, w, ttl, tok, e)
+}
+
+// storeLocalIn is storeLocal as part of lb, or alone if lb is nil.
+func (c *Cache[V]) storeLocalIn(lb *l1.Batch[item[V]], key string, it item[V], w uint32, ttl time.Duration, tok token, e *entry) bool {
 	it, ttl = c.stamp(it, ttl, e)
-	if !c.local.SetIf(key, it, w, ttl, func() bool { return c.fence.valid(tok) }) {
+	valid := func() bool { return c.fence.valid(tok) }
+	var stored bool
+	if lb != nil {
+		stored = lb.SetIf(key, it, w, ttl, valid)
+	} else {
+		stored = c.local.SetIf(key, it, w, ttl, valid)
+	}
+	if !stored {
 		c.n.fillsDiscarded.Add(1)
 		return false
 	}

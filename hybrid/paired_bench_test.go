@@ -213,3 +213,66 @@ func BenchmarkPaired_L1HitBare(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPaired_ColdPageFloor is BenchmarkGetOrCreateMany_ColdPage
+// against BenchmarkRedis_MGetDecodeOtterSet: the raw MGET and decode
+// followed by an otter Set of each value into a fresh otter cache, the
+// least that a page read filling a local tier can cost.
+func BenchmarkPaired_ColdPageFloor(b *testing.B) {
+	ps := storedPages(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	full := make([][]string, len(ps.pages))
+	for p, page := range ps.pages {
+		full[p] = make([]string, len(page))
+		for i, k := range page {
+			full[p][i] = ps.ns + ":" + k
+		}
+	}
+	mp := codec.Msgpack{}
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	oc, stop := newPageOtter()
+	defer func() {
+		c.Close()
+		stop()
+	}()
+	b.ReportAllocs()
+	paired(b, func(p int) {
+		if p%pageCount == 0 && p > 0 {
+			c.Close()
+			if c, err = newPageCache(rdb, ps.ns); err != nil {
+				b.Fatal(err)
+			}
+			stop()
+			oc, stop = newPageOtter()
+		}
+	}, func(p int) {
+		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
+		if err != nil || len(m) != pageLen {
+			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
+		}
+	}, func(p int) {
+		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				b.Fatalf("key %d: got %T, want a string", i, v)
+			}
+			_, payload, err := envelope.Decode([]byte(s))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var it Item
+			if err := mp.Unmarshal(payload, &it); err != nil {
+				b.Fatal(err)
+			}
+			oc.Set(ps.pages[p%pageCount][i], it)
+		}
+	})
+}

@@ -232,3 +232,26 @@ func TestUpkeepWithoutWrites(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBatch: writes in a batch are stored as SetIf stores them, and by the
+// time Done returns their upkeep is done (the weight is back within bound).
+func TestBatch(t *testing.T) {
+	evicted := 0 // written by OnEvict on this goroutine only
+	c := newCache(t, l1.Options{MaxWeight: 1000, OnEvict: func(string, bool) { evicted++ }})
+	b := c.Batch()
+	for i := range 100 {
+		if got := b.SetIf(strconv.Itoa(i), "v", 100, time.Hour, func() bool { return i%2 == 0 }); got != (i%2 == 0) {
+			t.Fatalf("SetIf of key %d: stored %v, want %v", i, got, i%2 == 0)
+		}
+	}
+	b.Done()
+	if w := c.Weight(); w > 1000 {
+		t.Errorf("after Done: weight %d, want at most 1000", w)
+	}
+	if evicted < 40 {
+		t.Errorf("after Done: %d evictions, want 40 or more", evicted)
+	}
+	if _, ok := c.Get("1"); ok {
+		t.Error("a key whose condition was false was stored")
+	}
+}

@@ -26,9 +26,11 @@ import (
 type tasks struct {
 	// writing counts the writes under way.
 	writing atomic.Int32
-	mu      sync.Mutex
-	queue   []func()
-	spare   []func()
+	// queued is len(queue), readable without the lock.
+	queued atomic.Int32
+	mu     sync.Mutex
+	queue  []func()
+	spare  []func()
 }
 
 // submit is the executor given to otter.
@@ -39,10 +41,11 @@ func (t *tasks) submit(fn func()) {
 	}
 	t.mu.Lock()
 	t.queue = append(t.queue, fn)
+	t.queued.Store(int32(len(t.queue)))
 	t.mu.Unlock()
 	// A writer that is still under way when its count is read here will
-	// run the queue after it ends (it ends with done, which runs the queue
-	// after the count drops); if none is, nobody would run fn in time.
+	// run the queue after it ends (see done); if none is, nobody would run
+	// fn in time.
 	if t.writing.Load() == 0 {
 		go t.run()
 	}
@@ -51,21 +54,23 @@ func (t *tasks) submit(fn func()) {
 // begin marks a write as under way; done ends it and runs what it queued.
 func (t *tasks) begin() { t.writing.Add(1) }
 
+// done runs the queue while the write still counts as under way, so that
+// what the tasks submit in turn (otter's notices of the entries its upkeep
+// evicted) is queued and run here too rather than given a goroutine each;
+// then once more after the count drops, for a task queued in between.
 func (t *tasks) done() {
+	t.run()
 	t.writing.Add(-1)
 	t.run()
 }
 
 // run runs the queued tasks, including any they queue.
 func (t *tasks) run() {
-	for {
+	for t.queued.Load() > 0 {
 		t.mu.Lock()
 		q := t.queue
-		if len(q) == 0 {
-			t.mu.Unlock()
-			return
-		}
 		t.queue, t.spare = t.spare[:0], nil
+		t.queued.Store(0)
 		t.mu.Unlock()
 		for i, fn := range q {
 			q[i] = nil
