@@ -197,7 +197,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 				return call.Wait(ctx)
 			}
 		}
-		if !c.run(func() { c.fill(ctx, key, load, e, call, stale, pre) }) {
+		if !c.runFill(ctx, key, load, e, call, stale, pre) {
 			c.flights.Finish(key, call, zero, ErrClosed)
 			return zero, ErrClosed
 		}
@@ -245,6 +245,12 @@ func (c *Cache[V]) leadRead(ctx context.Context, key string, call *flight.Call[V
 		c.flights.Finish(key, call, it.v, nil)
 	}
 	return nil
+}
+
+// runFill runs fill on a worker (see run). Its closure is made here, so
+// that only a call that needs one moves its arguments to the heap.
+func (c *Cache[V]) runFill(ctx context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V], stale *item[V], pre *remoteRead[V]) bool {
+	return c.run(func() { c.fill(ctx, key, load, e, call, stale, pre) })
 }
 
 // run hands job to an idle fill worker, or starts one, unless the cache is

@@ -71,12 +71,26 @@ func median(d []time.Duration) time.Duration {
 
 // BenchmarkPaired_L2Hit is BenchmarkGetOrCreate_L2Hit against
 // BenchmarkRedis_GetDecode, interleaved: an L1 miss served by Redis
-// against a raw GET of the same record and its msgpack decode.
+// against a raw GET of the same record and its msgpack decode. The caller's
+// ctx is context.Background, so the cache reads Redis on the caller's
+// goroutine.
 func BenchmarkPaired_L2Hit(b *testing.B) {
+	pairedL2Hit(b, context.Background())
+}
+
+// BenchmarkPaired_L2HitCancelable is BenchmarkPaired_L2Hit with a ctx that
+// can end, as a request's: the cache hands the read to a worker goroutine
+// so that the caller can leave when its ctx ends.
+func BenchmarkPaired_L2HitCancelable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pairedL2Hit(b, ctx)
+}
+
+func pairedL2Hit(b *testing.B, ctx context.Context) {
 	const n = 1000
 	c := newRedisBenchCache(b, n)
 	rdb := srv.Client(b)
-	ctx := context.Background()
 	raw := redistest.Prefix(b) + ":raw:"
 	mp := codec.Msgpack{}
 	keys := make([]string, n)
@@ -276,3 +290,52 @@ func BenchmarkPaired_ColdPageFloor(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkPaired_WarmPage is a page of 50 keys that L1 holds, read by 50
+// GetOrCreate calls, against the same page read from Redis by 50
+// sequential GETs and decodes: the speed-up of issue 4's warm row. The
+// pages are read in turn from pageCount pages stored once.
+func BenchmarkPaired_WarmPage(b *testing.B) {
+	ps := storedPages(b)
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	mp := codec.Msgpack{}
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for _, page := range ps.pages {
+		if m, err := c.GetOrCreateMany(ctx, page, noLoadMany); err != nil || len(m) != pageLen {
+			b.Fatalf("warming: got %d values, err %v", len(m), err)
+		}
+	}
+	b.ReportAllocs()
+	paired(b, nil, func(p int) {
+		for _, k := range ps.pages[p%pageCount] {
+			if _, err := c.GetOrCreate(ctx, k, noLoad); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(p int) {
+		for _, k := range ps.pages[p%pageCount] {
+			s, err := rdb.Get(ctx, ps.ns+":"+k).Bytes()
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, payload, err := envelope.Decode(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var it Item
+			if err := mp.Unmarshal(payload, &it); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if s := c.Stats(); s.Loads != 0 || s.L2Hits != pageCount*pageLen {
+		b.Fatalf("%d loads, %d L2 hits: want 0 and %d (the warm-up only)", s.Loads, s.L2Hits, pageCount*pageLen)
+	}
+}
+
+func noLoad(context.Context, string) (Item, error) { return Item{}, errUnexpectedLoad }
