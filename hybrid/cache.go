@@ -717,11 +717,21 @@ func weight(key string, stored []byte) uint32 {
 	return uint32(min(len(key)+len(stored)+entryOverhead, 1<<31))
 }
 
+// live reports whether an entry that L1 returned is within its lifetime,
+// and counts it as a miss if not (an entry kept past it for fail-safe).
+func (c *Cache[V]) live(it item[V]) bool {
+	if it.t == nil || c.local.Now() < it.t.expires {
+		return true
+	}
+	c.n.pastLife.Add(1)
+	return false
+}
+
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
 // misses (see Stats) and are not returned.
 func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() && (it.t == nil || c.local.Now() < it.t.expires) {
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
 		if c.copy != nil && !it.absent {
 			v, err = c.copy(it.v)
 			return v, err == nil, err
@@ -987,9 +997,10 @@ func (c *Cache[V]) check(ctx context.Context, key string) error {
 // Stats returns a snapshot of the cache's counters.
 func (c *Cache[V]) Stats() Stats {
 	ls := c.local.Stats()
+	past := min(c.n.pastLife.Load(), ls.Hits)
 	return Stats{
-		L1Hits:         ls.Hits,
-		L1Misses:       ls.Misses,
+		L1Hits:         ls.Hits - past,
+		L1Misses:       ls.Misses + past,
 		L2Hits:         c.n.l2Hits.Load(),
 		L2Misses:       c.n.l2Misses.Load(),
 		Loads:          c.n.loads.Load(),

@@ -80,6 +80,11 @@ func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
 		if got := calls.Load() - before; got != 0 {
 			t.Errorf("loader called %d times during the throttle, want 0", got)
 		}
+		// The lookup that found v1 past its lifetime was a miss; the
+		// throttled ones were hits.
+		if st := c.Stats(); st.L1Hits != 5 || st.L1Misses != 2 {
+			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 5 and 2", st.L1Hits, st.L1Misses)
+		}
 		// After the throttle, the loader is tried again; it works now.
 		fail.Store(false)
 		time.Sleep(6 * time.Second)
@@ -231,6 +236,10 @@ func TestBatchSkipsExpiredFailSafeEntries(t *testing.T) {
 		}
 		if m, _ := c.GetMany(ctx, []string{"k"}); m["k"] != "v2" {
 			t.Errorf("GetMany: got %v, want v2", m)
+		}
+		// The entry past its lifetime was a miss; v2 then was a hit.
+		if st := c.Stats(); st.L1Hits != 1 || st.L1Misses != 1 {
+			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 1 and 1", st.L1Hits, st.L1Misses)
 		}
 	})
 }

@@ -55,6 +55,7 @@ func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], l
 		}
 		return it.v, nil
 	}
+	c.n.pastLife.Add(1)
 	return c.getOrCreateSlow(ctx, key, load, opts, &it)
 }
 

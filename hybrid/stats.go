@@ -52,6 +52,9 @@ type counters struct {
 	invalid, unauthentic, busLosses, fillsDiscarded                                      atomic.Uint64
 	l2Skipped, writeRetries, writesDropped                                               atomic.Uint64
 	staleServed, softTimeouts, refreshes                                                 atomic.Uint64
+	// pastLife counts L1 lookups that found an entry past its lifetime,
+	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
+	pastLife atomic.Uint64
 }
 
 // logKind names a kind of error that is logged at most once per LogEvery.
