@@ -10,6 +10,7 @@ import (
 	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // The paired benchmarks time the cache and its raw baseline in the same
@@ -339,3 +340,55 @@ func BenchmarkPaired_WarmPage(b *testing.B) {
 }
 
 func noLoad(context.Context, string) (Item, error) { return Item{}, errUnexpectedLoad }
+
+// BenchmarkPaired_ClusterColdPage is BenchmarkCluster_GetOrCreateManyColdPage
+// against BenchmarkCluster_PipelinedGetDecode, interleaved, on the 3-master
+// cluster of HYBRID_REDIS_CLUSTER (skipped without one).
+func BenchmarkPaired_ClusterColdPage(b *testing.B) {
+	ps, rdb := clusterPages(b)
+	ctx := context.Background()
+	mp := codec.Msgpack{}
+	c, err := newPageCache(rdb, ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { c.Close() }()
+	b.ReportAllocs()
+	paired(b, func(p int) {
+		if p%pageCount == 0 && p > 0 {
+			c.Close()
+			if c, err = newPageCache(rdb, ps.ns); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(p int) {
+		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
+		if err != nil || len(m) != pageLen {
+			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
+		}
+	}, func(p int) {
+		page := ps.pages[p%pageCount]
+		cmds := make([]*redis.StringCmd, len(page))
+		pipe := rdb.Pipeline()
+		for i, k := range page {
+			cmds[i] = pipe.Get(ctx, ps.ns+":"+k)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+		items := make([]Item, len(page))
+		for i, cmd := range cmds {
+			raw, err := cmd.Bytes()
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, payload, err := envelope.Decode(raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := mp.Unmarshal(payload, &items[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
