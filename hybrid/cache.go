@@ -218,7 +218,7 @@ type remoteRead[V any] struct {
 // cannot end (ctx.Done() is nil, as for context.Background): such a caller
 // would wait for the whole fill anyway, so it may as well make the read
 // itself. That saves the hand-off to a worker goroutine and back, which on
-// 2 cores costs about a quarter of an L2 hit. A read that finds a live
+// 2 cores costs about a fifth of an L2 hit. A read that finds a live
 // value finishes call and returns nil; otherwise leadRead returns what it
 // read for the fill to go on with.
 //

@@ -13,6 +13,14 @@
 // gets ctx.Err() at once and the fill goes on for the others, detached from
 // any one caller and bounded by Options.LoadTimeout and Close.
 //
+// To make leaving at once possible, a fill runs on a worker goroutine. A
+// caller whose ctx cannot end (ctx.Done() is nil, as for
+// context.Background or context.WithoutCancel) has nothing to leave for:
+// it makes the shared-tier read itself, and only a miss there goes on to a
+// worker for load. On 2 cores that makes an L2 hit about 1.13 times a raw
+// GET and decode instead of about 1.45 times; a hot path that would wait
+// for its answer anyway may pass context.WithoutCancel(ctx) for it.
+//
 // # Write path
 //
 // Set and Delete write the shared tier, announce the change on the bus and

@@ -14,7 +14,7 @@ import (
 // on 2 cores (hybrid's BenchmarkPaired_L2Hit, the read made on the caller's
 // goroutine), an L1 miss served by Redis cost 1.5 times a raw GET and
 // decode with a goroutine per write, and 1.15 times with the upkeep run in
-// place.
+// place; this package's BenchmarkSet went from about 1.2 us to 0.65 us.
 //
 // So a task that arrives while a write of this Cache is under way is
 // queued, and the writer runs it when its otter call returns: the upkeep of
