@@ -46,7 +46,8 @@ type Options struct {
 	TTL time.Duration
 
 	// LocalTTL is how long a value lives in L1; it may not exceed TTL when
-	// Remote is set. Default: the smaller of TTL and 1 minute.
+	// Remote is set. Default: the smaller of TTL and 1 minute. L1 keeps
+	// lifetimes to the millisecond and cuts them at about 49.7 days.
 	LocalTTL time.Duration
 
 	// NegativeTTL is how long an absence is remembered: when load returns

@@ -255,3 +255,17 @@ func TestBatch(t *testing.T) {
 		t.Error("a key whose condition was false was stored")
 	}
 }
+
+// TestLongLifetimes: a lifetime beyond what a cell holds is cut to it, not
+// wrapped around to a short one.
+func TestLongLifetimes(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond})
+	c.Set("century", "v", 1, 100*365*24*time.Hour)
+	c.Set("wrap", "v", 1, (1<<32+1)*time.Millisecond) // 1ms if wrapped to 32 bits
+	time.Sleep(50 * time.Millisecond)
+	for _, k := range []string{"century", "wrap"} {
+		if _, ok := c.Get(k); !ok {
+			t.Errorf("%s: expired after 50ms", k)
+		}
+	}
+}

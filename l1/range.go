@@ -12,7 +12,7 @@ func (c *Cache[V]) DeleteIf(match func(key string, v V) bool) int {
 	c.tasks.begin()
 	defer c.tasks.done()
 	for key := range c.c.Keys() {
-		c.c.ComputeIfPresent(key, func(old *cell[V]) (*cell[V], otter.ComputeOp) {
+		c.c.ComputeIfPresent(key, func(old cell[V]) (cell[V], otter.ComputeOp) {
 			if match(key, old.v) {
 				n++
 				return old, otter.InvalidateOp
