@@ -75,60 +75,61 @@ func TestL1OnlySetGetDelete(t *testing.T) {
 // miss loads and stores in both tiers, the same instance then hits L1 and
 // a second instance sharing the Remote hits L2.
 func TestGetOrCreateTiers(t *testing.T) {
-	s := newSharedTier(t)
-	o := hybrid.Options{Namespace: testNS, Remote: s.remote}
-	a := newTestCache[string](t, o)
-	b := newTestCache[string](t, o)
-	ctx := context.Background()
-	l := &counter{value: "v1"}
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		o := hybrid.Options{Namespace: testNS, Remote: s.remote}
+		a := newTestCache[string](t, o)
+		b := newTestCache[string](t, o)
+		l := &counter{value: "v1"}
 
-	// Full miss.
-	if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
-		t.Fatalf("first GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
-	}
-	s.waitWrites(t, 1)
-	if got, want := s.remote.Keys(), []string{"ns:k"}; !slices.Equal(got, want) {
-		t.Errorf("Remote keys after the fill: got %q, want %q", got, want)
-	}
-	if v, ok := s.stored(t, "k"); !ok || v != "v1" {
-		t.Errorf("Remote holds %q (ok %v), want \"v1\"", v, ok)
-	}
-	st := a.Stats()
-	if st.L1Misses != 1 || st.L2Misses != 1 || st.Loads != 1 || st.L1Hits != 0 || st.L2Hits != 0 || st.L1Entries != 1 {
-		t.Errorf("Stats after a full miss: got %+v, want L1Misses 1, L2Misses 1, Loads 1, L1Entries 1", st)
-	}
-	if c := s.remote.Calls(); c.Get != 1 || c.SetIfAbsent != 1 {
-		t.Errorf("Remote calls after a full miss: got %+v, want 1 Get and 1 SetIfAbsent", c)
-	}
+		// Full miss.
+		if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Fatalf("first GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
+		}
+		s.waitWrites(t, 1)
+		if got, want := s.remote.Keys(), []string{"ns:k"}; !slices.Equal(got, want) {
+			t.Errorf("Remote keys after the fill: got %q, want %q", got, want)
+		}
+		if v, ok := s.stored(t, "k"); !ok || v != "v1" {
+			t.Errorf("Remote holds %q (ok %v), want \"v1\"", v, ok)
+		}
+		st := a.Stats()
+		if st.L1Misses != 1 || st.L2Misses != 1 || st.Loads != 1 || st.L1Hits != 0 || st.L2Hits != 0 || st.L1Entries != 1 {
+			t.Errorf("Stats after a full miss: got %+v, want L1Misses 1, L2Misses 1, Loads 1, L1Entries 1", st)
+		}
+		if c := s.remote.Calls(); c.Get != 1 || c.SetIfAbsent != 1 {
+			t.Errorf("Remote calls after a full miss: got %+v, want 1 Get and 1 SetIfAbsent", c)
+		}
 
-	// L1 hit.
-	if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
-		t.Fatalf("second GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
-	}
-	if st := a.Stats(); st.L1Hits != 1 || st.Loads != 1 {
-		t.Errorf("Stats after an L1 hit: got L1Hits %d, Loads %d, want 1, 1", st.L1Hits, st.Loads)
-	}
-	if got := s.remote.Calls().Get; got != 1 {
-		t.Errorf("an L1 hit read the Remote: %d Gets, want 1", got)
-	}
+		// L1 hit.
+		if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Fatalf("second GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
+		}
+		if st := a.Stats(); st.L1Hits != 1 || st.Loads != 1 {
+			t.Errorf("Stats after an L1 hit: got L1Hits %d, Loads %d, want 1, 1", st.L1Hits, st.Loads)
+		}
+		if got := s.remote.Calls().Get; got != 1 {
+			t.Errorf("an L1 hit read the Remote: %d Gets, want 1", got)
+		}
 
-	// L2 hit, on another instance.
-	if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
-		t.Fatalf("GetOrCreate on the second instance: got %q, %v, want \"v1\", nil", v, err)
-	}
-	if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
-		t.Fatalf("second GetOrCreate on the second instance: got %q, %v, want \"v1\", nil", v, err)
-	}
-	st = b.Stats()
-	if st.L1Misses != 1 || st.L2Hits != 1 || st.L1Hits != 1 || st.Loads != 0 || st.L2Misses != 0 {
-		t.Errorf("Stats of the second instance: got %+v, want L1Misses 1, L2Hits 1, L1Hits 1, no load", st)
-	}
-	if got := l.calls.Load(); got != 1 {
-		t.Errorf("load ran %d times in all, want 1", got)
-	}
-	if c := s.remote.Calls(); c.Get != 2 || c.SetIfAbsent != 1 || c.Total() != 3 {
-		t.Errorf("Remote calls: got %+v, want 2 Gets and 1 SetIfAbsent", c)
-	}
+		// L2 hit, on another instance.
+		if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Fatalf("GetOrCreate on the second instance: got %q, %v, want \"v1\", nil", v, err)
+		}
+		if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Fatalf("second GetOrCreate on the second instance: got %q, %v, want \"v1\", nil", v, err)
+		}
+		st = b.Stats()
+		if st.L1Misses != 1 || st.L2Hits != 1 || st.L1Hits != 1 || st.Loads != 0 || st.L2Misses != 0 {
+			t.Errorf("Stats of the second instance: got %+v, want L1Misses 1, L2Hits 1, L1Hits 1, no load", st)
+		}
+		if got := l.calls.Load(); got != 1 {
+			t.Errorf("load ran %d times in all, want 1", got)
+		}
+		if c := s.remote.Calls(); c.Get != 2 || c.SetIfAbsent != 1 || c.Total() != 3 {
+			t.Errorf("Remote calls: got %+v, want 2 Gets and 1 SetIfAbsent", c)
+		}
+	})
 }
 
 func TestGetMissWithoutLoad(t *testing.T) {
@@ -308,38 +309,39 @@ func corruptValues(t *testing.T) []struct {
 func TestCorruptRemoteValue(t *testing.T) {
 	for _, tt := range corruptValues(t) {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSharedTier(t)
-			o := s.options()
-			a := newTestCache[string](t, o)
-			ctx := context.Background()
-			s.remote.Put("ns:k", tt.b, time.Hour)
-			l := &counter{value: "loaded"}
-			v, err := a.GetOrCreate(ctx, "k", l.load)
-			if err != nil || v != "loaded" {
-				t.Fatalf("GetOrCreate: got %q, %v, want \"loaded\", nil", v, err)
-			}
-			s.waitWrites(t, 1)
-			st := a.Stats()
-			if st.DecodeErrors != 1 || st.L2Misses != 1 || st.L2Hits != 0 || st.Loads != 1 {
-				t.Errorf("Stats: got DecodeErrors %d, L2Misses %d, L2Hits %d, Loads %d, want 1, 1, 0, 1", st.DecodeErrors, st.L2Misses, st.L2Hits, st.Loads)
-			}
-			if v, ok := s.stored(t, "k"); !ok || v != "loaded" {
-				t.Errorf("the Remote still holds a value that does not decode (got %q, %v), want the loaded value to replace it", v, ok)
-			}
-			// Same instance: an L1 hit. Another instance: an L2 hit.
-			if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
-				t.Errorf("second GetOrCreate: got %q, %v, want \"loaded\"", v, err)
-			}
-			b := newTestCache[string](t, o)
-			if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
-				t.Errorf("GetOrCreate on another instance: got %q, %v, want \"loaded\"", v, err)
-			}
-			if got := l.calls.Load(); got != 1 {
-				t.Errorf("load ran %d times, want 1", got)
-			}
-			if st := b.Stats(); st.DecodeErrors != 0 || st.L2Hits != 1 {
-				t.Errorf("other instance: got DecodeErrors %d, L2Hits %d, want 0, 1", st.DecodeErrors, st.L2Hits)
-			}
+			eachCtx(t, func(t *testing.T, ctx context.Context) {
+				s := newSharedTier(t)
+				o := s.options()
+				a := newTestCache[string](t, o)
+				s.remote.Put("ns:k", tt.b, time.Hour)
+				l := &counter{value: "loaded"}
+				v, err := a.GetOrCreate(ctx, "k", l.load)
+				if err != nil || v != "loaded" {
+					t.Fatalf("GetOrCreate: got %q, %v, want \"loaded\", nil", v, err)
+				}
+				s.waitWrites(t, 1)
+				st := a.Stats()
+				if st.DecodeErrors != 1 || st.L2Misses != 1 || st.L2Hits != 0 || st.Loads != 1 {
+					t.Errorf("Stats: got DecodeErrors %d, L2Misses %d, L2Hits %d, Loads %d, want 1, 1, 0, 1", st.DecodeErrors, st.L2Misses, st.L2Hits, st.Loads)
+				}
+				if v, ok := s.stored(t, "k"); !ok || v != "loaded" {
+					t.Errorf("the Remote still holds a value that does not decode (got %q, %v), want the loaded value to replace it", v, ok)
+				}
+				// Same instance: an L1 hit. Another instance: an L2 hit.
+				if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
+					t.Errorf("second GetOrCreate: got %q, %v, want \"loaded\"", v, err)
+				}
+				b := newTestCache[string](t, o)
+				if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
+					t.Errorf("GetOrCreate on another instance: got %q, %v, want \"loaded\"", v, err)
+				}
+				if got := l.calls.Load(); got != 1 {
+					t.Errorf("load ran %d times, want 1", got)
+				}
+				if st := b.Stats(); st.DecodeErrors != 0 || st.L2Hits != 1 {
+					t.Errorf("other instance: got DecodeErrors %d, L2Hits %d, want 0, 1", st.DecodeErrors, st.L2Hits)
+				}
+			})
 		})
 	}
 }

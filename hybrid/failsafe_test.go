@@ -95,11 +95,23 @@ func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
 }
 
 func TestFailSafeFromTheSharedTier(t *testing.T) {
+	t.Run("background", func(t *testing.T) { testFailSafeFromTheSharedTier(t, false) })
+	t.Run("cancelable", func(t *testing.T) { testFailSafeFromTheSharedTier(t, true) })
+}
+
+// testFailSafeFromTheSharedTier reads with a ctx that can end if cancelable
+// (see eachCtx; the ctx is made in the bubble, as synctest wants).
+func testFailSafeFromTheSharedTier(t *testing.T, cancelable bool) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSharedTier(t)
 		o := failSafeOptions(s)
 		a := newTestCache[string](t, o)
 		ctx := context.Background()
+		if cancelable {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+		}
 		if err := a.Set(ctx, "k", "kept"); err != nil {
 			t.Fatal(err)
 		}

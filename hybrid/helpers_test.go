@@ -151,3 +151,16 @@ func neverLoad(t testing.TB) func(context.Context, string) (string, error) {
 		return "", nil
 	}
 }
+
+// eachCtx runs f as two subtests: with a ctx that cannot end, for which a
+// leader reads the shared tier on its own goroutine, and with one that can,
+// for which the whole fill runs on a worker. Both paths must behave alike.
+func eachCtx(t *testing.T, f func(t *testing.T, ctx context.Context)) {
+	t.Helper()
+	t.Run("background", func(t *testing.T) { f(t, context.Background()) })
+	t.Run("cancelable", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		f(t, ctx)
+	})
+}

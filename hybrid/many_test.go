@@ -14,61 +14,62 @@ import (
 // in the shared tier, some nowhere: one batch read, one load of what is
 // missing, one batch write.
 func TestGetOrCreateManyWithDoubles(t *testing.T) {
-	s := newSharedTier(t)
-	p := newPeers(t, s, 2, hybrid.Options{})
-	a, b := p[0], p[1]
-	ctx := context.Background()
-	set(t, b, "inL1", "1")     // a reads it into its L1 below
-	set(t, b, "inRemote", "2") // only in the shared tier for a
-	s.flush(t)
-	fillFromRemote(t, a, "inL1", "1")
-	before := s.remote.Calls()
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		p := newPeers(t, s, 2, hybrid.Options{})
+		a, b := p[0], p[1]
+		set(t, b, "inL1", "1")     // a reads it into its L1 below
+		set(t, b, "inRemote", "2") // only in the shared tier for a
+		s.flush(t)
+		fillFromRemote(t, a, "inL1", "1")
+		before := s.remote.Calls()
 
-	var asked []string
-	load := func(_ context.Context, missing []string) (map[string]string, error) {
-		asked = slices.Clone(missing)
-		return map[string]string{"new1": "n1", "new2": "n2"}, nil // "absent" is not found
-	}
-	got, err := a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2", "absent", "new1"}, load)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"inL1": "1", "inRemote": "2", "new1": "n1", "new2": "n2"}
-	if !maps.Equal(got, want) {
-		t.Errorf("GetOrCreateMany: got %v, want %v", got, want)
-	}
-	slices.Sort(asked)
-	if w := []string{"absent", "new1", "new2"}; !slices.Equal(asked, w) {
-		t.Errorf("load asked for %q, want %q", asked, w)
-	}
-	s.waitWrites(t, before.Set+before.SetIfAbsent+before.SetAndPublish+1)
-	after := s.remote.Calls()
-	if n := after.GetMany - before.GetMany; n != 1 {
-		t.Errorf("GetMany calls: got %d, want 1", n)
-	}
-	if n := after.SetManyIfAbsent - before.SetManyIfAbsent; n != 1 {
-		t.Errorf("SetManyIfAbsent calls: got %d, want 1", n)
-	}
-	if n := after.Get - before.Get; n != 0 {
-		t.Errorf("single Gets: got %d, want 0", n)
-	}
-	for k, v := range map[string]string{"new1": "n1", "new2": "n2"} {
-		if sv, ok := s.stored(t, k); !ok || sv != v {
-			t.Errorf("Remote holds %s = %q (%v), want %q", k, sv, ok, v)
+		var asked []string
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			asked = slices.Clone(missing)
+			return map[string]string{"new1": "n1", "new2": "n2"}, nil // "absent" is not found
 		}
-	}
-	if _, ok := s.stored(t, "absent"); ok {
-		t.Error("Remote holds a key that load did not return")
-	}
-	// Now all in L1: nothing more reaches the Remote.
-	calls := s.remote.Calls()
-	got, err = a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2"}, load)
-	if err != nil || len(got) != 4 {
-		t.Errorf("second GetOrCreateMany: got %v, %v, want 4 values", got, err)
-	}
-	if s.remote.Calls() != calls {
-		t.Errorf("second GetOrCreateMany reached the Remote: %+v, was %+v", s.remote.Calls(), calls)
-	}
+		got, err := a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2", "absent", "new1"}, load)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"inL1": "1", "inRemote": "2", "new1": "n1", "new2": "n2"}
+		if !maps.Equal(got, want) {
+			t.Errorf("GetOrCreateMany: got %v, want %v", got, want)
+		}
+		slices.Sort(asked)
+		if w := []string{"absent", "new1", "new2"}; !slices.Equal(asked, w) {
+			t.Errorf("load asked for %q, want %q", asked, w)
+		}
+		s.waitWrites(t, before.Set+before.SetIfAbsent+before.SetAndPublish+1)
+		after := s.remote.Calls()
+		if n := after.GetMany - before.GetMany; n != 1 {
+			t.Errorf("GetMany calls: got %d, want 1", n)
+		}
+		if n := after.SetManyIfAbsent - before.SetManyIfAbsent; n != 1 {
+			t.Errorf("SetManyIfAbsent calls: got %d, want 1", n)
+		}
+		if n := after.Get - before.Get; n != 0 {
+			t.Errorf("single Gets: got %d, want 0", n)
+		}
+		for k, v := range map[string]string{"new1": "n1", "new2": "n2"} {
+			if sv, ok := s.stored(t, k); !ok || sv != v {
+				t.Errorf("Remote holds %s = %q (%v), want %q", k, sv, ok, v)
+			}
+		}
+		if _, ok := s.stored(t, "absent"); ok {
+			t.Error("Remote holds a key that load did not return")
+		}
+		// Now all in L1: nothing more reaches the Remote.
+		calls := s.remote.Calls()
+		got, err = a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2"}, load)
+		if err != nil || len(got) != 4 {
+			t.Errorf("second GetOrCreateMany: got %v, %v, want 4 values", got, err)
+		}
+		if s.remote.Calls() != calls {
+			t.Errorf("second GetOrCreateMany reached the Remote: %+v, was %+v", s.remote.Calls(), calls)
+		}
+	})
 }
 
 func TestGetOrCreateManyLoadError(t *testing.T) {

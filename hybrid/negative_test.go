@@ -21,50 +21,51 @@ func (m *missingRow) load(context.Context, string) (string, error) {
 }
 
 func TestNegativeCaching(t *testing.T) {
-	s := newSharedTier(t)
-	o := s.options()
-	o.NegativeTTL = time.Minute
-	a := newTestCache[string](t, o)
-	ctx := context.Background()
-	var m missingRow
-	for i := range 3 {
-		if _, err := a.GetOrCreate(ctx, "k", m.load); !errors.Is(err, hybrid.ErrNotFound) {
-			t.Fatalf("call %d: got err %v, want ErrNotFound", i, err)
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.NegativeTTL = time.Minute
+		a := newTestCache[string](t, o)
+		var m missingRow
+		for i := range 3 {
+			if _, err := a.GetOrCreate(ctx, "k", m.load); !errors.Is(err, hybrid.ErrNotFound) {
+				t.Fatalf("call %d: got err %v, want ErrNotFound", i, err)
+			}
 		}
-	}
-	if got := m.calls.Load(); got != 1 {
-		t.Errorf("load calls: got %d, want 1 (the absence is remembered)", got)
-	}
-	if st := a.Stats(); st.LoadErrors != 0 {
-		t.Errorf("LoadErrors: got %d, want 0 (not found is an answer, not an error)", st.LoadErrors)
-	}
-	if _, ok, err := a.Get(ctx, "k"); ok || err != nil {
-		t.Errorf("Get of a remembered absence: got ok %v err %v, want false nil", ok, err)
-	}
-	// The shared tier remembers it too: a second instance does not load.
-	s.waitWrites(t, 1) // the fill writes back after its callers have their answer
-	b, found := s.remote.Peek(testNS + ":k")
-	if !found {
-		t.Fatal("the shared tier holds no absence marker")
-	}
-	if h, _, err := envelope.Decode(b); err != nil || h.Flags&envelope.FlagAbsent == 0 {
-		t.Fatalf("stored marker: flags %v err %v, want FlagAbsent", h.Flags, err)
-	}
-	other := newTestCache[string](t, o)
-	if _, err := other.GetOrCreate(ctx, "k", m.load); !errors.Is(err, hybrid.ErrNotFound) {
-		t.Errorf("second instance: got err %v, want ErrNotFound", err)
-	}
-	if got := m.calls.Load(); got != 1 {
-		t.Errorf("load calls after the second instance: got %d, want 1", got)
-	}
-	// A Set replaces the absence everywhere.
-	if err := a.Set(ctx, "k", "now it exists"); err != nil {
-		t.Fatal(err)
-	}
-	s.flush(t)
-	if v, err := other.GetOrCreate(ctx, "k", m.load); err != nil || v != "now it exists" {
-		t.Errorf("after Set: got %q %v, want the set value", v, err)
-	}
+		if got := m.calls.Load(); got != 1 {
+			t.Errorf("load calls: got %d, want 1 (the absence is remembered)", got)
+		}
+		if st := a.Stats(); st.LoadErrors != 0 {
+			t.Errorf("LoadErrors: got %d, want 0 (not found is an answer, not an error)", st.LoadErrors)
+		}
+		if _, ok, err := a.Get(ctx, "k"); ok || err != nil {
+			t.Errorf("Get of a remembered absence: got ok %v err %v, want false nil", ok, err)
+		}
+		// The shared tier remembers it too: a second instance does not load.
+		s.waitWrites(t, 1) // the fill writes back after its callers have their answer
+		b, found := s.remote.Peek(testNS + ":k")
+		if !found {
+			t.Fatal("the shared tier holds no absence marker")
+		}
+		if h, _, err := envelope.Decode(b); err != nil || h.Flags&envelope.FlagAbsent == 0 {
+			t.Fatalf("stored marker: flags %v err %v, want FlagAbsent", h.Flags, err)
+		}
+		other := newTestCache[string](t, o)
+		if _, err := other.GetOrCreate(ctx, "k", m.load); !errors.Is(err, hybrid.ErrNotFound) {
+			t.Errorf("second instance: got err %v, want ErrNotFound", err)
+		}
+		if got := m.calls.Load(); got != 1 {
+			t.Errorf("load calls after the second instance: got %d, want 1", got)
+		}
+		// A Set replaces the absence everywhere.
+		if err := a.Set(ctx, "k", "now it exists"); err != nil {
+			t.Fatal(err)
+		}
+		s.flush(t)
+		if v, err := other.GetOrCreate(ctx, "k", m.load); err != nil || v != "now it exists" {
+			t.Errorf("after Set: got %q %v, want the set value", v, err)
+		}
+	})
 }
 
 func TestNotFoundWithoutNegativeTTLIsNotRemembered(t *testing.T) {
@@ -85,33 +86,34 @@ func TestNotFoundWithoutNegativeTTLIsNotRemembered(t *testing.T) {
 }
 
 func TestNegativeCachingInBatch(t *testing.T) {
-	s := newSharedTier(t)
-	o := s.options()
-	o.NegativeTTL = time.Minute
-	a := newTestCache[string](t, o)
-	ctx := context.Background()
-	var loads atomic.Int64
-	load := func(_ context.Context, missing []string) (map[string]string, error) {
-		loads.Add(1)
-		return map[string]string{"a": "A"}, nil // "b" does not exist
-	}
-	for i := range 2 {
-		got, err := a.GetOrCreateMany(ctx, []string{"a", "b"}, load)
-		if err != nil {
-			t.Fatal(err)
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.NegativeTTL = time.Minute
+		a := newTestCache[string](t, o)
+		var loads atomic.Int64
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			loads.Add(1)
+			return map[string]string{"a": "A"}, nil // "b" does not exist
 		}
-		if len(got) != 1 || got["a"] != "A" {
-			t.Fatalf("call %d: got %v, want only a=A", i, got)
+		for i := range 2 {
+			got, err := a.GetOrCreateMany(ctx, []string{"a", "b"}, load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got["a"] != "A" {
+				t.Fatalf("call %d: got %v, want only a=A", i, got)
+			}
 		}
-	}
-	if got := loads.Load(); got != 1 {
-		t.Errorf("batch loads: got %d, want 1 (b's absence is remembered)", got)
-	}
-	s.waitWrites(t, 1)
-	var m missingRow
-	if _, err := a.GetOrCreate(ctx, "b", m.load); !errors.Is(err, hybrid.ErrNotFound) || m.calls.Load() != 0 {
-		t.Errorf("GetOrCreate of b: err %v after %d loads, want ErrNotFound after 0", err, m.calls.Load())
-	}
+		if got := loads.Load(); got != 1 {
+			t.Errorf("batch loads: got %d, want 1 (b's absence is remembered)", got)
+		}
+		s.waitWrites(t, 1)
+		var m missingRow
+		if _, err := a.GetOrCreate(ctx, "b", m.load); !errors.Is(err, hybrid.ErrNotFound) || m.calls.Load() != 0 {
+			t.Errorf("GetOrCreate of b: err %v after %d loads, want ErrNotFound after 0", err, m.calls.Load())
+		}
+	})
 }
 
 func TestTTLJitter(t *testing.T) {
