@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,4 +132,86 @@ func BenchmarkGetOrCreate_FullMiss(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// BenchmarkGetOrCreate_L2HitParallel is BenchmarkGetOrCreate_L2Hit from 8
+// goroutines, with a ctx that cannot end and with one that can (whose read
+// is handed to a worker goroutine): what the hand-off costs when the cores
+// are busy. The time per op includes dropping the key from L1 before each
+// read. Compare with BenchmarkRedis_GetDecodeParallel.
+func BenchmarkGetOrCreate_L2HitParallel(b *testing.B) {
+	for _, cancelable := range []bool{false, true} {
+		name := "ctx=background"
+		if cancelable {
+			name = "ctx=cancelable"
+		}
+		b.Run(name, func(b *testing.B) {
+			const n = 1000
+			c := newRedisBenchCache(b, n)
+			ctx := context.Background()
+			if cancelable {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = strconv.Itoa(i)
+			}
+			var next atomic.Int64
+			b.SetParallelism(4) // 8 goroutines on 2 cores
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					k := keys[next.Add(1)%n]
+					c.DropLocal(k)
+					if _, err := c.GetOrCreate(ctx, k, loadRecord); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkRedis_GetDecodeParallel is BenchmarkRedis_GetDecode from 8
+// goroutines.
+func BenchmarkRedis_GetDecodeParallel(b *testing.B) {
+	const n = 1000
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	prefix := redistest.Prefix(b) + ":"
+	mp := codec.Msgpack{}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+		r, _ := loadRecord(ctx, strconv.Itoa(i))
+		p, err := mp.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.Set(ctx, keys[i], p, time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.SetParallelism(4)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			p, err := rdb.Get(ctx, keys[next.Add(1)%n]).Bytes()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var r Record
+			if err := mp.Unmarshal(p, &r); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
