@@ -144,48 +144,75 @@ func BenchmarkGetOrCreateMany_ColdPage(b *testing.B) {
 }
 
 // readColdPages is the loop of the cold-page benchmarks: each page through
-// GetOrCreateMany of a cache that has not read it, a new cache every
-// pageCount pages (untimed). No page may load.
+// GetOrCreateMany of a cache that has not read it (see coldCache). No page
+// may load.
 func readColdPages(b *testing.B, rdb redis.UniversalClient, ps pageSet) {
-	ctx := context.Background()
-	c, err := newPageCache(rdb, ps.ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { c.Close() }()
-	var loads uint64
+	cc := newColdCache(b, rdb, ps.ns)
+	defer cc.close()
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	p := 0
 	for b.Loop() {
-		if p%pageCount == 0 && p > 0 {
+		if cc.due(p) {
 			b.StopTimer()
-			loads += c.Stats().Loads
-			c.Close()
-			if c, err = newPageCache(rdb, ps.ns); err != nil {
-				b.Fatal(err)
-			}
+			cc.renew()
 			b.StartTimer()
 		}
-		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
-		if err != nil || len(m) != pageLen {
-			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
-		}
+		cc.read(ps.pages[p%pageCount])
 		p++
 	}
 	reportCPU(b, cpu0)
-	if loads += c.Stats().Loads; loads != 0 {
-		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", loads)
+}
+
+// coldCache is the cache of the cold-page benchmarks, replaced by a new
+// one every pageCount pages so that none reads a key twice. It fails the
+// benchmark if any of its caches loads.
+type coldCache struct {
+	b   *testing.B
+	rdb redis.UniversalClient
+	ns  string
+	c   *hybrid.Cache[Item]
+}
+
+func newColdCache(b *testing.B, rdb redis.UniversalClient, ns string) *coldCache {
+	cc := &coldCache{b: b, rdb: rdb, ns: ns}
+	cc.renew()
+	return cc
+}
+
+// due reports whether the cache must be renewed before page p.
+func (cc *coldCache) due(p int) bool { return p%pageCount == 0 && p > 0 }
+
+func (cc *coldCache) renew() {
+	cc.close()
+	c, err := newPageCache(cc.rdb, cc.ns)
+	if err != nil {
+		cc.b.Fatal(err)
+	}
+	cc.c = c
+}
+
+func (cc *coldCache) close() {
+	if cc.c == nil {
+		return
+	}
+	if n := cc.c.Stats().Loads; n != 0 {
+		cc.b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", n)
+	}
+	cc.c.Close()
+	cc.c = nil
+}
+
+// read reads one page through GetOrCreateMany.
+func (cc *coldCache) read(page []string) {
+	m, err := cc.c.GetOrCreateMany(context.Background(), page, noLoadMany)
+	if err != nil || len(m) != len(page) {
+		cc.b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, len(page))
 	}
 }
 
-// BenchmarkRedis_MGetDecode is the baseline of
-// BenchmarkGetOrCreateMany_ColdPage: a raw go-redis MGET of the same 50
-// stored envelopes and the msgpack decode of each payload.
-func BenchmarkRedis_MGetDecode(b *testing.B) {
-	ps := storedPages(b)
-	rdb := srv.Client(b)
-	ctx := context.Background()
+// stored returns the pages' keys as Redis holds them: with the namespace.
+func (ps pageSet) stored() [][]string {
 	full := make([][]string, len(ps.pages))
 	for p, page := range ps.pages {
 		full[p] = make([]string, len(page))
@@ -193,29 +220,69 @@ func BenchmarkRedis_MGetDecode(b *testing.B) {
 			full[p][i] = ps.ns + ":" + k
 		}
 	}
-	mp := codec.Msgpack{}
+	return full
+}
+
+// mgetPage is the raw read of a page: one MGET of keys (as stored) and the
+// msgpack decode of each envelope's payload into items.
+func mgetPage(b *testing.B, rdb redis.UniversalClient, keys []string, items []Item) {
+	vals, err := rdb.MGet(context.Background(), keys...).Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			b.Fatalf("key %d: got %T, want a string", i, v)
+		}
+		decodeStored(b, []byte(s), &items[i])
+	}
+}
+
+// pipelinedPage is the raw read of a page on a cluster, where MGET cannot
+// span slots: a go-redis pipeline of GETs (one round trip per node, in
+// parallel) and the decode of each.
+func pipelinedPage(b *testing.B, rdb redis.UniversalClient, keys []string, items []Item) {
+	ctx := context.Background()
+	cmds := make([]*redis.StringCmd, len(keys))
+	pipe := rdb.Pipeline()
+	for i, k := range keys {
+		cmds[i] = pipe.Get(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	for i, cmd := range cmds {
+		raw, err := cmd.Bytes()
+		if err != nil {
+			b.Fatal(err)
+		}
+		decodeStored(b, raw, &items[i])
+	}
+}
+
+// decodeStored decodes a stored envelope's msgpack payload into it.
+func decodeStored(b *testing.B, stored []byte, it *Item) {
+	_, payload, err := envelope.Decode(stored)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := (codec.Msgpack{}).Unmarshal(payload, it); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkRedis_MGetDecode is the baseline of
+// BenchmarkGetOrCreateMany_ColdPage: a raw go-redis MGET of the same 50
+// stored envelopes and the msgpack decode of each payload.
+func BenchmarkRedis_MGetDecode(b *testing.B) {
+	full := storedPages(b).stored()
+	rdb := srv.Client(b)
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	p := 0
 	for b.Loop() {
-		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		items := make([]Item, len(vals))
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				b.Fatalf("key %d: got %T, want a string", i, v)
-			}
-			_, payload, err := envelope.Decode([]byte(s))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := mp.Unmarshal(payload, &items[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
+		mgetPage(b, rdb, full[p%pageCount], make([]Item, pageLen))
 		p++
 	}
 	reportCPU(b, cpu0)
@@ -239,53 +306,51 @@ func newPageOtter() (*otter.Cache[string, Item], func()) {
 	}
 }
 
+// pageFloor is the least a page read that fills an otter L1 can cost:
+// mgetPage, then an otter Set of each value, into a fresh otter cache
+// every pageCount pages, as coldCache does.
+type pageFloor struct {
+	oc   *otter.Cache[string, Item]
+	stop func()
+}
+
+func newPageFloor() *pageFloor {
+	f := &pageFloor{}
+	f.oc, f.stop = newPageOtter()
+	return f
+}
+
+func (f *pageFloor) renew() {
+	f.stop()
+	f.oc, f.stop = newPageOtter()
+}
+
+func (f *pageFloor) read(b *testing.B, rdb redis.UniversalClient, keys, stored []string) {
+	items := make([]Item, len(keys))
+	mgetPage(b, rdb, stored, items)
+	for i, k := range keys {
+		f.oc.Set(k, items[i])
+	}
+}
+
 // BenchmarkRedis_MGetDecodeOtterSet is BenchmarkRedis_MGetDecode followed
-// by an otter Set of each value, into a fresh cache every pageCount pages
-// as in BenchmarkGetOrCreateMany_ColdPage: the least a page read that
-// fills a local tier can cost.
+// by an otter Set of each value (see pageFloor).
 func BenchmarkRedis_MGetDecodeOtterSet(b *testing.B) {
 	ps := storedPages(b)
+	full := ps.stored()
 	rdb := srv.Client(b)
-	ctx := context.Background()
-	full := make([][]string, len(ps.pages))
-	for p, page := range ps.pages {
-		full[p] = make([]string, len(page))
-		for i, k := range page {
-			full[p][i] = ps.ns + ":" + k
-		}
-	}
-	mp := codec.Msgpack{}
-	oc, stop := newPageOtter()
-	defer func() { stop() }()
+	f := newPageFloor()
+	defer func() { f.stop() }()
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	p := 0
 	for b.Loop() {
 		if p%pageCount == 0 && p > 0 {
 			b.StopTimer()
-			stop()
-			oc, stop = newPageOtter()
+			f.renew()
 			b.StartTimer()
 		}
-		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				b.Fatalf("key %d: got %T, want a string", i, v)
-			}
-			_, payload, err := envelope.Decode([]byte(s))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var it Item
-			if err := mp.Unmarshal(payload, &it); err != nil {
-				b.Fatal(err)
-			}
-			oc.Set(ps.pages[p%pageCount][i], it)
-		}
+		f.read(b, rdb, ps.pages[p%pageCount], full[p%pageCount])
 		p++
 	}
 	reportCPU(b, cpu0)
@@ -329,38 +394,15 @@ func BenchmarkCluster_GetOrCreateManyColdPage(b *testing.B) {
 
 // BenchmarkCluster_PipelinedGetDecode is the raw baseline on the cluster:
 // MGET cannot span slots there, so the page is 50 GETs in one go-redis
-// pipeline (one round trip per node, in parallel) and a decode of each.
+// pipeline (see pipelinedPage).
 func BenchmarkCluster_PipelinedGetDecode(b *testing.B) {
 	ps, rdb := clusterPages(b)
-	ctx := context.Background()
-	mp := codec.Msgpack{}
+	full := ps.stored()
 	b.ReportAllocs()
 	cpu0 := cpuTime(b)
 	p := 0
 	for b.Loop() {
-		page := ps.pages[p%pageCount]
-		cmds := make([]*redis.StringCmd, len(page))
-		pipe := rdb.Pipeline()
-		for i, k := range page {
-			cmds[i] = pipe.Get(ctx, ps.ns+":"+k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			b.Fatal(err)
-		}
-		items := make([]Item, len(page))
-		for i, cmd := range cmds {
-			raw, err := cmd.Bytes()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, payload, err := envelope.Decode(raw)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := mp.Unmarshal(payload, &items[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
+		pipelinedPage(b, rdb, full[p%pageCount], make([]Item, pageLen))
 		p++
 	}
 	reportCPU(b, cpu0)

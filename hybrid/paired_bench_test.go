@@ -8,8 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridcache/hybridcache/codec"
-	"github.com/hybridcache/hybridcache/internal/envelope"
-	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -92,20 +91,12 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 	const n = 1000
 	c := newRedisBenchCache(b, n)
 	rdb := srv.Client(b)
-	raw := redistest.Prefix(b) + ":raw:"
+	rawKeys := storeRawRecords(b, n)
 	mp := codec.Msgpack{}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = strconv.Itoa(i)
 		c.DropLocal(keys[i])
-		r, _ := loadRecord(ctx, keys[i])
-		p, err := mp.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := rdb.Set(ctx, raw+keys[i], p, time.Hour).Err(); err != nil {
-			b.Fatal(err)
-		}
 	}
 	b.ReportAllocs()
 	// The L1 entry that a read stores is dropped before the next pair,
@@ -119,7 +110,7 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 			b.Fatal(err)
 		}
 	}, func(i int) {
-		p, err := rdb.Get(ctx, raw+keys[i%n]).Bytes()
+		p, err := rdb.Get(ctx, rawKeys[i%n]).Bytes()
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -139,54 +130,28 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 // the decode of each.
 func BenchmarkPaired_ColdPage(b *testing.B) {
 	ps := storedPages(b)
+	full := ps.stored()
 	rdb := srv.Client(b)
-	ctx := context.Background()
-	full := make([][]string, len(ps.pages))
-	for p, page := range ps.pages {
-		full[p] = make([]string, len(page))
-		for i, k := range page {
-			full[p][i] = ps.ns + ":" + k
-		}
-	}
-	mp := codec.Msgpack{}
-	c, err := newPageCache(rdb, ps.ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { c.Close() }()
+	pairedColdPage(b, rdb, ps, nil, func(p int) {
+		mgetPage(b, rdb, full[p%pageCount], make([]Item, pageLen))
+	})
+}
+
+// pairedColdPage times cold pages (see coldCache) against base. Every
+// pageCount pages, untimed, the cache is renewed, and so is what base reads
+// into with renewBase if not nil.
+func pairedColdPage(b *testing.B, rdb redis.UniversalClient, ps pageSet, renewBase func(), base func(p int)) {
+	cc := newColdCache(b, rdb, ps.ns)
+	defer cc.close()
 	b.ReportAllocs()
 	paired(b, func(p int) {
-		if p%pageCount == 0 && p > 0 {
-			c.Close()
-			if c, err = newPageCache(rdb, ps.ns); err != nil {
-				b.Fatal(err)
+		if cc.due(p) {
+			cc.renew()
+			if renewBase != nil {
+				renewBase()
 			}
 		}
-	}, func(p int) {
-		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
-		if err != nil || len(m) != pageLen {
-			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
-		}
-	}, func(p int) {
-		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		items := make([]Item, len(vals))
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				b.Fatalf("key %d: got %T, want a string", i, v)
-			}
-			_, payload, err := envelope.Decode([]byte(s))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := mp.Unmarshal(payload, &items[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}, func(p int) { cc.read(ps.pages[p%pageCount]) }, base)
 }
 
 // BenchmarkPaired_L1Hit is BenchmarkGetOrCreate_L1Hit against
@@ -195,27 +160,18 @@ func BenchmarkPaired_ColdPage(b *testing.B) {
 // reads. Both report 0 allocations.
 func BenchmarkPaired_L1Hit(b *testing.B) {
 	keys := benchKeyNames()
-	c := newBenchCache(b, keys)
-	oc := newBenchOtterFair(b, keys)
-	ctx := context.Background()
-	b.ReportAllocs()
-	pairedBlocks(b, 1000, nil, func(i int) {
-		if _, err := c.GetOrCreate(ctx, keys[i&(benchKeys-1)], loadBenchUser); err != nil {
-			b.Fatal(err)
-		}
-	}, func(i int) {
-		if _, ok := oc.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
-			b.Fatal("miss")
-		}
-	})
+	pairedL1Hit(b, keys, newBenchOtterFair(b, keys))
 }
 
 // BenchmarkPaired_L1HitBare is BenchmarkPaired_L1Hit against a bare otter
 // cache (a count bound only): BenchmarkOtter_GetIfPresent.
 func BenchmarkPaired_L1HitBare(b *testing.B) {
 	keys := benchKeyNames()
+	pairedL1Hit(b, keys, newBenchOtter(b, keys))
+}
+
+func pairedL1Hit(b *testing.B, keys []string, oc *otter.Cache[string, *User]) {
 	c := newBenchCache(b, keys)
-	oc := newBenchOtter(b, keys)
 	ctx := context.Background()
 	b.ReportAllocs()
 	pairedBlocks(b, 1000, nil, func(i int) {
@@ -235,60 +191,12 @@ func BenchmarkPaired_L1HitBare(b *testing.B) {
 // least that a page read filling a local tier can cost.
 func BenchmarkPaired_ColdPageFloor(b *testing.B) {
 	ps := storedPages(b)
+	full := ps.stored()
 	rdb := srv.Client(b)
-	ctx := context.Background()
-	full := make([][]string, len(ps.pages))
-	for p, page := range ps.pages {
-		full[p] = make([]string, len(page))
-		for i, k := range page {
-			full[p][i] = ps.ns + ":" + k
-		}
-	}
-	mp := codec.Msgpack{}
-	c, err := newPageCache(rdb, ps.ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	oc, stop := newPageOtter()
-	defer func() {
-		c.Close()
-		stop()
-	}()
-	b.ReportAllocs()
-	paired(b, func(p int) {
-		if p%pageCount == 0 && p > 0 {
-			c.Close()
-			if c, err = newPageCache(rdb, ps.ns); err != nil {
-				b.Fatal(err)
-			}
-			stop()
-			oc, stop = newPageOtter()
-		}
-	}, func(p int) {
-		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
-		if err != nil || len(m) != pageLen {
-			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
-		}
-	}, func(p int) {
-		vals, err := rdb.MGet(ctx, full[p%pageCount]...).Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i, v := range vals {
-			s, ok := v.(string)
-			if !ok {
-				b.Fatalf("key %d: got %T, want a string", i, v)
-			}
-			_, payload, err := envelope.Decode([]byte(s))
-			if err != nil {
-				b.Fatal(err)
-			}
-			var it Item
-			if err := mp.Unmarshal(payload, &it); err != nil {
-				b.Fatal(err)
-			}
-			oc.Set(ps.pages[p%pageCount][i], it)
-		}
+	f := newPageFloor()
+	defer func() { f.stop() }()
+	pairedColdPage(b, rdb, ps, f.renew, func(p int) {
+		f.read(b, rdb, ps.pages[p%pageCount], full[p%pageCount])
 	})
 }
 
@@ -298,9 +206,9 @@ func BenchmarkPaired_ColdPageFloor(b *testing.B) {
 // pages are read in turn from pageCount pages stored once.
 func BenchmarkPaired_WarmPage(b *testing.B) {
 	ps := storedPages(b)
+	full := ps.stored()
 	rdb := srv.Client(b)
 	ctx := context.Background()
-	mp := codec.Msgpack{}
 	c, err := newPageCache(rdb, ps.ns)
 	if err != nil {
 		b.Fatal(err)
@@ -319,19 +227,13 @@ func BenchmarkPaired_WarmPage(b *testing.B) {
 			}
 		}
 	}, func(p int) {
-		for _, k := range ps.pages[p%pageCount] {
-			s, err := rdb.Get(ctx, ps.ns+":"+k).Bytes()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, payload, err := envelope.Decode(s)
+		for _, k := range full[p%pageCount] {
+			s, err := rdb.Get(ctx, k).Bytes()
 			if err != nil {
 				b.Fatal(err)
 			}
 			var it Item
-			if err := mp.Unmarshal(payload, &it); err != nil {
-				b.Fatal(err)
-			}
+			decodeStored(b, s, &it)
 		}
 	})
 	if s := c.Stats(); s.Loads != 0 || s.L2Hits != pageCount*pageLen {
@@ -346,49 +248,8 @@ func noLoad(context.Context, string) (Item, error) { return Item{}, errUnexpecte
 // cluster of HYBRID_REDIS_CLUSTER (skipped without one).
 func BenchmarkPaired_ClusterColdPage(b *testing.B) {
 	ps, rdb := clusterPages(b)
-	ctx := context.Background()
-	mp := codec.Msgpack{}
-	c, err := newPageCache(rdb, ps.ns)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { c.Close() }()
-	b.ReportAllocs()
-	paired(b, func(p int) {
-		if p%pageCount == 0 && p > 0 {
-			c.Close()
-			if c, err = newPageCache(rdb, ps.ns); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}, func(p int) {
-		m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany)
-		if err != nil || len(m) != pageLen {
-			b.Fatalf("got %d values, err %v; want %d, nil", len(m), err, pageLen)
-		}
-	}, func(p int) {
-		page := ps.pages[p%pageCount]
-		cmds := make([]*redis.StringCmd, len(page))
-		pipe := rdb.Pipeline()
-		for i, k := range page {
-			cmds[i] = pipe.Get(ctx, ps.ns+":"+k)
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			b.Fatal(err)
-		}
-		items := make([]Item, len(page))
-		for i, cmd := range cmds {
-			raw, err := cmd.Bytes()
-			if err != nil {
-				b.Fatal(err)
-			}
-			_, payload, err := envelope.Decode(raw)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := mp.Unmarshal(payload, &items[i]); err != nil {
-				b.Fatal(err)
-			}
-		}
+	full := ps.stored()
+	pairedColdPage(b, rdb, ps, nil, func(p int) {
+		pipelinedPage(b, rdb, full[p%pageCount], make([]Item, pageLen))
 	})
 }

@@ -86,24 +86,9 @@ func BenchmarkGetOrCreate_L2Hit(b *testing.B) {
 func BenchmarkRedis_GetDecode(b *testing.B) {
 	const n = 1000
 	rdb := srv.Client(b)
-	ctx := context.Background()
-	prefix := redistest.Prefix(b) + ":"
+	keys := storeRawRecords(b, n)
 	mp := codec.Msgpack{}
-	for i := range n {
-		k := strconv.Itoa(i)
-		r, _ := loadRecord(ctx, k)
-		p, err := mp.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := rdb.Set(ctx, prefix+k, p, time.Hour).Err(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = prefix + strconv.Itoa(i)
-	}
+	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -117,6 +102,28 @@ func BenchmarkRedis_GetDecode(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// storeRawRecords stores n msgpack records in the package's Redis, as a
+// raw GET baseline reads them (no envelope), and returns their keys.
+func storeRawRecords(b *testing.B, n int) []string {
+	b.Helper()
+	rdb := srv.Client(b)
+	ctx := context.Background()
+	prefix := redistest.Prefix(b) + ":"
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + strconv.Itoa(i)
+		r, _ := loadRecord(ctx, strconv.Itoa(i))
+		p, err := codec.Msgpack{}.Marshal(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rdb.Set(ctx, keys[i], p, time.Hour).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return keys
 }
 
 // BenchmarkGetOrCreate_FullMiss is a key in neither tier: GET (miss), load,
@@ -181,21 +188,9 @@ func BenchmarkGetOrCreate_L2HitParallel(b *testing.B) {
 func BenchmarkRedis_GetDecodeParallel(b *testing.B) {
 	const n = 1000
 	rdb := srv.Client(b)
-	ctx := context.Background()
-	prefix := redistest.Prefix(b) + ":"
+	keys := storeRawRecords(b, n)
 	mp := codec.Msgpack{}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = prefix + strconv.Itoa(i)
-		r, _ := loadRecord(ctx, strconv.Itoa(i))
-		p, err := mp.Marshal(r)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := rdb.Set(ctx, keys[i], p, time.Hour).Err(); err != nil {
-			b.Fatal(err)
-		}
-	}
+	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism(4)
 	b.ReportAllocs()
