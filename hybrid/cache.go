@@ -973,11 +973,13 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 // onLoss runs when invalidations may have been lost: nothing in L1 can be
 // trusted any more.
 func (c *Cache[V]) onLoss() {
-	c.n.busLosses.Add(1)
 	c.tags.clear()
 	c.fence.bumpAll()
 	c.flights.ForgetAll()
 	c.local.Clear()
+	// Counted once applied, as messages are: a loss seen in Stats means L1
+	// has been flushed for it.
+	c.n.busLosses.Add(1)
 }
 
 // check returns the error for a call that cannot proceed.
