@@ -234,6 +234,13 @@ func (c *Cache[V]) leadRead(ctx context.Context, key string, call *flight.Call[V
 		ctx, cancel = c.fillContext(ctx, e.loadTimeout)
 		defer cancel()
 	}
+	return c.readShared(ctx, key, call, e)
+}
+
+// readShared is a fill's read of the shared tier: a live value (or a
+// remembered absence) finishes call and gives nil; anything else is
+// returned for the fill to go on with.
+func (c *Cache[V]) readShared(ctx context.Context, key string, call *flight.Call[V], e *entry) *remoteRead[V] {
 	tok := c.fence.token(key)
 	it, st, raw := c.readRemote(ctx, key, tok, e)
 	if st != readHit {
@@ -315,26 +322,14 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
-	var (
-		tok token
-		it  item[V]
-		st  readState
-		raw []byte
-	)
-	if pre != nil {
-		tok, it, st, raw = pre.tok, pre.it, pre.st, pre.raw
-	} else {
-		tok = c.fence.token(key)
-		it, st, raw = c.readRemote(ctx, key, tok, &e)
-	}
-	switch st {
-	case readHit:
-		if it.absent {
-			finish(it.v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
+	if pre == nil {
+		if pre = c.readShared(ctx, key, call, &e); pre == nil {
+			finished = true // by readShared, with what it found
 			return
 		}
-		finish(it.v, nil)
-		return
+	}
+	tok, it, st, raw := pre.tok, pre.it, pre.st, pre.raw
+	switch st {
 	case readStale:
 		if stale == nil || it.writtenAt() > stale.writtenAt() {
 			stale = &it
