@@ -231,13 +231,7 @@ func TestNoStaleBatchFill(t *testing.T) {
 			}
 			res := goGetOrCreateMany(ctx, b, []string{"other", "k"}, load)
 			await(t, reached) // b's read has returned the old state, or its load runs
-			if tt.del {
-				if err := a.Delete(ctx, "k"); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				set(t, a, "k", "new")
-			}
+			setOrDelete(t, a, "k", tt.del)
 			s.flush(t) // b has applied A's message
 			close(release)
 			r := await(t, res)

@@ -98,7 +98,12 @@ func BenchmarkGet_L1Hit(b *testing.B) {
 // BenchmarkOtter_GetIfPresent is the raw baseline: a bare otter cache.
 func BenchmarkOtter_GetIfPresent(b *testing.B) {
 	keys := benchKeyNames()
-	c := newBenchOtter(b, keys)
+	otterHits(b, newBenchOtter(b, keys), keys)
+}
+
+// otterHits reads keys, all present, from c in turn: the loop of the otter
+// baselines.
+func otterHits(b *testing.B, c *otter.Cache[string, *User], keys []string) {
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -129,7 +134,11 @@ func BenchmarkGetOrCreate_L1HitParallel(b *testing.B) {
 
 func BenchmarkOtter_GetIfPresentParallel(b *testing.B) {
 	keys := benchKeyNames()
-	c := newBenchOtter(b, keys)
+	otterHitsParallel(b, newBenchOtter(b, keys), keys)
+}
+
+// otterHitsParallel is otterHits from GOMAXPROCS goroutines.
+func otterHitsParallel(b *testing.B, c *otter.Cache[string, *User], keys []string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -175,32 +184,12 @@ func newBenchOtterFair(b *testing.B, keys []string) *otter.Cache[string, *User] 
 // benchmarks: raw otter with the features L1 uses.
 func BenchmarkOtterFair_GetIfPresent(b *testing.B) {
 	keys := benchKeyNames()
-	c := newBenchOtterFair(b, keys)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if _, ok := c.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
-			b.Fatal("miss")
-		}
-		i++
-	}
+	otterHits(b, newBenchOtterFair(b, keys), keys)
 }
 
 func BenchmarkOtterFair_GetIfPresentParallel(b *testing.B) {
 	keys := benchKeyNames()
-	c := newBenchOtterFair(b, keys)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if _, ok := c.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
-				b.Error("miss")
-				return
-			}
-			i++
-		}
-	})
+	otterHitsParallel(b, newBenchOtterFair(b, keys), keys)
 }
 
 // BenchmarkOtter_GetIfPresentFull is the bare baseline with its cache full
@@ -215,12 +204,5 @@ func BenchmarkOtter_GetIfPresentFull(b *testing.B) {
 		c.Set(k, &User{ID: k, Name: "Ada"})
 	}
 	c.CleanUp()
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		if _, ok := c.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
-			b.Fatal("miss")
-		}
-		i++
-	}
+	otterHits(b, c, keys)
 }

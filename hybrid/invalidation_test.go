@@ -46,6 +46,18 @@ func set(t testing.TB, c *hybrid.Cache[string], key, v string) {
 	}
 }
 
+// setOrDelete sets key to "new" on c, or deletes it if del.
+func setOrDelete(t testing.TB, c *hybrid.Cache[string], key string, del bool) {
+	t.Helper()
+	if !del {
+		set(t, c, key, "new")
+		return
+	}
+	if err := c.Delete(context.Background(), key); err != nil {
+		t.Fatalf("Delete(%q): %v", key, err)
+	}
+}
+
 // fillFromRemote makes c hold key, read from the shared tier.
 func fillFromRemote(t testing.TB, c *hybrid.Cache[string], key, want string) {
 	t.Helper()
@@ -313,13 +325,7 @@ func TestNoStaleFill(t *testing.T) {
 			}
 			res := goGetOrCreate(ctx, b, "k", load)
 			<-reached // b's read has returned the old state, or its load runs
-			if tt.del {
-				if err := a.Delete(ctx, "k"); err != nil {
-					t.Fatal(err)
-				}
-			} else {
-				set(t, a, "k", "new")
-			}
+			setOrDelete(t, a, "k", tt.del)
 			s.flush(t) // b has applied A's message
 			close(release)
 			r := <-res

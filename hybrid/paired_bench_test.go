@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybridcache/hybridcache/codec"
 	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -92,7 +91,6 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 	c := newRedisBenchCache(b, n)
 	rdb := srv.Client(b)
 	rawKeys := storeRawRecords(b, n)
-	mp := codec.Msgpack{}
 	keys := make([]string, n)
 	for i := range keys {
 		keys[i] = strconv.Itoa(i)
@@ -110,12 +108,7 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 			b.Fatal(err)
 		}
 	}, func(i int) {
-		p, err := rdb.Get(ctx, rawKeys[i%n]).Bytes()
-		if err != nil {
-			b.Fatal(err)
-		}
-		var r Record
-		if err := mp.Unmarshal(p, &r); err != nil {
+		if err := getRawRecord(rdb, rawKeys[i%n]); err != nil {
 			b.Fatal(err)
 		}
 	})
