@@ -39,7 +39,7 @@ func (e *env) newClient() *redis.Client {
 }
 
 // k returns a key prefix for one data set of this run.
-func (e *env) k(name string) string { return e.run + name + ":" }
+func (e *env) k(name string) string { return e.run + name + "." } // no ":": it is our Namespace too
 
 // pick returns small in quick mode, full otherwise.
 func pick[T any](e *env, quick, full T) T {

@@ -116,7 +116,7 @@ func run() (code int) {
 	}
 	id := make([]byte, 4)
 	rand.Read(id)
-	e.run = "hcbench:" + hex.EncodeToString(id) + ":"
+	e.run = "hcbench." + hex.EncodeToString(id) + "."
 	e.secret = []byte("bench-secret-" + hex.EncodeToString(id))
 	e.bus = invalidate.New(e.rdb, invalidate.Options{})
 	defer e.bus.Close()

@@ -126,15 +126,16 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 	return out, badKey
 }
 
-// localMany answers what it can from L1 and returns the non-empty keys it
-// could not, and an error if some key was empty. With distinct, a key
+// localMany answers what it can from L1 and returns the valid keys it
+// could not, and an error for the keys checkKey refuses. With distinct, a key
 // repeated in keys is returned once. out is nil when L1 held none of keys
 // and some are to be read.
 func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, misses []string, badKey error) {
+	var badKeys []error
 	var seen map[string]struct{}
 	for i, key := range keys {
-		if key == "" {
-			badKey = fmt.Errorf("hybrid: batch: %w", ErrEmptyKey)
+		if err := c.checkKey(key); err != nil {
+			badKeys = append(badKeys, fmt.Errorf("hybrid: batch: %w", err))
 			continue
 		}
 		// An expired entry kept for fail-safe is a miss here: batches load it
@@ -165,7 +166,7 @@ func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, mi
 	if out == nil && len(misses) == 0 {
 		out = make(map[string]V)
 	}
-	return out, misses, badKey
+	return out, misses, dedupe(badKeys)
 }
 
 func (c *Cache[V]) checkBatch(ctx context.Context) error {
@@ -398,7 +399,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocalIn(lb, key, tagged(vals[i].it, e.tags), c.weigh(key, b), localTTL, toks[i], &e)
+		c.storeLocalIn(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], &e)
 		writes = append(writes, write{i, b, e.physical(ttl)})
 	}
 	lb.Done()
@@ -510,11 +511,11 @@ func dedupe(errs []error) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	seen := make(map[error]bool, len(errs))
+	seen := make(map[string]bool, len(errs))
 	var out []error
 	for _, err := range errs {
-		if !seen[err] {
-			seen[err] = true
+		if msg := err.Error(); !seen[msg] {
+			seen[msg] = true
 			out = append(out, err)
 		}
 	}

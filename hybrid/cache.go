@@ -41,6 +41,9 @@ type timing struct {
 	written int64
 	// tags are the value's tags (WithTags).
 	tags []string
+	// size is the L1 weight of the value without its key (see size), kept
+	// so that a fail-safe re-store weighs the value as its first store did.
+	size int
 }
 
 // writtenAt is when it was written, 0 if unknown.
@@ -350,7 +353,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
 			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
 			b := c.encodeAbsent(ttl, e.tags)
-			c.storeLocal(key, tagged(item[V]{absent: true}, e.tags), c.weigh(key, b), localTTL, tok, &e)
+			c.storeLocal(key, tagged(item[V]{absent: true}, e.tags), c.size(b), localTTL, tok, &e)
 			finish(v, err)
 			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 			return
@@ -372,7 +375,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier.
-	c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.weigh(key, b), localTTL, tok, &e)
+	c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, &e)
 	finish(v, nil)
 	c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 }
@@ -517,7 +520,7 @@ func (c *Cache[V]) takeRemoteInto(ctx context.Context, lb *l1.Batch[item[V]], it
 		return readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.storeLocalIn(lb, key, *it, c.weigh(key, b), min(ttl, e.localTTL), tok, e)
+	c.storeLocalIn(lb, key, *it, c.size(b), min(ttl, e.localTTL), tok, e)
 	return readHit
 }
 
@@ -552,7 +555,7 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (time.Duration,
 		ttl = time.Until(h.Expires)
 	}
 	if timed || len(h.Tags) > 0 {
-		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags}
+		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
 		return 0, errTombstone
@@ -687,13 +690,15 @@ func (c *Cache[V]) retryWrite(ctx context.Context, op string, attempt int, err e
 // check runs under the lock of key's L1 entry, and every change bumps the
 // fence before it touches the entry, so no change can slip in between the
 // check and the store. It reports whether it stored.
-func (c *Cache[V]) storeLocal(key string, it item[V], w uint32, ttl time.Duration, tok token, e *entry) bool {
-	return c.storeLocalIn(nil, key, it, w, ttl, tok, e)
+func (c *Cache[V]) storeLocal(key string, it item[V], size int, ttl time.Duration, tok token, e *entry) bool {
+	return c.storeLocalIn(nil, key, it, size, ttl, tok, e)
 }
 
-// storeLocalIn is storeLocal as part of lb, or alone if lb is nil.
-func (c *Cache[V]) storeLocalIn(lb *l1.Batch[item[V]], key string, it item[V], w uint32, ttl time.Duration, tok token, e *entry) bool {
-	it, ttl = c.stamp(it, ttl, e)
+// storeLocalIn is storeLocal as part of lb, or alone if lb is nil. size is
+// the value's weight as size gives it.
+func (c *Cache[V]) storeLocalIn(lb *l1.Batch[item[V]], key string, it item[V], size int, ttl time.Duration, tok token, e *entry) bool {
+	it, ttl = c.stamp(it, size, ttl, e)
+	w := weight(key, size)
 	valid := func() bool { return c.fence.valid(tok) }
 	var stored bool
 	if lb != nil {
@@ -708,8 +713,10 @@ func (c *Cache[V]) storeLocalIn(lb *l1.Batch[item[V]], key string, it item[V], w
 	return true
 }
 
-func weight(key string, stored []byte) uint32 {
-	return uint32(min(len(key)+len(stored)+entryOverhead, 1<<31))
+// weight is the L1 weight of key holding a value of size (see size): every
+// L1 store weighs its entry here.
+func weight(key string, size int) uint32 {
+	return uint32(min(len(key)+size+entryOverhead, 1<<31))
 }
 
 // live reports whether an entry that L1 returned is within its lifetime,
@@ -788,7 +795,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *entry) error {
 		c.local.Delete(key)
 		return nil
 	}
-	if !c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.weigh(key, b), localTTL, tok, e) {
+	if !c.storeLocal(key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	return nil
@@ -910,18 +917,24 @@ func (c *Cache[V]) onMessage(b []byte) {
 		c.log.log(logBus, "hybrid: invalidation message ignored", "namespace", c.o.Namespace, "err", err)
 		return
 	}
+	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete
+	if len(c.o.Secret) > 0 && !m.Authentic {
+		// Unsigned, a message may at most drop the keys it names: a clear or
+		// a tag delete is ignored, and so is one that claims to be ours.
+		c.n.unauthentic.Add(1)
+		if !keysOnly || m.Origin == c.origin {
+			return
+		}
+	}
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
-		if (m.Op == message.OpSet || m.Op == message.OpDelete) && c.ann != nil {
+		if keysOnly && c.ann != nil {
 			c.fence.ownMessage(m.Keys[0]) // a tag's message names no key we wrote
 		}
 		return
 	}
 	// Counted once applied, so a count seen means L1 reflects the message.
 	defer c.invalidated(m.Op.String(), m.Keys)
-	if len(c.o.Secret) > 0 && !m.Authentic {
-		c.n.unauthentic.Add(1)
-	}
 	switch m.Op {
 	case message.OpTag:
 		c.onTagMessage(m)
@@ -955,8 +968,9 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 		return false
 	}
 	var life time.Duration
-	it, life = c.stamp(it, min(ttl, c.def.localTTL), &c.def)
-	if c.local.Replace(key, it, c.weigh(key, b), life) {
+	size := c.size(b)
+	it, life = c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
+	if c.local.Replace(key, it, weight(key, size), life) {
 		c.n.swapped.Add(1)
 	}
 	if !c.fence.valid(tok) {
@@ -982,13 +996,25 @@ func (c *Cache[V]) check(ctx context.Context, key string) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
-	if key == "" {
-		return ErrEmptyKey
-	}
-	if key[0] == 0 {
-		return ErrReservedKey
+	if err := c.checkKey(key); err != nil {
+		return err
 	}
 	return ctx.Err()
+}
+
+// checkKey returns the error for a key no call accepts: empty, reserved
+// for the cache's own records, or longer than MaxKeyBytes. Every entry
+// point checks its keys here, single and batch.
+func (c *Cache[V]) checkKey(key string) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case key[0] == 0:
+		return ErrReservedKey
+	case len(key) > c.o.MaxKeyBytes:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLong, len(key), c.o.MaxKeyBytes)
+	}
+	return nil
 }
 
 // Stats returns a snapshot of the cache's counters.

@@ -43,15 +43,16 @@ func (c *Cache[V]) decompress(z []byte) ([]byte, error) {
 	return b, nil
 }
 
-// weigh is the L1 weight of key holding the envelope b: its decoded size
-// when compressed, since L1 holds the decoded value.
-func (c *Cache[V]) weigh(key string, b []byte) uint32 {
+// size is what a value stored as the envelope b adds to L1's weight
+// besides its key: the envelope, and its decoded length when compressed,
+// since L1 holds the decoded value.
+func (c *Cache[V]) size(b []byte) int {
 	if len(b) > 2 && b[2]&envelope.FlagCompressed != 0 {
 		if _, z, err := envelope.Decode(b); err == nil {
 			if n, err := s2.DecodedLen(z); err == nil {
-				return uint32(min(len(key)+len(b)+entryOverhead+n, 1<<31))
+				return len(b) + n
 			}
 		}
 	}
-	return weight(key, b)
+	return len(b)
 }

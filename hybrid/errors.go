@@ -14,6 +14,10 @@ var ErrEmptyKey = errors.New("hybrid: empty key")
 // errors.Is.
 var ErrReservedKey = errors.New("hybrid: keys starting with a NUL byte are reserved")
 
+// ErrKeyTooLong is returned for a key longer than Options.MaxKeyBytes.
+// Check it with errors.Is.
+var ErrKeyTooLong = errors.New("hybrid: key too long")
+
 // ErrValueTooLarge is returned by Set when the encoded value exceeds
 // Options.MaxValueBytes. Check it with errors.Is.
 var ErrValueTooLarge = errors.New("hybrid: value too large")

@@ -145,7 +145,7 @@ func TestFaultACL(t *testing.T) {
 
 	// A cache in a namespace the user may not touch: writes fail, reads
 	// degrade to load, nothing is written.
-	other := "other:" + ns
+	other := "other." + ns
 	c := newSplitInstance(t, "C", newClient(t), nil, l2.Options{}, hybrid.Options{Namespace: other}, invalidate.Options{})
 	if err := c.c.Set(ctx, "k", "x"); err == nil || !redis.IsPermissionError(err) {
 		t.Errorf("C: Set outside the user's keys: got %v, want a NOPERM error", err)

@@ -388,4 +388,33 @@ func TestIntegrationForgedMessages(t *testing.T) {
 	if n, err := raw.Exists(ctx, ns+":planted").Result(); err != nil || n != 0 {
 		t.Errorf("Redis EXISTS planted: %d, %v; want 0", n, err)
 	}
+
+	// An unsigned clear, and a clear signed with the wrong key, name no
+	// keys: ignored, so B keeps k (and every other entry) in L1.
+	fill(t, b, "k", "v1")
+	for i := range 100 {
+		setStr(t, a, fmt.Sprint("many", i), "x")
+	}
+	for _, in := range []*instance{b, c} {
+		waitStat(t, in, "Received", statReceived, 1+2+100) // k, the two forged sets, many*
+	}
+	for i := range 100 {
+		fill(t, b, fmt.Sprint("many", i), "x")
+	}
+	held := b.c.Stats().L1Entries
+	publish(message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: ns}, nil))
+	publish(message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: ns}, []byte("not the secret")))
+	for _, in := range p {
+		waitStat(t, in, "Unauthentic", statUnauth, 4)
+	}
+	bGets = b.remote.calls().Get
+	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
+		t.Errorf("B: Get(k) after forged clears: got %q, %v, want \"v1\"", v, ok)
+	}
+	if got := b.remote.calls().Get - bGets; got != 0 {
+		t.Errorf("B: Redis GETs after forged clears: got %d, want 0 (L1 kept)", got)
+	}
+	if st := b.c.Stats(); st.L1Entries < held {
+		t.Errorf("B: L1 holds %d entries after forged clears, want %d (none dropped)", st.L1Entries, held)
+	}
 }

@@ -237,6 +237,11 @@ func TestForgedMessages(t *testing.T) {
 		{"other namespace", message.Encode(message.Message{Op: message.OpDelete, Origin: stranger, Namespace: "other", Keys: []string{"k"}}, secret), 1, 0, false},
 		{"value signed with another secret", message.Encode(message.Message{Op: message.OpSet, Origin: stranger, Namespace: testNS, Keys: []string{"k"}, Value: evil}, []byte("guess")), 0, 1, true},
 		{"unsigned delete", message.Encode(message.Message{Op: message.OpDelete, Origin: stranger, Namespace: testNS, Keys: []string{"k"}}, nil), 0, 1, true},
+		// Unsigned, a message may only drop the keys it names: a clear or a
+		// tag delete names none, so it is ignored.
+		{"unsigned clear", message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: testNS}, nil), 0, 1, false},
+		{"clear signed with another secret", message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: testNS}, []byte("guess")), 0, 1, false},
+		{"unsigned tag delete", message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: testNS, Keys: []string{"t"}}, nil), 0, 1, false},
 	}
 	for _, st := range steps {
 		before := b.Stats()

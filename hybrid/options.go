@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/hybridcache/hybridcache/codec"
@@ -14,7 +15,8 @@ import (
 type Options struct {
 	// Namespace names this cache's keys in the shared tier ("Namespace:key")
 	// and its invalidation channel. Required when Remote or Bus is set;
-	// every instance of one logical cache uses the same Namespace.
+	// every instance of one logical cache uses the same Namespace. It may
+	// not contain ':', so that no two namespaces share a Redis key.
 	Namespace string
 
 	// Remote is the shared tier, such as *l2.Store. nil: L1 only.
@@ -64,6 +66,10 @@ type Options struct {
 	// LocalMaxBytes bounds L1 by the encoded size of its values (plus key and
 	// a fixed overhead per entry). Default: 64 MiB.
 	LocalMaxBytes int64
+
+	// MaxKeyBytes is the longest key accepted; a longer one gets
+	// ErrKeyTooLong (in a batch, that key only). Default: 1024.
+	MaxKeyBytes int
 
 	// MaxValueBytes is the largest encoded value stored. A larger value
 	// loaded by GetOrCreate is returned but not stored; Set returns
@@ -143,6 +149,7 @@ const (
 	defaultTTL       = 10 * time.Minute
 	defaultLocalTTL  = time.Minute
 	defaultLocalMax  = 64 << 20
+	defaultMaxKey    = 1 << 10
 	defaultMaxValue  = 1 << 20
 	defaultInlineMax = 64 << 10
 	defaultLogEvery  = 10 * time.Second
@@ -152,6 +159,10 @@ const (
 func (o Options) withDefaults() (Options, error) {
 	if (o.Remote != nil || o.Bus != nil) && o.Namespace == "" {
 		return o, errors.New("hybrid: Options.Namespace is required when Remote or Bus is set")
+	}
+	if strings.Contains(o.Namespace, ":") {
+		// "X" with key "v2:1" and "X:v2" with key "1" would share a Redis key.
+		return o, fmt.Errorf("hybrid: Options.Namespace %q contains ':', which separates the namespace from keys in Redis", o.Namespace)
 	}
 	for _, f := range []struct {
 		name string
@@ -182,6 +193,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.CompressAbove < 0 {
 		return o, fmt.Errorf("hybrid: Options.CompressAbove is negative (%d)", o.CompressAbove)
 	}
+	if o.MaxKeyBytes < 0 {
+		return o, fmt.Errorf("hybrid: Options.MaxKeyBytes is negative (%d)", o.MaxKeyBytes)
+	}
 	if o.MaxValueBytes < 0 {
 		return o, fmt.Errorf("hybrid: Options.MaxValueBytes is negative (%d)", o.MaxValueBytes)
 	}
@@ -196,6 +210,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LocalMaxBytes == 0 {
 		o.LocalMaxBytes = defaultLocalMax
+	}
+	if o.MaxKeyBytes == 0 {
+		o.MaxKeyBytes = defaultMaxKey
 	}
 	if o.MaxValueBytes == 0 {
 		o.MaxValueBytes = defaultMaxValue

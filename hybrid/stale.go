@@ -15,7 +15,7 @@ import (
 
 // stamp sets it's timing for a logical L1 lifetime of ttl from now, as e
 // says, and returns the lifetime L1 itself should give it.
-func (c *Cache[V]) stamp(it item[V], ttl time.Duration, e *entry) (item[V], time.Duration) {
+func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *entry) (item[V], time.Duration) {
 	if !e.timed() {
 		var tags []string
 		if it.t != nil {
@@ -36,6 +36,7 @@ func (c *Cache[V]) stamp(it item[V], ttl time.Duration, e *entry) (item[V], time
 	if t.staleAt <= 0 || t.staleAt > t.expires {
 		t.staleAt = t.expires
 	}
+	t.size = size
 	t.due = t.expires
 	if e.eager > 0 && !it.absent {
 		t.due = now + int64(float64(ttl)*e.eager)
@@ -71,7 +72,7 @@ func (c *Cache[V]) usable(stale *item[V], e *entry) bool {
 func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error, e *entry) {
 	c.staleServed(key, cause)
 	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
-	c.storeLocal(key, stale, entryOverhead+uint32(len(key)), e.failSafeThrottle, tok, e)
+	c.storeLocal(key, stale, stale.t.size, e.failSafeThrottle, tok, e)
 }
 
 // loadSoftly calls load. With a usable stale value and a soft timeout, a

@@ -254,8 +254,8 @@ func (s *Server) Close() {
 func Prefix(tb testing.TB) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := strings.NewReplacer("/", "_", " ", "_").Replace(tb.Name())
-	return "t:" + name + ":" + hex.EncodeToString(b[:])
+	name := strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(tb.Name())
+	return "t." + name + "." + hex.EncodeToString(b[:])
 }
 
 // ClusterAddrs returns the seed addresses of a Redis Cluster named by

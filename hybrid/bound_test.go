@@ -1,0 +1,171 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+)
+
+// TestL1BoundEveryPath drives each path that stores into L1 with values
+// whose total is 20 times LocalMaxBytes, and checks that L1 holds no more
+// than the bound by its own count (L1Bytes), by the number of entries it
+// keeps, and by the live heap. A path that weighed an entry by less than its
+// value (fail-safe once did) keeps thousands of entries.
+func TestL1BoundEveryPath(t *testing.T) {
+	const (
+		maxBytes = 1 << 20
+		valSize  = 10 << 10
+		keys     = 2000
+		lifetime = time.Minute
+		short    = 300 * time.Millisecond // for the paths that need values past their lifetime
+	)
+	big := strings.Repeat("v", valSize)
+	key := func(i int) string { return fmt.Sprint("k", i) }
+	failing := func(context.Context, string) (string, error) { return "", errors.New("database down") }
+	loadBig := func(context.Context, string) (string, error) { return big, nil }
+
+	// expire sets every key to big through a, then waits until every value
+	// has passed its lifetime (kept for fail-safe).
+	expire := func(t *testing.T, a *instance) {
+		for i := range keys {
+			setStr(t, a, key(i), big)
+		}
+		time.Sleep(short + 100*time.Millisecond)
+	}
+	paths := []struct {
+		name string
+		o    hybrid.Options
+		run  func(t *testing.T, a, b *instance) *instance // returns the instance to check
+	}{
+		{"fill", hybrid.Options{}, func(t *testing.T, a, _ *instance) *instance {
+			for i := range keys {
+				if _, err := a.c.GetOrCreate(context.Background(), key(i), loadBig); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return a
+		}},
+		{"batch fill", hybrid.Options{}, func(t *testing.T, a, _ *instance) *instance {
+			page := make([]string, 0, 100)
+			for i := range keys {
+				page = append(page, key(i))
+				if len(page) == cap(page) {
+					if _, err := a.c.GetOrCreateMany(context.Background(), page, func(_ context.Context, miss []string) (map[string]string, error) {
+						m := make(map[string]string, len(miss))
+						for _, k := range miss {
+							m[k] = big
+						}
+						return m, nil
+					}); err != nil {
+						t.Fatal(err)
+					}
+					page = page[:0]
+				}
+			}
+			return a
+		}},
+		{"set", hybrid.Options{}, func(t *testing.T, a, _ *instance) *instance {
+			for i := range keys {
+				setStr(t, a, key(i), big)
+			}
+			return a
+		}},
+		{"swap from a message", hybrid.Options{Secret: []byte("s")}, func(t *testing.T, a, b *instance) *instance {
+			// b holds every key small; a's Sets swap the big value in.
+			for i := range keys {
+				setStr(t, b, key(i), "small")
+			}
+			before := b.c.Stats().Received
+			for i := range keys {
+				setStr(t, a, key(i), big)
+			}
+			waitStat(t, b, "Received", statReceived, before+keys)
+			if b.c.Stats().Swapped == 0 {
+				t.Fatal("no value was swapped in: the path is not exercised")
+			}
+			return b
+		}},
+		{"fail-safe re-store", hybrid.Options{FailSafeMaxAge: time.Hour, TTL: short}, func(t *testing.T, a, _ *instance) *instance {
+			expire(t, a)
+			for i := range keys {
+				if v, err := a.c.GetOrCreate(context.Background(), key(i), failing); err != nil || v != big {
+					t.Fatalf("GetOrCreate(%q): %d bytes, %v; want the stale value", key(i), len(v), err)
+				}
+			}
+			return a
+		}},
+		{"soft timeout", hybrid.Options{FailSafeMaxAge: time.Hour, SoftTimeout: time.Millisecond, TTL: short}, func(t *testing.T, a, _ *instance) *instance {
+			expire(t, a)
+			var wg sync.WaitGroup
+			for g := range 20 {
+				wg.Go(func() {
+					for i := g; i < keys; i += 20 {
+						_, _ = a.c.GetOrCreate(context.Background(), key(i), func(context.Context, string) (string, error) {
+							time.Sleep(5 * time.Millisecond)
+							return big, nil
+						})
+					}
+				})
+			}
+			wg.Wait()
+			if a.c.Stats().SoftTimeouts == 0 {
+				t.Fatal("no soft timeout: the path is not exercised")
+			}
+			return a
+		}},
+		{"eager refresh", hybrid.Options{EagerRefresh: 0.001}, func(t *testing.T, a, _ *instance) *instance {
+			for i := range keys {
+				setStr(t, a, key(i), "small")
+			}
+			time.Sleep(lifetime / 500)
+			for i := range keys {
+				_, _ = a.c.GetOrCreate(context.Background(), key(i), loadBig)
+			}
+			if a.c.Stats().Refreshes == 0 {
+				t.Fatal("no refresh: the path is not exercised")
+			}
+			return a
+		}},
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			o := p.o
+			o.Namespace = redistest.Prefix(t)
+			o.LocalMaxBytes = maxBytes
+			if o.TTL == 0 {
+				o.TTL = lifetime
+			}
+			o.LocalTTL = o.TTL
+			var base runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&base)
+			in := newInstances(t, 2, singleNode(nil), o)
+			checked := p.run(t, in[0], in[1])
+			// Refreshes and write-backs run after their callers return;
+			// Close waits for them and leaves L1 as it is.
+			checked.c.Close()
+
+			st := checked.c.Stats()
+			if st.L1Bytes > maxBytes {
+				t.Errorf("L1Bytes %d, want <= LocalMaxBytes %d", st.L1Bytes, maxBytes)
+			}
+			if most := maxBytes / valSize; st.L1Entries > most {
+				t.Errorf("L1 holds %d entries of up to %d bytes, want <= %d in %d bytes", st.L1Entries, valSize, most, maxBytes)
+			}
+			var now runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&now)
+			if grown := int64(now.HeapAlloc) - int64(base.HeapAlloc); grown > 8*maxBytes {
+				t.Errorf("live heap grew by %d bytes, want <= %d (8 x LocalMaxBytes; the values total %d)", grown, 8*maxBytes, keys*valSize)
+			}
+		})
+	}
+}
