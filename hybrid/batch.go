@@ -55,10 +55,11 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 			}
 		}
 		var pre *manyRead[V]
-		if ctx.Done() == nil {
-			// As in GetOrCreate: a caller that cannot leave reads the
-			// shared tier itself.
-			pre = c.leadReadMany(ctx, leadKeys, leadCalls, &e)
+		if c.leaderReads(ctx) {
+			// As in GetOrCreate, the leader may read the shared tier itself.
+			if pre = c.leadReadMany(ctx, leadKeys, leadCalls, &e); pre.cut {
+				pre = nil // the fill reads again, for the callers still waiting
+			}
 		}
 		if (pre == nil || len(pre.missIdx) > 0) && !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e, pre) }) {
 			var zero V
@@ -113,7 +114,7 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 		if out == nil {
 			out = make(map[string]V, len(keys))
 		}
-		vals, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
+		vals, _, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
 		for i, key := range misses {
 			if vals[i].ok && !vals[i].it.absent {
 				out[key] = vals[i].it.v
@@ -214,16 +215,18 @@ type found[V any] struct {
 // Remote allows it, storing hits in L1 under their tokens. The map holds,
 // by key, the stored bytes a fill is to replace: a value that did not
 // decode, is stale, or is a tombstone.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, e *entry) ([]found[V], map[string][]byte) {
-	res := make([]found[V], len(keys))
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, e *entry) (res []found[V], replace map[string][]byte, cut bool) {
+	res = make([]found[V], len(keys))
 	if c.remote == nil {
-		return res, nil
+		return res, nil, false
 	}
 	br, ok := c.remote.(BatchRemote)
 	if !ok {
-		var replace map[string][]byte
 		for i, key := range keys {
 			it, st, raw := c.readRemote(ctx, key, toks[i], e)
+			if st == readCut {
+				return make([]found[V], len(keys)), nil, true // nothing finished: the fill reads all again
+			}
 			res[i] = found[V]{it, st == readHit}
 			if st == readCorrupt || st == readStale || st == readDeleted {
 				if replace == nil {
@@ -232,11 +235,11 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 				replace[key] = raw
 			}
 		}
-		return res, replace
+		return res, replace, false
 	}
 	if !c.br.allow() {
 		c.n.l2Skipped.Add(1)
-		return res, nil
+		return res, nil, false
 	}
 	sctx, end := c.span(ctx, "get_many", "")
 	vals, err := br.GetMany(sctx, c.prefixed(keys))
@@ -245,12 +248,14 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if err == nil && len(vals) != len(keys) {
 		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
 	}
+	if err != nil && callerDone(ctx) {
+		return res, nil, true
+	}
 	if err != nil {
 		c.l2Failed("get_many", err)
 		c.log.log(logL2, "hybrid: shared tier batch read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
-		return res, nil
+		return res, nil, false
 	}
-	var replace map[string][]byte
 	lb := c.local.Batch()
 	defer lb.Done()
 	for i, b := range vals {
@@ -268,24 +273,26 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			replace[keys[i]] = b // replace it with what we load
 		}
 	}
-	return res, replace
+	return res, replace, false
 }
 
 // manyRead is what a batch fill's shared-tier read found: by key, the
 // tokens taken before it, the values, the stored bytes to replace (see
-// readRemoteMany), and the indexes of the keys still to load.
+// readRemoteMany), and the indexes of the keys still to load; cut if the
+// reader's ctx ended before the shared tier answered.
 type manyRead[V any] struct {
 	toks    []token
 	vals    []found[V]
 	replace map[string][]byte
 	missIdx []int
+	cut     bool
 }
 
 // readMany reads keys from the shared tier and finishes the calls of the
 // keys it found.
 func (c *Cache[V]) readMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
 	r := &manyRead[V]{toks: c.tokens(keys)}
-	r.vals, r.replace = c.readRemoteMany(ctx, keys, r.toks, e)
+	r.vals, r.replace, r.cut = c.readRemoteMany(ctx, keys, r.toks, e)
 	hits := make([]int, 0, len(keys))
 	for i := range keys {
 		if r.vals[i].ok {
@@ -307,12 +314,12 @@ func (r *manyRead[V]) result(i int) (V, error) {
 	return r.vals[i].it.v, nil
 }
 
-// leadReadMany is readMany made by a leader whose ctx cannot end, on its
-// own goroutine (see leadRead).
+// leadReadMany is readMany made by the leader on its own goroutine (see
+// leadRead).
 func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
 	if e.loadTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = c.fillContext(ctx, e.loadTimeout)
+		ctx, cancel = c.leadContext(ctx, e.loadTimeout)
 		defer cancel()
 	}
 	return c.readMany(ctx, keys, calls, e)

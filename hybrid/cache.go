@@ -68,9 +68,12 @@ type Cache[V any] struct {
 	local  *l1.Cache[item[V]]
 	remote Remote
 	ann    Announcer // remote as Announcer, when it is one and a Bus is set
-	bus    Bus
-	codec  Codec
-	origin message.Origin
+	// readBound is how long a shared-tier read can block at most (see
+	// BoundedReader); 0: unknown.
+	readBound time.Duration
+	bus       Bus
+	codec     Codec
+	origin    message.Origin
 
 	flights flight.Group[V]
 	fence   *fence
@@ -115,6 +118,9 @@ func New[V any](o Options) (*Cache[V], error) {
 	if a, ok := o.Remote.(Announcer); ok && o.Bus != nil {
 		c.ann = a
 	}
+	if b, ok := o.Remote.(BoundedReader); ok {
+		c.readBound = max(b.ReadBound(), 0)
+	}
 	c.local, err = l1.New[item[V]](l1.Options{
 		MaxWeight: uint64(o.LocalMaxBytes),
 		OnEvict: func(key string, expired bool) {
@@ -155,11 +161,12 @@ func New[V any](o Options) (*Cache[V], error) {
 // the call goes on to load. The value returned is shared with L1 and other
 // callers: do not modify it, or set Options.CopyOnRead.
 //
-// A miss is filled on a worker goroutine, so that a caller can leave as
-// soon as its ctx ends however slow Redis or load is. A caller whose ctx
-// cannot end (its Done channel is nil, as for context.Background and
-// context.WithoutCancel) makes the shared-tier read on its own goroutine
-// instead, which saves a hand-off (on 2 cores, about a fifth of an L2 hit).
+// The first caller to miss makes the shared-tier read on its own goroutine
+// when the Remote bounds its reads (BoundedReader, such as *l2.Store on a
+// client built with ContextTimeoutEnabled): if its ctx ends during that
+// read, it returns within the read bound. Otherwise, and for every load,
+// the fill runs on a worker goroutine, and a caller returns as soon as its
+// ctx ends. Callers that join a fill always return as soon as their ctx ends.
 //
 // When load returns an error wrapping ErrNotFound and Options.NegativeTTL is
 // set, the absence is remembered in both tiers for that long: later calls
@@ -195,9 +202,12 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	call, leader := c.flights.Join(key)
 	if leader {
 		var pre *remoteRead[V]
-		if ctx.Done() == nil {
+		if c.leaderReads(ctx) {
 			if pre = c.leadRead(ctx, key, call, &e); pre == nil {
 				return call.Wait(ctx)
+			}
+			if pre.st == readCut {
+				pre = nil // the fill reads again, for the callers still waiting
 			}
 		}
 		if !c.runFill(ctx, key, load, e, call, stale, pre) {
@@ -217,27 +227,37 @@ type remoteRead[V any] struct {
 	raw []byte
 }
 
-// leadRead is the shared-tier read of a fill, made by a leader whose ctx
-// cannot end (ctx.Done() is nil, as for context.Background): such a caller
-// would wait for the whole fill anyway, so it may as well make the read
-// itself. That saves the hand-off to a worker goroutine and back, which on
-// 2 cores costs about a fifth of an L2 hit. A read that finds a live
-// value finishes call and returns nil; otherwise leadRead returns what it
-// read for the fill to go on with.
-//
-// A caller that can leave (any ctx with a Done channel) never waits on the
-// shared tier itself: it hands the whole fill to a worker, so that it can
-// return at once when its ctx ends, however slow Redis is.
+// leaderReads reports whether the leader of a fill makes its shared-tier
+// read itself, saving the hand-off to a worker goroutine and back: when its
+// ctx cannot end (it would wait for the whole fill anyway), or when the
+// Remote bounds how long a read can block (BoundedReader), so that a
+// caller whose ctx ends during the read waits no longer than that bound.
+// Otherwise the whole fill runs on a worker and the caller can leave at once.
+func (c *Cache[V]) leaderReads(ctx context.Context) bool {
+	return c.readBound > 0 || ctx.Done() == nil
+}
+
+// leadRead is the shared-tier read of a fill, made by its leader (see
+// leaderReads). A read that finds a live value finishes call and returns
+// nil; otherwise leadRead returns what it read for the fill to go on with
+// (readCut if the leader's ctx ended first).
 func (c *Cache[V]) leadRead(ctx context.Context, key string, call *flight.Call[V], e *entry) *remoteRead[V] {
-	// ctx serves as it is: a fill's context would add the end that Close
-	// brings, which go-redis checks only while it waits for a connection,
-	// and two allocations.
 	if e.loadTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = c.fillContext(ctx, e.loadTimeout)
+		ctx, cancel = c.leadContext(ctx, e.loadTimeout)
 		defer cancel()
 	}
 	return c.readShared(ctx, key, call, e)
+}
+
+// leadContext bounds a leader's read by the load timeout. A ctx that cannot
+// end serves as a fill's context, which adds the end that Close brings; one
+// that can keeps its own end.
+func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return c.fillContext(ctx, timeout)
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // readShared is a fill's read of the shared tier: a live value (or a
@@ -454,6 +474,7 @@ const (
 	readStale                    // a value past its logical expiry (fail-safe)
 	readCorrupt                  // bytes that do not decode
 	readDeleted                  // a tombstone left by a delete
+	readCut                      // the caller's ctx ended first: nothing known, nothing failed
 )
 
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
@@ -473,6 +494,9 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, e *ent
 	b, ok, err := c.remote.Get(sctx, c.prefix+key)
 	end(err)
 	c.br.record(ctx, err)
+	if err != nil && callerDone(ctx) {
+		return it, readCut, nil
+	}
 	if err != nil {
 		c.l2Failed("get", err)
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)

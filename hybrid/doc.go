@@ -13,13 +13,14 @@
 // gets ctx.Err() at once and the fill goes on for the others, detached from
 // any one caller and bounded by Options.LoadTimeout and Close.
 //
-// To make leaving at once possible, a fill runs on a worker goroutine. A
-// caller whose ctx cannot end (ctx.Done() is nil, as for
-// context.Background or context.WithoutCancel) has nothing to leave for:
-// it makes the shared-tier read itself, and only a miss there goes on to a
-// worker for load. On 2 cores that makes an L2 hit about 1.13 times a raw
-// GET and decode instead of about 1.45 times; a hot path that would wait
-// for its answer anyway may pass context.WithoutCancel(ctx) for it.
+// The fill's leader (the first caller to miss) makes the shared-tier read
+// on its own goroutine when the Remote bounds how long a read can block
+// (BoundedReader: an l2.Store whose client has ContextTimeoutEnabled), or
+// when its ctx cannot end; if its ctx ends during that read, it returns
+// within the bound (l2.Options.ReadTimeout). Otherwise the read runs on a
+// worker goroutine and the leader, too, returns as soon as its ctx ends. A
+// load always runs on a worker. Callers that join a fill return as soon as
+// their ctx ends.
 //
 // # Write path
 //
@@ -42,12 +43,20 @@
 // nothing filled before the loss is served after it. No entry outlives its
 // L1 lifetime in any case.
 //
+// Only the cache's own messages invalidate: a write that bypasses the cache
+// (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when
+// its L1 copy's lifetime ends. With Options.Secret, a message without a
+// valid signature may at most drop the keys it names; without one, anyone
+// who can publish on the channel can drop keys or clear L1 (never plant a
+// value).
+//
 // # When Redis is slow or down
 //
 // Reads degrade: a shared-tier error is counted (Stats.L2Errors), logged at
 // most once per Options.LogEvery, and the call goes on to L1 and load.
 // Writes report: Set and Delete return the error (and drop the key from
-// L1). Calls wait no longer than go-redis's own timeouts or the ctx. A
+// L1). With an l2.Store, no call waits on Redis longer than the store's
+// ReadTimeout or WriteTimeout, whatever the client's retries, or the ctx. A
 // fill's write-back that fails is retried twice, then counted
 // (Stats.WritesDropped) and logged. With Options.BreakerThreshold, a run of
 // failures opens a circuit breaker: for BreakerOpenFor the shared tier is
@@ -105,6 +114,16 @@
 // CompareAndSetter, as l2.Store does). A Delete leaves a tombstone for TTL
 // instead of removing the key, so a fill that began before the Delete finds
 // the key changed and writes nothing. Tombstones read as misses.
+//
+// # Bad input
+//
+// Empty keys, keys starting with a NUL byte (the cache's own records) and
+// keys longer than Options.MaxKeyBytes get ErrEmptyKey, ErrReservedKey and
+// ErrKeyTooLong from every call; in a batch, that key gets the error and
+// the rest of the page is served. A stored value that does not decode is a
+// miss (Stats.DecodeErrors) that the load replaces. A load that panics
+// gives every waiter an error wrapping ErrPanic. L1 never holds more than
+// Options.LocalMaxBytes, each entry weighed by its encoded size.
 //
 // # Values are shared
 //

@@ -46,6 +46,17 @@ type Announcer interface {
 	SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error
 }
 
+// BoundedReader is a Remote that bounds how long a read (Get, GetMany) can
+// block, whatever the ctx it is given: ReadBound returns that bound, or 0
+// when there is none (for *l2.Store: its ReadTimeout when the client applies
+// ctx deadlines to its socket). With a bound, the caller that leads a fill
+// makes its shared-tier read itself, which saves a hand-off to another
+// goroutine; if its ctx ends during the read, it waits at most the bound.
+// Without one, the read runs on a worker so that the caller can leave at once.
+type BoundedReader interface {
+	ReadBound() time.Duration
+}
+
 // Bus carries invalidation messages between instances, such as
 // *invalidate.Bus over Redis pub/sub. It is a byte pipe: the cache owns the
 // message format.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
 	"go.uber.org/goleak"
 )
 
@@ -372,4 +373,85 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 		c.Close()
 	}
 	s.bus.Close()
+}
+
+// boundedRemote is a Remote whose reads have a known bound (a
+// hybrid.BoundedReader), so a fill's leader reads it on its own goroutine.
+// After hangNext, the next Get blocks until release is closed (a hung
+// server, until the store's read timeout), then fails with its ctx's error
+// if that ended meanwhile, as a client that applies ctx deadlines does.
+type boundedRemote struct {
+	*hybridtest.Remote
+	hangs   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (r *boundedRemote) ReadBound() time.Duration { return 100 * time.Millisecond }
+
+func (r *boundedRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	if r.hangs.CompareAndSwap(true, false) {
+		r.entered <- struct{}{}
+		<-r.release
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+	}
+	return r.Remote.Get(ctx, key)
+}
+
+// TestLeaderReadBounded: with a Remote that bounds its reads, the leader
+// of a fill makes the read itself, even with a ctx that can end. A
+// follower whose ctx ends returns at once; the leader, whose ctx ends
+// during a hung read, returns when the read gives up (the bound), not
+// before; its read cut short is not a shared-tier error, and the fill
+// reads again for the callers still waiting, without a load.
+func TestLeaderReadBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		r := &boundedRemote{Remote: s.remote, entered: make(chan struct{}, 1), release: make(chan struct{})}
+		o := s.options()
+		o.Remote = r
+		c := newTestCache[string](t, o)
+		s.remote.Put("ns:k", envelopeOf(t, "stored", time.Hour), time.Hour)
+
+		r.hangs.Store(true)
+		leaderCtx, cancelLeader := context.WithCancel(t.Context())
+		leader := goGetOrCreate(leaderCtx, c, "k", neverLoad(t))
+		<-r.entered
+		followerCtx, cancelFollower := context.WithCancel(t.Context())
+		follower := goGetOrCreate(followerCtx, c, "k", neverLoad(t))
+		stays := goGetOrCreate(t.Context(), c, "k", neverLoad(t))
+		synctest.Wait()
+
+		cancelFollower()
+		synctest.Wait()
+		select {
+		case res := <-follower:
+			if !errors.Is(res.err, context.Canceled) {
+				t.Errorf("follower: got %q, %v, want context.Canceled", res.v, res.err)
+			}
+		default:
+			t.Fatal("follower: still waiting after its ctx ended, want it back at once")
+		}
+
+		cancelLeader()
+		synctest.Wait()
+		select {
+		case res := <-leader:
+			t.Fatalf("leader: returned %q, %v during its own hung read, want it to wait for the read's bound", res.v, res.err)
+		default:
+		}
+		time.Sleep(r.ReadBound()) // the store gives up on the hung read
+		close(r.release)
+		if res := <-leader; !errors.Is(res.err, context.Canceled) {
+			t.Errorf("leader: got %q, %v, want context.Canceled", res.v, res.err)
+		}
+		if res := <-stays; res.err != nil || res.v != "stored" {
+			t.Errorf("the caller that stayed: got %q, %v, want \"stored\"", res.v, res.err)
+		}
+		if st := c.Stats(); st.L2Errors != 0 || st.Loads != 0 || st.L2Hits != 1 {
+			t.Errorf("Stats: L2Errors %d, Loads %d, L2Hits %d; want 0, 0, 1 (the cut read is no failure; the fill read again)", st.L2Errors, st.Loads, st.L2Hits)
+		}
+	})
 }
