@@ -33,7 +33,8 @@ type Call[T any] struct {
 }
 
 // Join returns the call in progress for key, or starts one and reports
-// leader == true. A leader must call Finish exactly once.
+// leader == true. A leader must call Finish; only the first Finish of a
+// call counts, so a leader may defer a fallback Finish.
 func (g *Group[T]) Join(key string) (c *Call[T], leader bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -50,8 +51,8 @@ func (g *Group[T]) Join(key string) (c *Call[T], leader bool) {
 
 // JoinMany is Join for each of keys, under one lock. It sets calls[i] to
 // the call of keys[i] and appends to lead the index of each key it started
-// a call for, which the caller leads and must end exactly once, with
-// Finish or FinishMany. A key that appears twice joins the call of its
+// a call for, which the caller leads and must end with Finish or
+// FinishMany (the first result counts). A key that appears twice joins the call of its
 // first appearance. calls must be as long as keys.
 func (g *Group[T]) JoinMany(keys []string, calls []*Call[T], lead []int) []int {
 	// One allocation for the batch's calls: they are freed together, when
@@ -75,21 +76,27 @@ func (g *Group[T]) JoinMany(keys []string, calls []*Call[T], lead []int) []int {
 	return lead
 }
 
-// Finish ends c, the call for key, with its result and wakes its waiters.
-// Later Joins of key start a new call.
-func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) {
+// Finish ends c, the call for key, with its result and wakes its waiters,
+// and reports true; if c has already ended, it changes nothing and reports
+// false. Later Joins of key start a new call.
+func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) bool {
+	if c.done.Load() {
+		return false
+	}
 	g.mu.Lock()
 	if g.calls[key] == c {
 		delete(g.calls, key)
 	}
 	g.mu.Unlock()
-	if wake := c.settle(key, v, err); wake != nil {
+	wake, first := c.settle(v, err)
+	if wake != nil {
 		close(wake)
 	}
+	return first
 }
 
 // FinishMany is Finish for each i in idx: it ends calls[i], the call for
-// keys[i], with result(i). It takes g's lock once, and wakes the waiters
+// keys[i], with result(i), unless it has ended already. It takes g's lock once, and wakes the waiters
 // only once all these calls have their result, so that a caller waiting
 // on several of them is woken once rather than once for each.
 func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result func(i int) (T, error)) {
@@ -106,8 +113,11 @@ func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result
 	var buf [4]chan struct{}
 	wakes := buf[:0]
 	for _, i := range idx {
+		if calls[i].done.Load() {
+			continue
+		}
 		v, err := result(i)
-		if wake := calls[i].settle(keys[i], v, err); wake != nil {
+		if wake, _ := calls[i].settle(v, err); wake != nil {
 			wakes = append(wakes, wake)
 		}
 	}
@@ -116,17 +126,17 @@ func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result
 	}
 }
 
-// settle stores c's result and returns the channel to close to wake its
-// waiters, if any is blocked.
-func (c *Call[T]) settle(key string, v T, err error) chan struct{} {
+// settle stores c's result, unless it has one (first is false), and
+// returns the channel to close to wake its waiters, if any is blocked.
+func (c *Call[T]) settle(v T, err error) (wake chan struct{}, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done.Load() {
-		panic("flight: call for " + key + " finished twice")
+		return nil, false
 	}
 	c.val, c.err = v, err
 	c.done.Store(true)
-	return c.wake
+	return c.wake, true
 }
 
 // Forget makes later Joins of key start a new call instead of joining the

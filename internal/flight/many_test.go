@@ -102,17 +102,27 @@ func TestFinishManyLeavesNewerCalls(t *testing.T) {
 	g.Finish("k", fresh, 2, nil)
 }
 
-func TestFinishTwicePanics(t *testing.T) {
+// TestFinishTwice: only the first Finish of a call counts, so a leader can
+// defer a fallback Finish.
+func TestFinishTwice(t *testing.T) {
 	var g flight.Group[int]
 	c, _ := g.Join("k")
-	g.Finish("k", c, 1, nil)
-	defer func() {
-		if recover() == nil {
-			t.Error("a second Finish of one call did not panic")
-		}
-		if v, err := c.Wait(context.Background()); err != nil || v != 1 {
-			t.Errorf("after the second Finish: got %d, %v, want the first result 1", v, err)
-		}
-	}()
-	g.Finish("k", c, 2, nil)
+	if !g.Finish("k", c, 1, nil) {
+		t.Error("the first Finish reported false, want true")
+	}
+	fresh, _ := g.Join("k")
+	if g.Finish("k", c, 2, nil) {
+		t.Error("a second Finish reported true, want false")
+	}
+	if v, err := c.Wait(context.Background()); err != nil || v != 1 {
+		t.Errorf("after the second Finish: got %d, %v, want the first result 1", v, err)
+	}
+	if again, lead := g.Join("k"); lead || again != fresh {
+		t.Error("a second Finish of an ended call removed the call that followed it")
+	}
+	g.FinishMany([]string{"k"}, []*flight.Call[int]{c}, []int{0}, func(int) (int, error) { return 3, nil })
+	if v, _ := c.Wait(context.Background()); v != 1 {
+		t.Errorf("after FinishMany of an ended call: got %d, want 1", v)
+	}
+	g.Finish("k", fresh, 4, nil)
 }
