@@ -184,11 +184,6 @@ func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []by
 	return r.s.SetIfAbsent(ctx, key, value, ttl)
 }
 
-func (r *countingRemote) Delete(ctx context.Context, keys ...string) error {
-	r.trips.Add(1)
-	return r.s.Delete(ctx, keys...)
-}
-
 func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	r.trips.Add(1)
 	vs, err := r.s.GetMany(ctx, keys)
@@ -206,11 +201,6 @@ func (r *countingRemote) SetManyIfAbsent(ctx context.Context, keys []string, val
 func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
 	r.trips.Add(1)
 	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
-}
-
-func (r *countingRemote) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
-	r.trips.Add(1)
-	return r.s.DeleteAndPublish(ctx, key, channel, msg)
 }
 
 // --- go-redis/cache ---

@@ -17,8 +17,8 @@ import (
 // go-redis) needs: reads and writes of its keys, the write-and-publish
 // scripts, the bus, and what go-redis sends when it connects.
 var cacheCommands = []string{
-	"+get", "+set", "+del", "+mget", // l2.Store
-	"+evalsha", "+eval", // SetAndPublish, DeleteAndPublish (EVAL after NOSCRIPT)
+	"+get", "+set", "+mget", // l2.Store
+	"+evalsha", "+eval", // SetAndPublish, CompareAndSet (EVAL after NOSCRIPT)
 	"+publish", "+subscribe", "+unsubscribe", "+ping", // invalidate.Bus
 	"+hello", "+auth", "+client|setname", // go-redis's connection set-up
 }

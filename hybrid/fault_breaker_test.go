@@ -16,7 +16,7 @@ import (
 
 // TestFaultBreakerCallerDeadline: Redis is healthy but 60 ms away (a
 // proxy delays each way by 30 ms); the client is built with
-// ContextTimeoutEnabled, as l2.Options.Timeout asks. Get calls whose
+// ContextTimeoutEnabled, as l2's bounds ask. Get calls whose
 // callers allow only 5 ms run out of their own time. That is the callers'
 // budget, not a failure of the shared tier: like a cancelled context it
 // must not open the breaker, or the next Set, with all the time it wants,
@@ -27,7 +27,7 @@ import (
 // before ctx's timer marks ctx done (l2's withCause checks the deadline by
 // the clock for that reason): some of the Gets are then counted, and a few
 // in a row open the breaker. The control subtest shows that the store's own
-// timeout (l2.Options.Timeout) does count, as it should.
+// read timeout (l2.Options.ReadTimeout) does count, as it should.
 func TestFaultBreakerCallerDeadline(t *testing.T) {
 	srv.NeedReal(t)
 	const (
@@ -39,13 +39,15 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 		// then takes the caller's deadline for a failure of Redis.
 		gets = 30
 	)
+	// storeTimeout is the store's ReadTimeout; its WriteTimeout is the
+	// default.
 	run := func(t *testing.T, callerBudget, storeTimeout time.Duration) (hybrid.Stats, error) {
 		ctx := context.Background()
 		ns := redistest.Prefix(t)
 		p := startProxy(t, srv.Addr)
 		rdb := via(p, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })(t)
 		o := hybrid.Options{Namespace: ns, BreakerThreshold: threshold, BreakerOpenFor: 5 * time.Second}
-		a := newSplitInstance(t, "A", rdb, nil, l2.Options{Timeout: storeTimeout}, o, invalidate.Options{})
+		a := newSplitInstance(t, "A", rdb, nil, l2.Options{ReadTimeout: storeTimeout}, o, invalidate.Options{})
 		setStr(t, a, "k", "v")
 		setFault(t, p.Delay(delay))
 		timedOut := 0
@@ -73,7 +75,7 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 	}
 
 	t.Run("caller-deadline-does-not-count", func(t *testing.T) {
-		st, err := run(t, budget, 0)
+		st, err := run(t, budget, -1)
 		if err != nil {
 			t.Errorf("Set on a healthy Redis after %d Gets ran out of their callers' %v: got %v, want nil "+
 				"(a caller's deadline is not a shared-tier failure; BreakerOpens %d)", gets, budget, err, st.BreakerOpens)
@@ -84,12 +86,10 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 	})
 
 	t.Run("store-timeout-counts", func(t *testing.T) {
-		// 25 ms: short of the 60 ms round trip through the proxy, long
-		// enough for the first Set, made before the delay, on a loaded
-		// machine under -race.
+		// 25 ms: short of the 60 ms round trip through the proxy.
 		st, err := run(t, 0, 25*time.Millisecond)
 		if st.BreakerOpens != 1 || !errors.Is(err, hybrid.ErrUnavailable) {
-			t.Errorf("after %d reads cut short by l2.Options.Timeout: BreakerOpens %d, Set %v; want 1 and ErrUnavailable", gets, st.BreakerOpens, err)
+			t.Errorf("after %d reads cut short by l2.Options.ReadTimeout: BreakerOpens %d, Set %v; want 1 and ErrUnavailable", gets, st.BreakerOpens, err)
 		}
 	})
 }

@@ -229,8 +229,9 @@ func TestFaultBlackHole(t *testing.T) {
 }
 
 // TestFaultLatency: every byte between the store and Redis is delayed by
-// 500 ms each way, while l2.Options.Timeout is 100 ms (with a client built
-// with ContextTimeoutEnabled, whose own ReadTimeout is the 3 s default).
+// 500 ms each way, while l2's ReadTimeout and WriteTimeout are 100 ms (with
+// a client built with ContextTimeoutEnabled, whose own ReadTimeout is the
+// 5 s default).
 // Reads give up at the store's timeout and load stands in, and writes
 // return an error wrapping context.DeadlineExceeded, all well within one
 // round trip through the slow path.
@@ -251,7 +252,7 @@ func TestFaultLatency(t *testing.T) {
 		o.MaxRetries = -1
 	})(t)
 	direct := singleNode(nil)(t)
-	a := newSplitInstance(t, "A", slow, direct, l2.Options{Timeout: timeout}, hybrid.Options{Namespace: ns}, invalidate.Options{})
+	a := newSplitInstance(t, "A", slow, direct, l2.Options{ReadTimeout: timeout, WriteTimeout: timeout}, hybrid.Options{Namespace: ns}, invalidate.Options{})
 	setStr(t, a, "pre", "stored") // before the fault: written to Redis
 
 	setFault(t, p.Delay(latency))

@@ -127,7 +127,7 @@ func testSecrets(t *testing.T, sc secretScenario, ro *redis.Options) {
 	}
 
 	// The store on its own.
-	store := l2.New(rdb, l2.Options{Timeout: 500 * time.Millisecond})
+	store := l2.New(rdb, l2.Options{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
 	_, _, err := store.Get(ctx, "k")
 	keep(err)
 	if !sc.cause(err) {
@@ -137,7 +137,8 @@ func testSecrets(t *testing.T, sc secretScenario, ro *redis.Options) {
 	_, err = store.GetMany(ctx, []string{"a", "b"})
 	keep(err)
 	keep(store.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "ch", []byte("m")))
-	keep(store.Delete(ctx, "k"))
+	_, err = store.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), time.Minute)
+	keep(err)
 
 	// The bus: Subscribe cannot succeed; the Bus logs its reconnect attempts.
 	bus := invalidate.New(rdb, invalidate.Options{Logger: logger, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})

@@ -45,8 +45,7 @@ type countingRemote struct {
 
 	gets, getManys, getManyKeys                      atomic.Int64
 	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
-	deletes, setAndPublishes, deleteAndPublishes     atomic.Int64
-	compareAndSets                                   atomic.Int64
+	setAndPublishes, compareAndSets                  atomic.Int64
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
@@ -85,11 +84,6 @@ func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []by
 	return r.s.SetIfAbsent(ctx, key, value, ttl)
 }
 
-func (r *countingRemote) Delete(ctx context.Context, keys ...string) error {
-	defer r.deletes.Add(1)
-	return r.s.Delete(ctx, keys...)
-}
-
 func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	defer r.getManys.Add(1)
 	defer r.getManyKeys.Add(int64(len(keys)))
@@ -116,17 +110,11 @@ func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, val
 	return r.s.CompareAndSet(ctx, key, old, value, ttl)
 }
 
-func (r *countingRemote) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
-	defer r.deleteAndPublishes.Add(1)
-	return r.s.DeleteAndPublish(ctx, key, channel, msg)
-}
-
 // remoteCalls is a snapshot of a countingRemote's counters.
 type remoteCalls struct {
 	Get, GetMany, GetManyKeys                             int64
 	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
-	Delete, SetAndPublish, DeleteAndPublish               int64
-	CompareAndSet                                         int64
+	SetAndPublish, CompareAndSet                          int64
 }
 
 func (r *countingRemote) calls() remoteCalls {
@@ -134,14 +122,13 @@ func (r *countingRemote) calls() remoteCalls {
 		Get: r.gets.Load(), GetMany: r.getManys.Load(), GetManyKeys: r.getManyKeys.Load(),
 		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
 		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
-		Delete: r.deletes.Load(), SetAndPublish: r.setAndPublishes.Load(), DeleteAndPublish: r.deleteAndPublishes.Load(),
-		CompareAndSet: r.compareAndSets.Load(),
+		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when

@@ -51,8 +51,8 @@ func BenchmarkGet(b *testing.B) {
 			}
 		}
 	})
-	b.Run("Store/Timeout", func(b *testing.B) {
-		s := l2.New(rdb, l2.Options{Timeout: time.Second})
+	b.Run("Store/NoBound", func(b *testing.B) {
+		s := l2.New(rdb, l2.Options{ReadTimeout: -1})
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, ok, err := s.Get(ctx, key); err != nil || !ok {

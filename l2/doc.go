@@ -3,8 +3,8 @@
 // A Store keeps byte values in Redis through a go-redis client that the
 // caller creates, configures and closes: one server, a Sentinel-managed
 // primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
-// first tier; package hybrid passes a Store in as its Remote, BatchRemote
-// and Announcer.
+// first tier; package hybrid takes a Store as its Remote, BatchRemote,
+// CompareAndSetter and Announcer.
 //
 // # Key layout
 //
@@ -18,34 +18,38 @@
 //
 // # Batches
 //
-// GetMany, SetMany, SetManyIfAbsent and Delete with many keys cost one round
-// trip (per node in a cluster): GetMany is one MGET, Delete one DEL, and
-// SetMany and SetManyIfAbsent one pipeline of SETs. Empty input returns at
-// once, without a round trip. Batches are not atomic.
+// GetMany and SetManyIfAbsent cost one round trip (per node in a cluster):
+// GetMany is one MGET, SetManyIfAbsent one pipeline of SET NX commands.
+// Empty input returns at once, without a round trip. Batches are not
+// atomic.
+//
+// There is no Delete: package hybrid deletes by writing a short tombstone
+// with SetAndPublish, so that a fill that read the old value before the
+// delete cannot write it back. A bare DEL would reopen that window.
 //
 // # Redis Cluster
 //
 // New recognises a *redis.ClusterClient (also one returned as a
 // redis.UniversalClient by redis.NewUniversalClient, or embedded in another
 // type). A multi-key command in a cluster must keep to one hash slot, so
-// GetMany and Delete group the keys by slot (CRC16 of the key, or of its
-// {hash tag}, modulo 16384) and send one MGET or DEL per slot (a GET for a
-// slot with one key), all in one pipeline that go-redis splits by node and
-// runs in parallel. Keys that
-// share a hash tag share a slot, and so a command. Single-key commands and
-// the scripts of SetAndPublish and DeleteAndPublish go to the master of the
-// key's slot, following MOVED and ASK redirections as go-redis does.
+// GetMany groups the keys by slot (CRC16 of the key, or of its {hash tag},
+// modulo 16384) and sends one MGET per slot (a GET for a slot with one
+// key), all in one pipeline that go-redis splits by node and runs in
+// parallel. Keys that share a hash tag share a slot, and so a command.
+// Single-key commands and the scripts of SetAndPublish and CompareAndSet go
+// to the master of the key's slot, following MOVED and ASK redirections as
+// go-redis does.
 //
 // With a go-redis Ring, which shards by key on the client side, each key of
 // a batch gets its own command in the pipeline.
 //
 // # Write and announce
 //
-// SetAndPublish and DeleteAndPublish each run one Lua script that writes the
-// key and PUBLISHes a message in the same atomic step. Redis runs one script
-// at a time, so for any one key the order of messages on a channel is the
-// order of the writes, and once writes stop the last message a subscriber
-// received describes what Redis holds. That is what lets peers swap in a
+// SetAndPublish runs one Lua script that writes the key and PUBLISHes a
+// message in the same atomic step. Redis runs one script at a time, so for
+// any one key the order of messages on a channel is the order of the
+// writes, and once writes stop the last message a subscriber received
+// describes what Redis holds. That is what lets peers swap in a
 // value carried by a message instead of only dropping their copy. Separate
 // SET and PUBLISH commands from concurrent writers could interleave, leaving
 // a peer holding an older value than Redis.
@@ -70,14 +74,51 @@
 // context's error too (errors.Is(err, context.DeadlineExceeded) or
 // context.Canceled). Errors name keys and never the client's address,
 // password or URL beyond what go-redis itself puts in a network error.
-// Options.Timeout bounds calls whose context has no earlier deadline; see its
-// NOTE on go-redis's ContextTimeoutEnabled.
 //
-// A Store does no retries, caching or fallbacks of its own: go-redis retries
-// per its MaxRetries, and the caller decides what a failure means (package
-// hybrid serves from its first tier and the loader on a failed read, and
-// returns a failed write). A failed batch or write may have been partly or
-// wholly applied: Redis may have run a command whose reply was lost.
+// Options.ReadTimeout (default 250 ms) bounds each read and
+// Options.WriteTimeout (default 1 s) each write, as a deadline on ctx
+// unless ctx ends sooner. go-redis honours a ctx deadline, whatever its
+// MaxRetries, in all that a call waits for before it has a connection: a
+// free pooled connection, a new connection being dialled, and the back-off
+// between retries. So a call to a dead address ends by its bound; with
+// go-redis's defaults (3 retries, 5 dial attempts 100 ms apart) and no
+// deadline it takes about 1.7 s. A ctx deadline does not reach two things:
+//
+//   - The socket, unless the client is built with ContextTimeoutEnabled:
+//     true. Without it, a call on a connection to a stalled server (and the
+//     handshake of a new one) waits for the client's ReadTimeout and
+//     WriteTimeout, 5 s by default. Store.ReadBound reports which case
+//     holds.
+//   - The dial: go-redis dials on a goroutine of its own, which the call
+//     stops waiting for at its deadline, and which goes on for up to
+//     DialerRetries attempts of DialTimeout each while it holds one of the
+//     pool's PoolSize turns. Against an address that drops packets, a burst
+//     of calls can take every turn, and the calls after it fail at their
+//     deadlines until those dials end.
+//
+// So for a cache, build the client along these lines:
+//
+//	rdb := redis.NewClient(&redis.Options{
+//		Addr:                  addr,
+//		ContextTimeoutEnabled: true,                   // the Store's bounds reach the socket
+//		DialTimeout:           250 * time.Millisecond, // a dial outlives the call that started it
+//		DialerRetries:         1,                      // one attempt per dial, not 5
+//		ReadTimeout:           time.Second,            // backstop for calls with no deadline
+//		WriteTimeout:          time.Second,
+//		MaxRetries:            1,                      // one retry, for a connection the server closed
+//	})
+//
+// redis.ClusterOptions, FailoverOptions, RingOptions and UniversalOptions
+// have the same fields (a ClusterClient retries up to MaxRedirects times).
+// Retries matter little to a cache: a failed read falls back to the loader
+// and a failed write is returned; one retry covers an idle connection the
+// server or a load balancer closed.
+//
+// A Store does no retries, caching or fallbacks of its own, and the caller
+// decides what a failure means (package hybrid serves from its first tier
+// and the loader on a failed read, and returns a failed write). A failed
+// batch or write may have been partly or wholly applied: Redis may have run
+// a command whose reply was lost.
 //
 // # Concurrency
 //

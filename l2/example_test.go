@@ -21,7 +21,7 @@ func Example() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close() // the Store does not own the client
-	s := l2.New(rdb, l2.Options{Prefix: "app:", Timeout: time.Second})
+	s := l2.New(rdb, l2.Options{Prefix: "app:", ReadTimeout: 100 * time.Millisecond})
 
 	ctx := context.Background()
 	if err := s.Set(ctx, "user:1", []byte("Ada"), time.Hour); err != nil {
@@ -72,12 +72,11 @@ func ExampleStore_SetAndPublish() {
 		panic(err)
 	}
 
-	// The write and its message are one atomic step.
-	if err := s.SetAndPublish(ctx, "k", []byte("v1"), time.Minute, "changes", []byte("set k=v1")); err != nil {
-		panic(err)
-	}
-	if err := s.DeleteAndPublish(ctx, "k", "changes", []byte("del k")); err != nil {
-		panic(err)
+	// Each write and its message are one atomic step.
+	for _, v := range []string{"v1", "v2"} {
+		if err := s.SetAndPublish(ctx, "k", []byte(v), time.Minute, "changes", []byte("set k="+v)); err != nil {
+			panic(err)
+		}
 	}
 	for range 2 {
 		m, err := sub.ReceiveMessage(ctx)
@@ -88,5 +87,5 @@ func ExampleStore_SetAndPublish() {
 	}
 	// Output:
 	// set k=v1
-	// del k
+	// set k=v2
 }

@@ -15,8 +15,8 @@ import (
 type Options struct {
 	// Prefix is prepended to every key the Store reads or writes, so that
 	// several caches or applications can share one Redis: with Prefix
-	// "app:", Get(ctx, "user:1") reads the Redis key "app:user:1". Channels
-	// given to SetAndPublish and DeleteAndPublish are not prefixed.
+	// "app:", Get(ctx, "user:1") reads the Redis key "app:user:1". The
+	// channel given to SetAndPublish is not prefixed.
 	//
 	// NOTE: in Redis Cluster the prefix is part of the hashed key, so a
 	// prefix with a hash tag ("{app}:") puts every key in one slot, on one
@@ -25,28 +25,45 @@ type Options struct {
 	// default: "" (keys are used as given).
 	Prefix string
 
-	// Timeout bounds each operation whose ctx has no earlier deadline. A
-	// call that runs out of time returns an error for which
-	// errors.Is(err, context.DeadlineExceeded) is true.
+	// ReadTimeout bounds each read (Get, GetMany) as a whole: dials, waits
+	// for a pooled connection, retries and their back-off included,
+	// whatever the client's retry settings. It is applied as a deadline on
+	// ctx unless ctx ends sooner. A call that runs out of time returns an
+	// error for which errors.Is(err, context.DeadlineExceeded) is true.
 	//
-	// NOTE: go-redis applies a context deadline to the socket only when the
-	// client was built with ContextTimeoutEnabled: true. Without it, Timeout
-	// (like any deadline on ctx) bounds only the wait for a free pooled
-	// connection, and a call to a stalled server lasts until the client's
-	// ReadTimeout (3 seconds by default).
+	// NOTE: go-redis applies a ctx deadline to the socket only when the
+	// client was built with ContextTimeoutEnabled: true. Without it, a call
+	// to a stalled server lasts until the client's own ReadTimeout (see
+	// Store.ReadBound and the package doc).
 	//
-	// default: 0, meaning no timeout of the Store's own (a negative value
-	// means the same); the client's ReadTimeout and WriteTimeout still
-	// apply.
-	Timeout time.Duration
+	// default (0): 250 milliseconds, far above a healthy round trip (under
+	// a millisecond on a LAN, a few across zones with TLS) yet short enough
+	// that a dead Redis delays a read that the loader can answer by a
+	// quarter of a second at most. Negative: no bound of the Store's own.
+	ReadTimeout time.Duration
+
+	// WriteTimeout bounds each write (Set, SetIfAbsent, SetManyIfAbsent,
+	// CompareAndSet, SetAndPublish) as ReadTimeout bounds reads.
+	//
+	// default (0): 1 second, longer than reads: a failed write is returned
+	// to the caller and may have been applied all the same, a script may
+	// take two round trips (EVALSHA, then EVAL after NOSCRIPT) and a batch
+	// carries many values. Negative: no bound of the Store's own.
+	WriteTimeout time.Duration
 }
+
+// Defaults of Options.ReadTimeout and Options.WriteTimeout.
+const (
+	defaultReadTimeout  = 250 * time.Millisecond
+	defaultWriteTimeout = time.Second
+)
 
 // topology says how keys of one batch may be spread over commands.
 type topology uint8
 
 const (
 	// single is one server (or a Sentinel-managed primary): any keys may
-	// share one MGET or DEL.
+	// share one MGET.
 	single topology = iota
 	// cluster is Redis Cluster: a multi-key command must stay in one hash
 	// slot.
@@ -57,16 +74,19 @@ const (
 )
 
 // Store is a byte store over Redis: the second tier of a hybrid cache. It
-// implements the Remote, BatchRemote and Announcer interfaces of package
-// hybrid. Create it with New; it is safe for concurrent use.
+// implements the Remote, BatchRemote, CompareAndSetter and Announcer
+// interfaces of package hybrid. Create it with New; it is safe for
+// concurrent use.
 //
 // A Store does not own its client: closing the client is the caller's job,
 // and a Store needs no closing of its own.
 type Store struct {
-	rdb     redis.UniversalClient
-	prefix  string
-	timeout time.Duration
-	topo    topology
+	rdb       redis.UniversalClient
+	prefix    string
+	read      time.Duration // bound of a read; 0: none
+	write     time.Duration // bound of a write; 0: none
+	readBound time.Duration // what ReadBound reports
+	topo      topology
 }
 
 // New returns a Store that keeps its entries in rdb: a *redis.Client (also
@@ -77,12 +97,17 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	if rdb == nil {
 		panic("l2: New: nil client")
 	}
-	return &Store{
-		rdb:     rdb,
-		prefix:  o.Prefix,
-		timeout: max(o.Timeout, 0),
-		topo:    topologyOf(rdb),
+	s := &Store{
+		rdb:    rdb,
+		prefix: o.Prefix,
+		read:   bound(o.ReadTimeout, defaultReadTimeout),
+		write:  bound(o.WriteTimeout, defaultWriteTimeout),
+		topo:   topologyOf(rdb),
 	}
+	if deadlinesReachSocket(rdb) {
+		s.readBound = s.read
+	}
+	return s
 }
 
 // topologyOf tells a cluster or ring client from a single-node one, also
@@ -110,10 +135,8 @@ func topologyOf(rdb redis.UniversalClient) topology {
 // Get returns the value stored under key. A missing key is ok == false with
 // a nil error.
 func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.read)
+	defer cancel()
 	v, err := s.rdb.Get(ctx, s.prefix+key).Bytes()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -128,10 +151,8 @@ func (s *Store) Get(ctx context.Context, key string) ([]byte, bool, error) {
 // (and up to one millisecond when shorter). A ttl of zero or less stores it
 // without expiry.
 func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
 	if err := s.rdb.Set(ctx, s.prefix+key, value, expiry(ttl)).Err(); err != nil {
 		return fmt.Errorf("l2: set %q: %w", key, withCause(ctx, err))
 	}
@@ -142,49 +163,13 @@ func (s *Store) Set(ctx context.Context, key string, value []byte, ttl time.Dura
 // holds nothing (SET NX), and reports whether it stored it. A cache fills
 // with it, so that a fill never overwrites another instance's write.
 func (s *Store) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
 	stored, err := s.rdb.SetNX(ctx, s.prefix+key, value, expiry(ttl)).Result()
 	if err != nil {
 		return false, fmt.Errorf("l2: set if absent %q: %w", key, withCause(ctx, err))
 	}
 	return stored, nil
-}
-
-// Delete removes keys; missing keys are not an error. With no keys it
-// returns at once. Keys are removed with one DEL, or in Redis Cluster with
-// one DEL per hash slot, sent in one pipeline.
-//
-// NOTE: in Redis Cluster, or when an error is returned, the deletion is not
-// atomic: some keys may be gone and others not.
-func (s *Store) Delete(ctx context.Context, keys ...string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
-	full := s.fullKeys(keys)
-	var err error
-	if groups := s.split(full); groups == nil {
-		err = s.rdb.Del(ctx, full...).Err()
-	} else {
-		pipe := s.rdb.Pipeline()
-		for _, g := range groups {
-			pipe.Del(ctx, g.keys...)
-		}
-		_, err = pipe.Exec(ctx)
-	}
-	if err != nil {
-		if len(keys) == 1 {
-			return fmt.Errorf("l2: delete %q: %w", keys[0], withCause(ctx, err))
-		}
-		return fmt.Errorf("l2: delete %d keys: %w", len(keys), withCause(ctx, err))
-	}
-	return nil
 }
 
 // GetMany returns the values stored under keys: one slot per key, in order,
@@ -200,10 +185,8 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.read)
+	defer cancel()
 	full := s.fullKeys(keys)
 	out := make([][]byte, len(keys))
 	groups := s.split(full)
@@ -259,33 +242,6 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	return out, nil
 }
 
-// SetMany stores values[i] under keys[i] for ttls[i], as Set does. The
-// three slices must have the same length. With no keys it returns at once.
-// All the SETs go in one pipeline: one round trip per node.
-//
-// NOTE: the writes are not atomic: when an error is returned, some keys may
-// have been written and others not.
-func (s *Store) SetMany(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) error {
-	if err := sameLengths("set many", keys, values, ttls); err != nil {
-		return err
-	}
-	if len(keys) == 0 {
-		return nil
-	}
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
-	pipe := s.rdb.Pipeline()
-	for i, key := range keys {
-		pipe.Set(ctx, s.prefix+key, values[i], expiry(ttls[i]))
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("l2: set %d keys: %w", len(keys), withCause(ctx, err))
-	}
-	return nil
-}
-
 // SetManyIfAbsent stores values[i] under keys[i] for ttls[i], as
 // SetIfAbsent does, and reports in stored[i] whether it stored it. The three
 // slices must have the same length. With no keys it returns at once. Of
@@ -295,16 +251,14 @@ func (s *Store) SetMany(ctx context.Context, keys []string, values [][]byte, ttl
 // NOTE: the writes are not atomic: when an error is returned (with nil
 // stored), some keys may have been written and others not.
 func (s *Store) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) ([]bool, error) {
-	if err := sameLengths("set many if absent", keys, values, ttls); err != nil {
-		return nil, err
+	if len(values) != len(keys) || len(ttls) != len(keys) {
+		return nil, fmt.Errorf("l2: set many if absent: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
 	}
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.BoolCmd, len(keys))
 	for i, key := range keys {
@@ -318,14 +272,6 @@ func (s *Store) SetManyIfAbsent(ctx context.Context, keys []string, values [][]b
 		stored[i] = cmd.Val()
 	}
 	return stored, nil
-}
-
-// sameLengths checks the arguments of SetMany and SetManyIfAbsent.
-func sameLengths(op string, keys []string, values [][]byte, ttls []time.Duration) error {
-	if len(values) != len(keys) || len(ttls) != len(keys) {
-		return fmt.Errorf("l2: %s: lengths differ: %d keys, %d values, %d ttls", op, len(keys), len(values), len(ttls))
-	}
-	return nil
 }
 
 // setAndPublish writes KEYS[1] = ARGV[1] (with expiry ARGV[2] milliseconds
@@ -361,23 +307,14 @@ return 1
 // replace what it read (a stale, undecodable or deleted entry) without
 // overwriting a write that landed since.
 func (s *Store) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
 	n, err := compareAndSet.Run(ctx, s.rdb, []string{s.prefix + key}, old, value, int64(expiry(ttl)/time.Millisecond)).Int()
 	if err != nil {
 		return false, fmt.Errorf("l2: compare and set %q: %w", key, withCause(ctx, err))
 	}
 	return n == 1, nil
 }
-
-// deleteAndPublish deletes KEYS[1] and publishes ARGV[2] on channel ARGV[1],
-// in one atomic step.
-var deleteAndPublish = redis.NewScript(`
-redis.call('DEL', KEYS[1])
-return redis.call('PUBLISH', ARGV[1], ARGV[2])
-`)
 
 // SetAndPublish stores value under key for ttl, as Set does, and publishes
 // msg on channel, in one Lua script. Redis runs a script atomically, so
@@ -394,61 +331,13 @@ return redis.call('PUBLISH', ARGV[1], ARGV[2])
 // been lost after the script ran). With a go-redis Ring the message is
 // published on key's shard only.
 func (s *Store) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
 	err := setAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, value, int64(expiry(ttl)/time.Millisecond), channel, msg).Err()
 	if err != nil {
 		return fmt.Errorf("l2: set and publish %q: %w", key, withCause(ctx, err))
 	}
 	return nil
-}
-
-// DeleteAndPublish removes key and publishes msg on channel in one Lua
-// script, with the same ordering, cluster behaviour and caveats as
-// SetAndPublish.
-func (s *Store) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
-	ctx, cancel := s.withTimeout(ctx)
-	if cancel != nil {
-		defer cancel()
-	}
-	err := deleteAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, channel, msg).Err()
-	if err != nil {
-		return fmt.Errorf("l2: delete and publish %q: %w", key, withCause(ctx, err))
-	}
-	return nil
-}
-
-// withTimeout applies Options.Timeout to ctx unless ctx ends sooner. The
-// cancel func is nil when ctx is returned as is.
-func (s *Store) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.timeout == 0 {
-		return ctx, nil
-	}
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.timeout {
-		return ctx, nil
-	}
-	return context.WithTimeout(ctx, s.timeout)
-}
-
-// withCause adds the reason ctx ended to err. go-redis reports a deadline
-// that cut a read short as a network timeout; with the cause added,
-// errors.Is(err, context.DeadlineExceeded) holds as well. The deadline is
-// checked by the clock too, since the socket may time out a moment before
-// ctx's own timer marks it done.
-func withCause(ctx context.Context, err error) error {
-	cause := ctx.Err()
-	if cause == nil {
-		if d, ok := ctx.Deadline(); !ok || time.Now().Before(d) {
-			return err
-		}
-		cause = context.DeadlineExceeded
-	}
-	if errors.Is(err, cause) {
-		return err
-	}
-	return fmt.Errorf("%w (%w)", err, cause)
 }
 
 // expiry turns a ttl into the expiration go-redis's Set takes: 0 for none

@@ -338,7 +338,7 @@ func open(ctx context.Context, id int, cfg config, ns string, secret []byte) (*i
 	var err error
 	in.cache, err = hybrid.New[*Config](hybrid.Options{
 		Namespace:   ns,
-		Remote:      l2.New(in.rdb, l2.Options{Timeout: redisCalls}),
+		Remote:      l2.New(in.rdb, l2.Options{ReadTimeout: redisCalls, WriteTimeout: redisCalls}),
 		Bus:         in.bus,
 		Secret:      secret,
 		Codec:       codecs[cfg.Codec],

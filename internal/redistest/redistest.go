@@ -216,6 +216,18 @@ func (s *Server) Kill() error {
 	return errors.New("redistest: Kill: server still answers")
 }
 
+// Signal sends sig to the server, such as SIGSTOP and SIGCONT to stall it
+// and let it go on. Only for a server that Owned reports.
+func (s *Server) Signal(sig os.Signal) error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return errors.New("redistest: Signal: no redis-server started here")
+	}
+	return cmd.Process.Signal(sig)
+}
+
 // Restart starts the server again on the same port after Kill.
 func (s *Server) Restart() error {
 	path, err := exec.LookPath("redis-server")

@@ -1,0 +1,447 @@
+package l2_test
+
+// Tests of the Store's per-call bounds (bound.go): which deadline each call
+// gets, that it holds against a dead address whatever the client's retry
+// settings and against a stalled server when the client honours ctx
+// deadlines, and what ReadBound reports.
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+// deadlines is a go-redis hook that records the ctx deadline of every
+// command and pipeline a client sends (the zero time for none).
+type deadlines struct {
+	mu  sync.Mutex
+	got []time.Time
+}
+
+func (d *deadlines) record(ctx context.Context) {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.got = append(d.got, dl)
+	d.mu.Unlock()
+}
+
+// take returns the deadlines recorded since the last take.
+func (d *deadlines) take() []time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	got := d.got
+	d.got = nil
+	return got
+}
+
+func (d *deadlines) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (d *deadlines) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		d.record(ctx)
+		return next(ctx, cmd)
+	}
+}
+
+func (d *deadlines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		d.record(ctx)
+		return next(ctx, cmds)
+	}
+}
+
+// op is one call of a Store, a read or a write.
+type op struct {
+	name string
+	read bool
+	run  func(ctx context.Context, s *l2.Store) error
+}
+
+// ops returns every call a Store has.
+func ops() []op {
+	nils := [][]byte{nil, nil}
+	ttls := []time.Duration{time.Minute, time.Minute}
+	return []op{
+		{"Get", true, func(ctx context.Context, s *l2.Store) error { _, _, err := s.Get(ctx, "k"); return err }},
+		{"GetMany", true, func(ctx context.Context, s *l2.Store) error { _, err := s.GetMany(ctx, []string{"k", "x"}); return err }},
+		{"Set", false, func(ctx context.Context, s *l2.Store) error { return s.Set(ctx, "k", []byte("v"), time.Minute) }},
+		{"SetIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.SetIfAbsent(ctx, "n", []byte("v"), time.Minute)
+			return err
+		}},
+		{"SetManyIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.SetManyIfAbsent(ctx, []string{"n1", "n2"}, nils, ttls)
+			return err
+		}},
+		{"CompareAndSet", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("v"), time.Minute)
+			return err
+		}},
+		{"SetAndPublish", false, func(ctx context.Context, s *l2.Store) error {
+			return s.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil)
+		}},
+	}
+}
+
+// TestBounds: each call runs under ReadTimeout or WriteTimeout (their
+// defaults when zero, none when negative), or under the caller's deadline
+// when that is sooner.
+func TestBounds(t *testing.T) {
+	const h = time.Hour
+	tests := []struct {
+		name        string
+		o           l2.Options
+		caller      time.Duration // the caller's own deadline; 0: none
+		read, write time.Duration // the deadline a call gets; -1: none
+		callers     bool          // the caller's deadline is kept
+	}{
+		{name: "defaults", read: 250 * time.Millisecond, write: time.Second},
+		{name: "set", o: l2.Options{ReadTimeout: h, WriteTimeout: 2 * h}, read: h, write: 2 * h},
+		{name: "none", o: l2.Options{ReadTimeout: -1, WriteTimeout: -1}, read: -1, write: -1},
+		{name: "none, caller's", o: l2.Options{ReadTimeout: -1, WriteTimeout: -1}, caller: h, callers: true},
+		{name: "caller's sooner", o: l2.Options{ReadTimeout: 2 * h, WriteTimeout: 3 * h}, caller: h, callers: true},
+		{name: "caller's later", o: l2.Options{ReadTimeout: h, WriteTimeout: 2 * h}, caller: 3 * h, read: h, write: 2 * h},
+	}
+	rdb := srv.Client(t)
+	var d deadlines
+	rdb.AddHook(&d)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.o.Prefix = redistest.Prefix(t) + ":"
+			s := l2.New(rdb, tt.o)
+			for _, op := range ops() {
+				ctx := t.Context()
+				if tt.caller > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tt.caller)
+					defer cancel()
+				}
+				d.take()
+				before := time.Now()
+				if err := op.run(ctx, s); err != nil {
+					t.Fatalf("%s: %v", op.name, err)
+				}
+				after := time.Now()
+				want := tt.write
+				if op.read {
+					want = tt.read
+				}
+				got := d.take()
+				if len(got) == 0 {
+					t.Fatalf("%s: no command seen", op.name)
+				}
+				for _, dl := range got {
+					callerDL, _ := ctx.Deadline()
+					switch {
+					case tt.callers:
+						if !dl.Equal(callerDL) {
+							t.Errorf("%s: deadline %v, want the caller's, %v", op.name, dl, callerDL)
+						}
+					case want < 0:
+						if !dl.IsZero() {
+							t.Errorf("%s: deadline in %v, want none", op.name, dl.Sub(before))
+						}
+					case dl.Before(before.Add(want)) || dl.After(after.Add(want)):
+						t.Errorf("%s: deadline in %v, want %v", op.name, dl.Sub(before), want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// deadAddr returns a loopback address that refuses connections: a port
+// that was listened on and closed.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestBoundDeadAddress: go-redis's default client (3 retries; 5 dial
+// attempts 100 ms apart, each refused) takes about 1.7 s to give up on a
+// dead address. Every call of a Store with 300 ms bounds ends by then
+// instead, with an error wrapping context.DeadlineExceeded.
+func TestBoundDeadAddress(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	rdb := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
+	t.Cleanup(func() { rdb.Close() })
+	s := l2.New(rdb, l2.Options{ReadTimeout: timeout, WriteTimeout: timeout})
+	for _, op := range ops() {
+		start := time.Now()
+		err := op.run(t.Context(), s)
+		d := time.Since(start)
+		t.Logf("%s: %v after %v", op.name, err, d.Round(time.Millisecond))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: got %v, want an error wrapping context.DeadlineExceeded", op.name, err)
+		}
+		if d > 2*timeout {
+			t.Errorf("%s took %v, want at most %v (bound %v)", op.name, d, 2*timeout, timeout)
+		}
+	}
+}
+
+// startOwn starts a redis-server for t alone, so that t may stop it, and
+// stops it by pid when t ends. It skips t when no redis-server can be
+// started here.
+func startOwn(t *testing.T) *redistest.Server {
+	t.Helper()
+	own, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	own.NeedOwned(t)
+	return own
+}
+
+// TestBoundStalledServer: the server stops (SIGSTOP) with a connection to
+// it open. A client built with ContextTimeoutEnabled applies the Store's
+// deadline to the socket, so reads and writes end by their bound; a client
+// without it waits for its own ReadTimeout, and ReadBound says so.
+func TestBoundStalledServer(t *testing.T) {
+	own := startOwn(t)
+	const (
+		timeout    = 300 * time.Millisecond
+		clientRead = time.Second // the unbounded client's own ReadTimeout
+	)
+	o := l2.Options{Prefix: redistest.Prefix(t) + ":", ReadTimeout: timeout, WriteTimeout: timeout}
+	newStore := func(ro *redis.Options) *l2.Store {
+		ro.Addr = own.Addr
+		rdb := redis.NewClient(ro)
+		t.Cleanup(func() { rdb.Close() })
+		s := l2.New(rdb, o)
+		// Open a connection before the server stops.
+		if err := s.Set(t.Context(), "k", []byte("v"), time.Minute); err != nil {
+			t.Fatalf("Set: %v", err)
+		}
+		return s
+	}
+	bounded := newStore(&redis.Options{ContextTimeoutEnabled: true})
+	unbounded := newStore(&redis.Options{ReadTimeout: clientRead})
+	if got := bounded.ReadBound(); got != timeout {
+		t.Errorf("ReadBound with ContextTimeoutEnabled: got %v, want %v", got, timeout)
+	}
+	if got := unbounded.ReadBound(); got != 0 {
+		t.Errorf("ReadBound without ContextTimeoutEnabled: got %v, want 0", got)
+	}
+
+	t.Cleanup(func() { _ = own.Signal(syscall.SIGCONT) })
+	if err := own.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops()[:3] { // Get, GetMany, Set
+		start := time.Now()
+		err := op.run(t.Context(), bounded)
+		d := time.Since(start)
+		t.Logf("stalled server, ContextTimeoutEnabled: %s: %v after %v", op.name, err, d.Round(time.Millisecond))
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s: got %v, want an error wrapping context.DeadlineExceeded", op.name, err)
+		}
+		if d > 2*timeout {
+			t.Errorf("%s took %v, want at most %v (bound %v)", op.name, d, 2*timeout, timeout)
+		}
+	}
+	start := time.Now()
+	_, _, err := unbounded.Get(t.Context(), "k")
+	d := time.Since(start)
+	t.Logf("stalled server, without ContextTimeoutEnabled: Get: %v after %v", err, d.Round(time.Millisecond))
+	if err == nil || d < clientRead-50*time.Millisecond || d > 3*clientRead {
+		t.Errorf("Get: got %v after %v, want an error after about the client's ReadTimeout, %v", err, d, clientRead)
+	}
+
+	if err := own.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := bounded.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+		t.Errorf("Get after SIGCONT = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+	}
+}
+
+// withoutOptions hides a client behind the UniversalClient interface, so
+// that New cannot see its options.
+type withoutOptions struct{ redis.UniversalClient }
+
+// embeddedClient is a single-node client inside another type.
+type embeddedClient struct{ *redis.Client }
+
+// TestReadBound: ReadBound is Options.ReadTimeout for every kind of client
+// that applies ctx deadlines to its sockets, and 0 otherwise.
+func TestReadBound(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	addr := deadAddr(t) // never dialled
+	closing := func(c redis.UniversalClient) redis.UniversalClient {
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	client := func(o redis.Options) redis.UniversalClient {
+		o.Addr = addr
+		return closing(redis.NewClient(&o))
+	}
+	cluster := func(o redis.ClusterOptions) redis.UniversalClient {
+		o.Addrs = []string{addr}
+		return closing(redis.NewClusterClient(&o))
+	}
+	ring := func(o redis.RingOptions) redis.UniversalClient {
+		o.Addrs = map[string]string{"a": addr}
+		return closing(redis.NewRing(&o))
+	}
+	tests := []struct {
+		name string
+		rdb  redis.UniversalClient
+		o    l2.Options
+		want time.Duration
+	}{
+		{"Client", client(redis.Options{}), l2.Options{ReadTimeout: timeout}, 0},
+		{"Client ContextTimeoutEnabled", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"Client ContextTimeoutEnabled, default ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{}, 250 * time.Millisecond},
+		{"Client ContextTimeoutEnabled, no ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: -1}, 0},
+		{"Client ContextTimeoutEnabled, no client timeout", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"Client ContextTimeoutEnabled, no read deadlines", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
+		{"Client ContextTimeoutEnabled, no write deadlines", client(redis.Options{ContextTimeoutEnabled: true, WriteTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
+		{"embedded Client", embeddedClient{client(redis.Options{ContextTimeoutEnabled: true}).(*redis.Client)}, l2.Options{ReadTimeout: timeout}, timeout},
+		{"UniversalClient", closing(redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true})), l2.Options{ReadTimeout: timeout}, timeout},
+		{"hidden options", withoutOptions{client(redis.Options{ContextTimeoutEnabled: true})}, l2.Options{ReadTimeout: timeout}, 0},
+		{"ClusterClient", cluster(redis.ClusterOptions{}), l2.Options{ReadTimeout: timeout}, 0},
+		{"ClusterClient ContextTimeoutEnabled", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"ClusterClient ContextTimeoutEnabled, no client timeout", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"ClusterClient ContextTimeoutEnabled, no read deadlines", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
+		{"embedded ClusterClient", embedded{cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}).(*redis.ClusterClient)}, l2.Options{ReadTimeout: timeout}, timeout},
+		{"Ring", ring(redis.RingOptions{}), l2.Options{ReadTimeout: timeout}, 0},
+		{"Ring ContextTimeoutEnabled", ring(redis.RingOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"Ring ContextTimeoutEnabled, no client timeout", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
+		{"Ring ContextTimeoutEnabled, no read deadlines", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
+	}
+	for _, tt := range tests {
+		if got := l2.New(tt.rdb, tt.o).ReadBound(); got != tt.want {
+			t.Errorf("%s (%T): ReadBound() = %v, want %v", tt.name, tt.rdb, got, tt.want)
+		}
+	}
+}
+
+// pause stops the shared server from answering mode ("WRITE" or "ALL")
+// commands for d. When t ends it lifts the pause and waits until the server
+// answers again, so later tests run unpaused.
+func pause(t *testing.T, mode string, d time.Duration) {
+	t.Helper()
+	admin := srv.Client(t)
+	if err := admin.Do(t.Context(), "CLIENT", "PAUSE", d.Milliseconds(), mode).Err(); err != nil {
+		t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+	t.Cleanup(func() {
+		// Under PAUSE ALL this too waits for the pause to end.
+		if err := admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+			t.Errorf("CLIENT UNPAUSE: %v", err)
+		}
+		if err := admin.Set(context.Background(), redistest.Prefix(t), "1", time.Second).Err(); err != nil {
+			t.Errorf("SET after pause: %v", err)
+		}
+	})
+}
+
+func TestTimeout(t *testing.T) {
+	srv.NeedReal(t)
+	// go-redis applies context deadlines to the socket only with
+	// ContextTimeoutEnabled.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	prefix := redistest.Prefix(t) + ":"
+	const timeout = 50 * time.Millisecond
+	fast := l2.New(rdb, l2.Options{Prefix: prefix, ReadTimeout: timeout, WriteTimeout: timeout})
+	slow := l2.New(rdb, l2.Options{Prefix: prefix, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	// Set up with the patient Store: a busy machine may take more than 50ms
+	// to dial. This also loads the scripts, so no NOSCRIPT round trip is
+	// measured.
+	if err := slow.SetAndPublish(t.Context(), "k", []byte("v"), time.Minute, prefix+"ch", nil); err != nil {
+		t.Fatalf("SetAndPublish: %v", err)
+	}
+	if _, err := slow.CompareAndSet(t.Context(), "k", []byte("v"), []byte("v"), time.Minute); err != nil {
+		t.Fatalf("CompareAndSet: %v", err)
+	}
+	callerDeadline := func() context.Context {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		t.Cleanup(cancel)
+		return ctx
+	}
+
+	type call struct {
+		name string
+		run  func() error
+	}
+	// check runs the calls one after another during one pause of the
+	// server; each must fail with the deadline long before the pause ends.
+	check := func(t *testing.T, mode string, calls []call) {
+		const paused = 3 * time.Second
+		pause(t, mode, paused)
+		for _, c := range calls {
+			start := time.Now()
+			err := c.run()
+			elapsed := time.Since(start)
+			// go-redis reports a network timeout; the Store adds the
+			// context's error.
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s: got error %v, want one wrapping context.DeadlineExceeded", c.name, err)
+			}
+			// Without the timeout the call would succeed once the pause
+			// ends. The bound is generous: the machine may be busy.
+			if elapsed > paused/2 {
+				t.Errorf("%s: failed after %v, want about %v (server paused for %v)", c.name, elapsed, timeout, paused)
+			}
+		}
+	}
+
+	t.Run("ALL", func(t *testing.T) {
+		check(t, "ALL", []call{
+			{"Get", func() error { _, _, err := fast.Get(t.Context(), "k"); return err }},
+			{"Get with an earlier caller deadline", func() error { _, _, err := slow.Get(callerDeadline(), "k"); return err }},
+			{"GetMany", func() error { _, err := fast.GetMany(t.Context(), []string{"k", "x"}); return err }},
+		})
+	})
+	t.Run("WRITE", func(t *testing.T) {
+		check(t, "WRITE", []call{
+			{"Set", func() error { return fast.Set(t.Context(), "k", []byte("v2"), time.Minute) }},
+			{"Set with an earlier caller deadline", func() error { return slow.Set(callerDeadline(), "k", []byte("v2"), 0) }},
+			{"SetIfAbsent", func() error {
+				_, err := fast.SetIfAbsent(t.Context(), "new", []byte("v"), time.Minute)
+				return err
+			}},
+			{"SetManyIfAbsent", func() error {
+				_, err := fast.SetManyIfAbsent(t.Context(), []string{"n1", "n2"}, [][]byte{nil, nil}, []time.Duration{0, 0})
+				return err
+			}},
+			{"CompareAndSet", func() error {
+				_, err := fast.CompareAndSet(t.Context(), "k", []byte("v"), []byte("v2"), time.Minute)
+				return err
+			}},
+			{"SetAndPublish", func() error {
+				return fast.SetAndPublish(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"))
+			}},
+		})
+		// Reads still work while only writes are paused.
+		start := time.Now()
+		if got, ok, err := slow.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+			t.Errorf("Get during CLIENT PAUSE WRITE = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+		}
+		if elapsed := time.Since(start); elapsed > time.Second {
+			t.Errorf("Get during CLIENT PAUSE WRITE took %v, want it not paused", elapsed)
+		}
+	})
+	// Once the pause is over, the client works again.
+	if err := slow.Set(t.Context(), "k", []byte("after"), time.Minute); err != nil {
+		t.Errorf("Set after the pause: %v", err)
+	}
+}
