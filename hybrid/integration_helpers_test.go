@@ -34,6 +34,8 @@ var (
 	_ hybrid.Announcer   = (*countingRemote)(nil)
 
 	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
+	_ hybrid.BoundedReader    = (*countingRemote)(nil)
+	_ hybrid.BoundedReader    = (*l2.Store)(nil)
 )
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
@@ -66,6 +68,10 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 	}
 	r.afterGet.Store(&f)
 }
+
+// ReadBound passes the Store's on, so that the cache treats a
+// countingRemote as it would the Store.
+func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
 
 func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	defer r.gets.Add(1)
