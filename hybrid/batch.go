@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
 )
+
+// This file holds the batch read path: GetOrCreateMany and GetMany, and
+// the batch fill, which takes the same steps as fill for many keys at once.
 
 // GetOrCreateMany returns the values for keys: from L1, then every L1 miss
 // from the shared tier in one round trip (per cluster node), then every
@@ -34,7 +36,7 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	if load == nil {
 		return nil, errors.New("hybrid: GetOrCreateMany: nil load function")
 	}
-	e, err := c.o.entry(&c.def, opts)
+	e, err := c.o.policy(&c.def, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +182,7 @@ func (c *Cache[V]) checkBatch(ctx context.Context) error {
 func (c *Cache[V]) tokens(keys []string) []token {
 	toks := make([]token, len(keys))
 	for i, key := range keys {
-		toks[i] = c.fence.token(key)
+		toks[i] = c.vers.token(key)
 	}
 	return toks
 }
@@ -206,76 +208,6 @@ func (c *Cache[V]) prefixed(keys []string) []string {
 	return full
 }
 
-type found[V any] struct {
-	it item[V]
-	ok bool
-}
-
-// readRemoteMany reads keys from the shared tier in one round trip where the
-// Remote allows it, storing hits in L1 under their tokens. The map holds,
-// by key, the stored bytes a fill is to replace: a value that did not
-// decode, is stale, or is a tombstone.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, e *entry) (res []found[V], replace map[string][]byte, cut bool) {
-	res = make([]found[V], len(keys))
-	if c.remote == nil {
-		return res, nil, false
-	}
-	br, ok := c.remote.(BatchRemote)
-	if !ok {
-		for i, key := range keys {
-			it, st, raw := c.readRemote(ctx, key, toks[i], e)
-			if st == readCut {
-				return make([]found[V], len(keys)), nil, true // nothing finished: the fill reads all again
-			}
-			res[i] = found[V]{it, st == readHit}
-			if st == readCorrupt || st == readStale || st == readDeleted {
-				if replace == nil {
-					replace = make(map[string][]byte)
-				}
-				replace[key] = raw
-			}
-		}
-		return res, replace, false
-	}
-	if !c.br.allow() {
-		c.n.l2Skipped.Add(1)
-		return res, nil, false
-	}
-	sctx, end := c.span(ctx, "get_many", "")
-	vals, err := br.GetMany(sctx, c.prefixed(keys))
-	end(err)
-	c.br.record(ctx, err)
-	if err == nil && len(vals) != len(keys) {
-		err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
-	}
-	if err != nil && callerDone(ctx) {
-		return res, nil, true
-	}
-	if err != nil {
-		c.l2Failed("get_many", err)
-		c.log.log(logL2, "hybrid: shared tier batch read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
-		return res, nil, false
-	}
-	lb := c.local.Batch()
-	defer lb.Done()
-	for i, b := range vals {
-		if b == nil {
-			c.n.l2Misses.Add(1)
-			continue
-		}
-		switch c.takeRemoteInto(ctx, lb, &res[i].it, keys[i], b, toks[i], e) {
-		case readHit:
-			res[i].ok = true
-		case readCorrupt, readStale, readDeleted:
-			if replace == nil {
-				replace = make(map[string][]byte)
-			}
-			replace[keys[i]] = b // replace it with what we load
-		}
-	}
-	return res, replace, false
-}
-
 // manyRead is what a batch fill's shared-tier read found: by key, the
 // tokens taken before it, the values, the stored bytes to replace (see
 // readRemoteMany), and the indexes of the keys still to load; cut if the
@@ -290,7 +222,7 @@ type manyRead[V any] struct {
 
 // readMany reads keys from the shared tier and finishes the calls of the
 // keys it found.
-func (c *Cache[V]) readMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
+func (c *Cache[V]) readMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *policy) *manyRead[V] {
 	r := &manyRead[V]{toks: c.tokens(keys)}
 	r.vals, r.replace, r.cut = c.readRemoteMany(ctx, keys, r.toks, e)
 	hits := make([]int, 0, len(keys))
@@ -316,7 +248,7 @@ func (r *manyRead[V]) result(i int) (V, error) {
 
 // leadReadMany is readMany made by the leader on its own goroutine (see
 // leadRead).
-func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *entry) *manyRead[V] {
+func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*flight.Call[V], e *policy) *manyRead[V] {
 	if e.loadTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = c.leadContext(ctx, e.loadTimeout)
@@ -328,41 +260,15 @@ func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*fli
 // fillMany is the batch form of fill: one shared-tier read for all keys
 // (unless pre holds what the leader read itself), one load for what it did
 // not hold, one write back.
-func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e entry, pre *manyRead[V]) {
-	finished := make([]bool, len(keys))
-	if pre != nil {
-		for i := range finished {
-			finished[i] = true
-		}
-		for _, i := range pre.missIdx {
-			finished[i] = false
-		}
-	}
-	finish := func(idx []int, result func(i int) (V, error)) {
-		for _, i := range idx {
-			finished[i] = true
-		}
-		c.flights.FinishMany(keys, calls, idx, result)
-	}
-	// A load that calls runtime.Goexit skips everything but deferred calls:
-	// its waiters must still get an answer.
-	defer func() {
-		var zero V
-		for i, done := range finished {
-			if !done {
-				c.flights.Finish(keys[i], calls[i], zero, fmt.Errorf("%w: batch load called runtime.Goexit", ErrPanic))
-			}
-		}
-	}()
+func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy, pre *manyRead[V]) {
+	defer c.abandonedMany(keys, calls)
+	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
 	r := pre
 	if r == nil {
 		r = c.readMany(ctx, keys, calls, &e)
-		for i, v := range r.vals {
-			finished[i] = v.ok
-		}
 	}
 	toks, vals, replace, missIdx, result := r.toks, r.vals, r.replace, r.missIdx, r.result
 	if len(missIdx) == 0 {
@@ -406,7 +312,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocalIn(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], &e)
+		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], &e)
 		writes = append(writes, write{i, b, e.physical(ttl)})
 	}
 	lb.Done()
@@ -425,91 +331,14 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	c.storeRemoteMany(ctx, w)
 }
 
-// batchWrite collects the write-back of a batch fill.
-type batchWrite struct {
-	keys []string
-	vals [][]byte
-	ttls []time.Duration // lifetimes in the shared tier, fail-safe included
-	toks []token
-}
-
-func (w *batchWrite) add(key string, b []byte, ttl time.Duration, tok token) {
-	w.keys = append(w.keys, key)
-	w.vals = append(w.vals, b)
-	w.ttls = append(w.ttls, ttl)
-	w.toks = append(w.toks, tok)
-}
-
-// storeRemoteMany is the batch form of storeRemote without replace.
-func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
-	if c.remote == nil {
-		return
-	}
-	br, ok := c.remote.(BatchRemote)
-	if !ok {
-		for i, key := range w.keys {
-			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], nil, w.toks[i])
-		}
-		return
-	}
-	var todo batchWrite
-	for i, key := range w.keys {
-		if c.fence.valid(w.toks[i]) { // else changed since our read: our value may predate it
-			todo.add(c.prefix+key, w.vals[i], w.ttls[i], w.toks[i])
+// abandonedMany is abandoned for a batch fill's calls.
+func (c *Cache[V]) abandonedMany(keys []string, calls []*flight.Call[V]) {
+	for i, call := range calls {
+		if !call.Done() {
+			var zero V
+			c.flights.Finish(keys[i], call, zero, fmt.Errorf("%w: batch load called runtime.Goexit", ErrPanic))
 		}
 	}
-	if len(todo.keys) == 0 {
-		return
-	}
-	var stored []bool
-	var err error
-	for attempt := 0; ; attempt++ {
-		if !c.br.allow() {
-			c.n.l2Skipped.Add(1)
-			return
-		}
-		sctx, end := c.span(ctx, "set_many", "")
-		stored, err = br.SetManyIfAbsent(sctx, todo.keys, todo.vals, todo.ttls)
-		if err == nil && len(stored) != len(todo.keys) {
-			err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
-		}
-		end(err)
-		c.br.record(ctx, err)
-		if err == nil || !c.retryWrite(ctx, "set_many", attempt, err) {
-			break
-		}
-	}
-	if err != nil {
-		return
-	}
-	for i, ok := range stored {
-		if !ok {
-			key := todo.keys[i][len(c.prefix):]
-			c.fence.bump(key)
-			c.local.Delete(key)
-		}
-	}
-}
-
-// runLoadMany calls load, turning a panic into an error.
-func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error)) (m map[string]V, err error) {
-	c.n.loads.Add(1)
-	ctx, end := c.span(ctx, "load_many", "")
-	defer func() {
-		if r := recover(); r != nil {
-			m, err = nil, fmt.Errorf("%w: batch of %d keys: %v\n%s", ErrPanic, len(keys), r, debug.Stack())
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			c.n.loadErrors.Add(1)
-		}
-		end(err)
-	}()
-	// The loader gets its own copy: it may keep or change the slice.
-	m, err = load(ctx, append([]string(nil), keys...))
-	if err != nil {
-		return nil, fmt.Errorf("hybrid: load batch of %d keys: %w", len(keys), err)
-	}
-	return m, nil
 }
 
 // dedupe joins errors, keeping one of each identical message (a failed

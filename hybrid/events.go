@@ -1,6 +1,11 @@
 package hybrid
 
-import "context"
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
 
 // Events are optional hooks for telemetry of one's own: each is called, if
 // set, when its event happens. They run on the goroutine that saw the event
@@ -71,4 +76,36 @@ func (c *Cache[V]) invalidated(op string, keys []string) {
 	if f := c.o.Events.Invalidated; f != nil {
 		f(op, keys)
 	}
+}
+
+// logKind names a kind of error that is logged at most once per LogEvery.
+type logKind int
+
+const (
+	logL2 logKind = iota
+	logDecode
+	logBus
+	logOversize
+	logStale
+	logKinds
+)
+
+// limitedLog writes at most one line per kind per interval, so a dead Redis
+// costs a log line every few seconds, not one per request.
+type limitedLog struct {
+	l     *slog.Logger
+	every time.Duration
+	last  [logKinds]atomic.Int64
+}
+
+func (ll *limitedLog) log(kind logKind, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := ll.last[kind].Load()
+	if last != 0 && now-last < int64(ll.every) {
+		return
+	}
+	if !ll.last[kind].CompareAndSwap(last, now) {
+		return
+	}
+	ll.l.Warn(msg, args...)
 }

@@ -313,8 +313,9 @@ func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEage
 // them. See DeleteByTag for the limits on tags.
 func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
 
-// entry is the resolved per-call configuration.
-type entry struct {
+// policy is the resolved configuration of one call: Options with its
+// EntryOptions applied.
+type policy struct {
 	ttl, localTTL    time.Duration
 	negativeTTL      time.Duration
 	jitter           float64
@@ -327,24 +328,24 @@ type entry struct {
 }
 
 // timed reports whether values written under e need a schedule in L1.
-func (e *entry) timed() bool { return e.failSafe > 0 || e.eager > 0 }
+func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 }
 
 // physical is how long the shared tier keeps a value whose logical
 // lifetime is ttl: longer by the fail-safe age, so that a stale copy
 // remains to fall back on.
-func (e *entry) physical(ttl time.Duration) time.Duration { return ttl + e.failSafe }
+func (e *policy) physical(ttl time.Duration) time.Duration { return ttl + e.failSafe }
 
-// defaults returns the entry of a call without options.
-func (o *Options) defaults() entry {
-	return entry{
+// defaults returns the policy of a call without options.
+func (o *Options) defaults() policy {
+	return policy{
 		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
 		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
 		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
 	}
 }
 
-// entry resolves opts over def, the cache's defaults.
-func (o *Options) entry(def *entry, opts []EntryOption) (entry, error) {
+// policy resolves opts over def, the cache's defaults.
+func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 	e := *def
 	if len(opts) == 0 {
 		return e, nil

@@ -1,9 +1,7 @@
 package hybrid
 
 import (
-	"log/slog"
 	"sync/atomic"
-	"time"
 )
 
 // Stats is a snapshot of a Cache's counters since New.
@@ -57,34 +55,41 @@ type counters struct {
 	pastLife atomic.Uint64
 }
 
-// logKind names a kind of error that is logged at most once per LogEvery.
-type logKind int
-
-const (
-	logL2 logKind = iota
-	logDecode
-	logBus
-	logOversize
-	logStale
-	logKinds
-)
-
-// limitedLog writes at most one line per kind per interval, so a dead Redis
-// costs a log line every few seconds, not one per request.
-type limitedLog struct {
-	l     *slog.Logger
-	every time.Duration
-	last  [logKinds]atomic.Int64
-}
-
-func (ll *limitedLog) log(kind logKind, msg string, args ...any) {
-	now := time.Now().UnixNano()
-	last := ll.last[kind].Load()
-	if last != 0 && now-last < int64(ll.every) {
-		return
+// Stats returns a snapshot of the cache's counters.
+func (c *Cache[V]) Stats() Stats {
+	ls := c.local.Stats()
+	past := min(c.n.pastLife.Load(), ls.Hits)
+	return Stats{
+		L1Hits:         ls.Hits - past,
+		L1Misses:       ls.Misses + past,
+		L2Hits:         c.n.l2Hits.Load(),
+		L2Misses:       c.n.l2Misses.Load(),
+		Loads:          c.n.loads.Load(),
+		LoadErrors:     c.n.loadErrors.Load(),
+		L2Errors:       c.n.l2Errors.Load(),
+		DecodeErrors:   c.n.decodeErrors.Load(),
+		Oversized:      c.n.oversized.Load(),
+		EncodeErrors:   c.n.encodeErrors.Load(),
+		L1Evictions:    c.n.evictions.Load(),
+		L1Expirations:  c.n.expirations.Load(),
+		L1Entries:      c.local.Len(),
+		L1Bytes:        c.local.Weight(),
+		Published:      c.n.published.Load(),
+		PublishErrors:  c.n.publishErrors.Load(),
+		Received:       c.n.received.Load(),
+		OwnIgnored:     c.n.ownIgnored.Load(),
+		Swapped:        c.n.swapped.Load(),
+		Invalid:        c.n.invalid.Load(),
+		Unauthentic:    c.n.unauthentic.Load(),
+		BusLosses:      c.n.busLosses.Load(),
+		FillsDiscarded: c.n.fillsDiscarded.Load(),
+		L2Skipped:      c.n.l2Skipped.Load(),
+		BreakerOpens:   c.br.opens.Load(),
+		WriteRetries:   c.n.writeRetries.Load(),
+		WritesDropped:  c.n.writesDropped.Load(),
+		StaleServed:    c.n.staleServed.Load(),
+		SoftTimeouts:   c.n.softTimeouts.Load(),
+		Refreshes:      c.n.refreshes.Load(),
+		Namespace:      c.o.Namespace,
 	}
-	if !ll.last[kind].CompareAndSwap(last, now) {
-		return
-	}
-	ll.l.Warn(msg, args...)
 }

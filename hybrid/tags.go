@@ -144,23 +144,9 @@ func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 // dropTagged makes L1 forget every value tagged with tag and every fill in
 // progress (which may have read one).
 func (c *Cache[V]) dropTagged(tag string) {
-	c.fence.bumpAll()
+	c.vers.bumpAll()
 	c.flights.ForgetAll()
 	c.local.DeleteIf(func(_ string, it item[V]) bool { return it.hasTag(tag) })
-}
-
-// onTagMessage applies another instance's DeleteByTag. A signed message
-// carries the delete's time; otherwise the record is read again when
-// needed.
-func (c *Cache[V]) onTagMessage(m message.Message) {
-	for _, tag := range m.Keys {
-		if t, ok := decodeTagRecord(m.Value); ok && m.Authentic {
-			c.tags.learn(c.tags.currentEpoch(), tag, min(t, time.Now().Add(time.Minute).UnixMilli()))
-		} else {
-			c.tags.forget(tag)
-		}
-		c.dropTagged(tag)
-	}
 }
 
 // hasTag reports whether it carries tag.

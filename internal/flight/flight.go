@@ -155,6 +155,9 @@ func (g *Group[T]) ForgetAll() {
 	g.mu.Unlock()
 }
 
+// Done reports whether the call has ended.
+func (c *Call[T]) Done() bool { return c.done.Load() }
+
 // Wait returns the call's result, or ctx's error if ctx ends first. A
 // waiter that leaves does not affect the call or the other waiters.
 func (c *Call[T]) Wait(ctx context.Context) (T, error) {

@@ -2,20 +2,32 @@ package hybrid
 
 import (
 	"context"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
 )
 
-// This file holds the timed behaviours: fail-safe (serve a stale value
-// when load fails), the soft load timeout, and eager refresh. All are off
-// unless set in Options or by a call's EntryOptions; then the L1 items that
-// call writes carry their timing and a hit checks it against L1's coarse
-// clock.
+// This file holds the timed behaviours: lifetimes and jitter, fail-safe
+// (serve a stale value when load fails), the soft load timeout, and eager
+// refresh. All but lifetimes are off unless set in Options or by a call's
+// EntryOptions; then the L1 items that call writes carry their timing and
+// a hit checks it against L1's coarse clock.
+
+// lifetimes returns the shared-tier and L1 lifetimes of one write: e's,
+// shortened by a random part of up to its jitter so that entries written
+// together do not expire together.
+func (c *Cache[V]) lifetimes(e *policy) (ttl, localTTL time.Duration) {
+	if e.jitter == 0 {
+		return e.ttl, e.localTTL
+	}
+	f := 1 - mrand.Float64()*e.jitter
+	return time.Duration(float64(e.ttl) * f), time.Duration(float64(e.localTTL) * f)
+}
 
 // stamp sets it's timing for a logical L1 lifetime of ttl from now, as e
 // says, and returns the lifetime L1 itself should give it.
-func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *entry) (item[V], time.Duration) {
+func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (item[V], time.Duration) {
 	if !e.timed() {
 		var tags []string
 		if it.t != nil {
@@ -61,7 +73,7 @@ func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], l
 }
 
 // usable reports whether stale may still be served by fail-safe as e says.
-func (c *Cache[V]) usable(stale *item[V], e *entry) bool {
+func (c *Cache[V]) usable(stale *item[V], e *policy) bool {
 	return stale != nil && !stale.absent && stale.t != nil && e.failSafe > 0 &&
 		time.Now().UnixNano()-stale.t.staleAt <= int64(e.failSafe)
 }
@@ -69,16 +81,16 @@ func (c *Cache[V]) usable(stale *item[V], e *entry) bool {
 // serveStale puts stale back in L1 for the fail-safe throttle, so the
 // loader that just failed is not called again on every request, and counts
 // it.
-func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error, e *entry) {
+func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error, e *policy) {
 	c.staleServed(key, cause)
 	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
-	c.storeLocal(key, stale, stale.t.size, e.failSafeThrottle, tok, e)
+	c.storeLocal(nil, key, stale, stale.t.size, e.failSafeThrottle, tok, e)
 }
 
 // loadSoftly calls load. With a usable stale value and a soft timeout, a
-// load slower than that lets the waiters have the stale value (via finish)
+// load slower than that lets the waiters have the stale value (ending call)
 // while it goes on; its result is then stored as usual.
-func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], finish func(V, error), e *entry) (V, error) {
+func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], call *flight.Call[V], e *policy) (V, error) {
 	if stale == nil || e.softTimeout <= 0 {
 		return c.runLoad(ctx, key, load)
 	}
@@ -102,7 +114,7 @@ func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context
 	case <-t.C:
 		c.n.softTimeouts.Add(1)
 		c.staleServed(key, nil)
-		finish(stale.v, nil)
+		c.flights.Finish(key, call, stale.v, nil)
 		r := <-done
 		return r.v, r.err
 	}
@@ -112,7 +124,7 @@ func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context
 // its current value goes on being served. The new value is written and
 // announced like a Set, unless the shared tier already holds a newer one.
 func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Context, string) (V, error), opts []EntryOption) {
-	e, err := c.o.entry(&c.def, opts)
+	e, err := c.o.policy(&c.def, opts)
 	if err != nil || load == nil {
 		return
 	}
@@ -127,7 +139,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Co
 	}
 }
 
-func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(context.Context, string) (V, error), e entry, call *flight.Call[V]) {
+func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(context.Context, string) (V, error), e policy, call *flight.Call[V]) {
 	var zero V
 	result, resultErr := zero, error(ErrClosed)
 	defer func() { c.flights.Finish(key, call, result, resultErr) }()
@@ -135,7 +147,7 @@ func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(con
 	defer cancel()
 
 	// Another instance may have refreshed it already.
-	if it, st, _ := c.readRemote(ctx, key, c.fence.token(key), &e); st == readHit && !it.absent {
+	if it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &e); st == readHit && !it.absent {
 		if held, ok := c.local.Get(key); !ok || it.writtenAt() > held.writtenAt() {
 			result, resultErr = it.v, nil
 			return

@@ -1,0 +1,191 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/flight"
+)
+
+// This file holds the single-key read path: L1, then the one place that
+// decides who reads the shared tier, then the fill.
+
+// GetOrCreate returns the value for key: from L1, else from the shared
+// tier, else from load, whose result is stored in both tiers. Concurrent
+// callers that miss on one key share one shared-tier read and one load;
+// each waits only as long as its own ctx allows.
+//
+// A load error is returned wrapped (errors.Is sees it) and is not cached.
+// Shared-tier failures are not returned: they are counted and logged, and
+// the call goes on to load. The value returned is shared with L1 and other
+// callers: do not modify it, or set Options.CopyOnRead.
+//
+// The first caller to miss makes the shared-tier read on its own goroutine
+// when the Remote bounds its reads (BoundedReader, such as *l2.Store on a
+// client built with ContextTimeoutEnabled): if its ctx ends during that
+// read, it returns within the read bound. Otherwise, and for every load,
+// the fill runs on a worker goroutine, and a caller returns as soon as its
+// ctx ends. Callers that join a fill always return as soon as their ctx ends.
+//
+// When load returns an error wrapping ErrNotFound and Options.NegativeTTL is
+// set, the absence is remembered in both tiers for that long: later calls
+// return ErrNotFound without calling load.
+func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+		if it.t != nil && c.local.Now() >= it.t.due {
+			return c.out(c.getOrCreateDue(ctx, key, it, load, opts))
+		}
+		if it.absent {
+			return it.v, ErrNotFound
+		}
+		if c.copy != nil {
+			return c.copy(it.v)
+		}
+		return it.v, nil
+	}
+	return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+}
+
+func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption, stale *item[V]) (V, error) {
+	var zero V
+	if err := c.check(ctx, key); err != nil {
+		return zero, err
+	}
+	if load == nil {
+		return zero, errors.New("hybrid: GetOrCreate: nil load function")
+	}
+	e, err := c.o.policy(&c.def, opts)
+	if err != nil {
+		return zero, err
+	}
+	call, leader := c.flights.Join(key)
+	if leader {
+		var pre *remoteRead[V]
+		if c.leaderReads(ctx) {
+			if pre = c.leadRead(ctx, key, call, &e); pre == nil {
+				return call.Wait(ctx)
+			}
+			if pre.st == readCut {
+				pre = nil // the fill reads again, for the callers still waiting
+			}
+		}
+		if !c.runFill(ctx, key, load, e, call, stale, pre) {
+			c.flights.Finish(key, call, zero, ErrClosed)
+			return zero, ErrClosed
+		}
+	}
+	return call.Wait(ctx)
+}
+
+// remoteRead is what a leader found in the shared tier when it read it
+// itself, before it handed the rest of its fill to a worker.
+type remoteRead[V any] struct {
+	tok token
+	it  item[V]
+	st  readState
+	raw []byte
+}
+
+// leaderReads reports whether the leader of a fill makes its shared-tier
+// read itself, saving the hand-off to a worker goroutine and back: when its
+// ctx cannot end (it would wait for the whole fill anyway), or when the
+// Remote bounds how long a read can block (BoundedReader), so that a
+// caller whose ctx ends during the read waits no longer than that bound.
+// Otherwise the whole fill runs on a worker and the caller can leave at once.
+func (c *Cache[V]) leaderReads(ctx context.Context) bool {
+	return c.readBound > 0 || ctx.Done() == nil
+}
+
+// leadRead is the shared-tier read of a fill, made by its leader (see
+// leaderReads). A read that finds a live value finishes call and returns
+// nil; otherwise leadRead returns what it read for the fill to go on with
+// (readCut if the leader's ctx ended first).
+func (c *Cache[V]) leadRead(ctx context.Context, key string, call *flight.Call[V], e *policy) *remoteRead[V] {
+	if e.loadTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = c.leadContext(ctx, e.loadTimeout)
+		defer cancel()
+	}
+	return c.readShared(ctx, key, call, e)
+}
+
+// leadContext bounds a leader's read by the load timeout. A ctx that cannot
+// end serves as a fill's context, which adds the end that Close brings; one
+// that can keeps its own end.
+func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return c.fillContext(ctx, timeout)
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// readShared is a fill's read of the shared tier: a live value (or a
+// remembered absence) finishes call and gives nil; anything else is
+// returned for the fill to go on with.
+func (c *Cache[V]) readShared(ctx context.Context, key string, call *flight.Call[V], e *policy) *remoteRead[V] {
+	tok := c.vers.token(key)
+	it, st, raw := c.readRemote(ctx, key, tok, e)
+	if st != readHit {
+		return &remoteRead[V]{tok: tok, it: it, st: st, raw: raw}
+	}
+	if it.absent {
+		c.flights.Finish(key, call, it.v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
+	} else {
+		c.flights.Finish(key, call, it.v, nil)
+	}
+	return nil
+}
+
+// Get returns the value for key from L1 or the shared tier, without
+// loading. ok is false when neither holds it; shared-tier failures count as
+// misses (see Stats) and are not returned.
+func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
+	if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
+		if c.copy != nil && !it.absent {
+			v, err = c.copy(it.v)
+			return v, err == nil, err
+		}
+		return it.v, !it.absent, nil
+	}
+	if err := c.check(ctx, key); err != nil {
+		return v, false, err
+	}
+	it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	ok = st == readHit && !it.absent
+	if err := ctx.Err(); err != nil && !ok {
+		return v, false, err
+	}
+	if !ok {
+		return v, false, nil
+	}
+	v, err = c.out(it.v, nil)
+	return v, err == nil, err
+}
+
+// check returns the error for a call that cannot proceed.
+func (c *Cache[V]) check(ctx context.Context, key string) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := c.checkKey(key); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// checkKey returns the error for a key no call accepts: empty, reserved
+// for the cache's own records, or longer than MaxKeyBytes. Every entry
+// point checks its keys here, single and batch.
+func (c *Cache[V]) checkKey(key string) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case key[0] == 0:
+		return ErrReservedKey
+	case len(key) > c.o.MaxKeyBytes:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLong, len(key), c.o.MaxKeyBytes)
+	}
+	return nil
+}

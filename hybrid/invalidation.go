@@ -1,0 +1,136 @@
+package hybrid
+
+import (
+	"context"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
+
+// This file holds the bus: publishing this instance's changes and applying
+// other instances' messages and losses to L1.
+
+// Bus carries invalidation messages between instances, such as
+// *invalidate.Bus over Redis pub/sub. It is a byte pipe: the cache owns the
+// message format.
+//
+// Subscribe returns once the subscription is active, so that a message
+// published after it returns is delivered. onMessage and onLoss run one at a
+// time, in arrival order, on the bus's goroutine, and must not block. onLoss
+// says that messages may have been lost (the connection dropped, or was
+// restored after a drop): the subscriber must not trust what it filled before.
+// After unsubscribe returns, neither is called again.
+type Bus interface {
+	Publish(ctx context.Context, channel string, msg []byte) error
+	Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func()) (unsubscribe func(), err error)
+}
+
+func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
+	if err := c.bus.Publish(ctx, c.o.Channel, message.Encode(m, c.o.Secret)); err != nil {
+		c.n.publishErrors.Add(1)
+		if f := c.o.Events.L2Error; f != nil {
+			f("publish", err)
+		}
+		return err
+	}
+	c.n.published.Add(1)
+	return nil
+}
+
+// onMessage applies another instance's invalidation to L1. It runs on the
+// bus's goroutine.
+func (c *Cache[V]) onMessage(b []byte) {
+	m, err := message.Decode(b, c.o.Secret)
+	if err != nil || m.Namespace != c.o.Namespace {
+		c.n.invalid.Add(1)
+		c.log.log(logBus, "hybrid: invalidation message ignored", "namespace", c.o.Namespace, "err", err)
+		return
+	}
+	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete
+	if len(c.o.Secret) > 0 && !m.Authentic {
+		// Unsigned, a message may at most drop the keys it names: a clear or
+		// a tag delete is ignored, and so is one that claims to be ours.
+		c.n.unauthentic.Add(1)
+		if !keysOnly || m.Origin == c.origin {
+			return
+		}
+	}
+	if m.Origin == c.origin {
+		c.n.ownIgnored.Add(1)
+		if keysOnly && c.ann != nil {
+			c.echo.back(m.Keys[0]) // a tag's message names no key we wrote
+		}
+		return
+	}
+	// Counted once applied, so a count seen means L1 reflects the message.
+	defer c.invalidated(m.Op.String(), m.Keys)
+	switch m.Op {
+	case message.OpTag:
+		c.onTagMessage(m)
+	case message.OpClear:
+		c.vers.bumpAll()
+		c.flights.ForgetAll()
+		c.local.Clear()
+	case message.OpSet, message.OpDelete:
+		for i, key := range m.Keys {
+			tok := c.vers.bumpToken(key)
+			c.flights.Forget(key)
+			if i == 0 && m.Value != nil && c.echo.settled(key) && c.swap(key, m.Value, tok) {
+				continue
+			}
+			c.local.Delete(key)
+		}
+	}
+}
+
+// onTagMessage applies another instance's DeleteByTag. A signed message
+// carries the delete's time; otherwise the record is read again when
+// needed.
+func (c *Cache[V]) onTagMessage(m message.Message) {
+	for _, tag := range m.Keys {
+		if t, ok := decodeTagRecord(m.Value); ok && m.Authentic {
+			c.tags.learn(c.tags.currentEpoch(), tag, min(t, time.Now().Add(time.Minute).UnixMilli()))
+		} else {
+			c.tags.forget(tag)
+		}
+		c.dropTagged(tag)
+	}
+}
+
+// swap replaces key's L1 entry, if there is one, with the value carried by
+// a message. It reports false when the value does not decode or is already
+// stale. If the key changed here while we swapped (our own Set, say), the
+// entry is dropped: the swapped value may be the older one.
+func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
+	var it item[V]
+	ttl, err := c.decodeInto(&it, b, c.def.timed())
+	if err != nil {
+		c.n.decodeErrors.Add(1)
+		return false
+	}
+	if ttl <= 0 || (it.t != nil && len(it.t.tags) > 0 && c.tagKnownDeleted(it.t.tags, it.t.written)) {
+		return false
+	}
+	var life time.Duration
+	size := c.size(b)
+	it, life = c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
+	if c.local.Replace(key, it, weight(key, size), life) {
+		c.n.swapped.Add(1)
+	}
+	if !c.vers.valid(tok) {
+		c.local.Delete(key)
+	}
+	return true
+}
+
+// onLoss runs when invalidations may have been lost: nothing in L1 can be
+// trusted any more.
+func (c *Cache[V]) onLoss() {
+	c.tags.clear()
+	c.vers.bumpAll()
+	c.flights.ForgetAll()
+	c.local.Clear()
+	// Counted once applied, as messages are: a loss seen in Stats means L1
+	// has been flushed for it.
+	c.n.busLosses.Add(1)
+}

@@ -1,0 +1,53 @@
+package hybrid
+
+import (
+	"time"
+
+	"github.com/hybridcache/hybridcache/l1"
+)
+
+// This file holds the stores into L1: every value the cache puts there
+// goes through storeLocal, weighed by weight.
+
+// entryOverhead is the weight added to every L1 entry for its key, header
+// and bookkeeping.
+const entryOverhead = 64
+
+// storeLocal puts it in L1 for ttl, scheduled as p says, unless key
+// changed since tok was taken; as part of lb, or alone if lb is nil. size
+// is what the value adds to L1 (see size). The check runs under the lock of
+// key's L1 entry, and every change bumps the versions before it touches the
+// entry, so no change can slip in between the check and the store. It
+// reports whether it stored.
+func (c *Cache[V]) storeLocal(lb *l1.Batch[item[V]], key string, it item[V], size int, ttl time.Duration, tok token, p *policy) bool {
+	it, ttl = c.stamp(it, size, ttl, p)
+	w := weight(key, size)
+	valid := func() bool { return c.vers.valid(tok) }
+	var stored bool
+	if lb != nil {
+		stored = lb.SetIf(key, it, w, ttl, valid)
+	} else {
+		stored = c.local.SetIf(key, it, w, ttl, valid)
+	}
+	if !stored {
+		c.n.fillsDiscarded.Add(1)
+		return false
+	}
+	return true
+}
+
+// weight is the L1 weight of key holding a value of size (see size): every
+// L1 store weighs its entry here.
+func weight(key string, size int) uint32 {
+	return uint32(min(len(key)+size+entryOverhead, 1<<31))
+}
+
+// live reports whether an entry that L1 returned is within its lifetime,
+// and counts it as a miss if not (an entry kept past it for fail-safe).
+func (c *Cache[V]) live(it item[V]) bool {
+	if it.t == nil || c.local.Now() < it.t.expires {
+		return true
+	}
+	c.n.pastLife.Add(1)
+	return false
+}

@@ -1,0 +1,451 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+	"github.com/hybridcache/hybridcache/l1"
+)
+
+// This file holds every call to the shared tier: the Remote interfaces, the
+// capabilities resolved once in New, the protocol each call follows (call,
+// retry), and the reads and writes the cache makes through it.
+
+// Remote is the shared second tier: a byte store that every instance reads
+// and writes, such as *l2.Store over Redis. Keys arrive already namespaced.
+//
+// Get reports a missing key as ok == false with a nil error: a miss is not an
+// error. SetIfAbsent stores only when the key holds nothing (SET NX): the
+// cache fills with it, so a fill never overwrites another instance's write.
+// Implementations must be safe for concurrent use.
+type Remote interface {
+	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
+	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
+	SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (stored bool, err error)
+}
+
+// BatchRemote is a Remote that reads and writes many keys in one round trip
+// (per cluster node). GetMany returns one slot per key, in order, nil for a
+// missing key. SetManyIfAbsent writes keys[i] = values[i] with lifetime
+// ttls[i] where keys[i] holds nothing, and reports which it wrote.
+//
+// A Remote that does not implement it is called once per key.
+type BatchRemote interface {
+	Remote
+	GetMany(ctx context.Context, keys []string) ([][]byte, error)
+	SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) (stored []bool, err error)
+}
+
+// CompareAndSetter is a Remote that can replace a value only if it is still
+// the one read (for Redis: a Lua script). A fill uses it to replace a stale,
+// undecodable or deleted entry without overwriting a write that landed
+// since its read; without it, such a fill overwrites unconditionally.
+type CompareAndSetter interface {
+	CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (stored bool, err error)
+}
+
+// Announcer is a Remote that can make a write and its announcement one
+// atomic step (for Redis: SET and PUBLISH in one script), so that the order
+// of messages on channel is the order of the writes. With it, peers may swap
+// in a value carried by a message; without it they only drop their copy.
+// (A delete is a write too: it stores a short tombstone.)
+type Announcer interface {
+	SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error
+}
+
+// BoundedReader is a Remote that bounds how long a read (Get, GetMany) can
+// block, whatever the ctx it is given: ReadBound returns that bound, or 0
+// when there is none (for *l2.Store: its ReadTimeout when the client applies
+// ctx deadlines to its socket). With a bound, the caller that leads a fill
+// makes its shared-tier read itself, which saves a hand-off to another
+// goroutine; if its ctx ends during the read, it waits at most the bound.
+// Without one, the read runs on a worker so that the caller can leave at once.
+type BoundedReader interface {
+	ReadBound() time.Duration
+}
+
+// shared is the Remote and what it can do beyond Remote, resolved once.
+type shared struct {
+	remote    Remote           // nil: L1 only
+	batch     BatchRemote      // nil: one call per key
+	cas       CompareAndSetter // nil: replacing writes are plain Sets
+	ann       Announcer        // nil: write, then publish on the Bus (also nil without a Bus)
+	readBound time.Duration    // 0: reads are not known to end in time
+}
+
+func resolveShared(r Remote, withBus bool) shared {
+	s := shared{remote: r}
+	s.batch, _ = r.(BatchRemote)
+	s.cas, _ = r.(CompareAndSetter)
+	if withBus {
+		s.ann, _ = r.(Announcer)
+	}
+	if b, ok := r.(BoundedReader); ok {
+		s.readBound = max(b.ReadBound(), 0)
+	}
+	return s
+}
+
+// errCallerDone marks a call cut short by its caller's ctx: no failure of
+// the shared tier.
+var errCallerDone = errors.New("hybrid: caller's ctx ended")
+
+// do runs one shared-tier call f as every such call runs: not at all while
+// the breaker is open (ErrUnavailable), inside a span,
+// with its outcome recorded by the breaker. A failure after the caller's
+// ctx ended also wraps errCallerDone.
+func (c *Cache[V]) do(ctx context.Context, op, name string, f func(ctx context.Context) error) error {
+	if !c.br.allow() {
+		c.n.l2Skipped.Add(1)
+		return ErrUnavailable
+	}
+	sctx, end := c.span(ctx, op, name)
+	err := f(sctx)
+	end(err)
+	c.br.record(ctx, err)
+	if err != nil && callerDone(ctx) {
+		return fmt.Errorf("%w: %w", errCallerDone, err)
+	}
+	return err
+}
+
+// call is do, with a failure of the shared tier counted and reported
+// (Stats.L2Errors, Events.L2Error).
+func (c *Cache[V]) call(ctx context.Context, op, name string, f func(ctx context.Context) error) error {
+	err := c.do(ctx, op, name, f)
+	if failed(err) {
+		c.l2Failed(op, err)
+	}
+	return err
+}
+
+// failed reports whether err is a failure of the shared tier, not a call
+// skipped by the breaker or cut short by its caller.
+func failed(err error) bool {
+	return err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errCallerDone)
+}
+
+// writeRetries are the pauses before the second and third attempt of a
+// background write to the shared tier.
+var writeRetries = [...]time.Duration{20 * time.Millisecond, 100 * time.Millisecond}
+
+// retry runs a background write f with do, while keep reports that it is
+// still wanted, trying again after each pause of writeRetries. A failure is
+// counted once, however many attempts; a write given up is counted and
+// logged (its value stays in L1 only).
+func (c *Cache[V]) retry(ctx context.Context, op, name string, keep func() bool, f func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		if !keep() {
+			return nil
+		}
+		err := c.do(ctx, op, name, f)
+		if !failed(err) {
+			return err
+		}
+		if attempt == 0 {
+			c.l2Failed(op, err)
+		}
+		if attempt < len(writeRetries) && pause(ctx, writeRetries[attempt]) {
+			c.n.writeRetries.Add(1)
+			continue
+		}
+		c.n.writesDropped.Add(1)
+		c.log.log(logL2, "hybrid: shared tier write given up; value kept in L1 only", "namespace", c.o.Namespace, "attempts", attempt+1, "err", err)
+		return err
+	}
+}
+
+// pause waits d, or less if ctx ends (then it reports false).
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// always is retry's keep for a write that is always wanted.
+func always() bool { return true }
+
+// readState is what a shared-tier read found.
+type readState uint8
+
+const (
+	readMiss    readState = iota // nothing, or the shared tier failed
+	readHit                      // a live value (or remembered absence), now in L1
+	readStale                    // a value past its logical expiry (fail-safe)
+	readCorrupt                  // bytes that do not decode
+	readDeleted                  // a tombstone left by a delete
+	readCut                      // the caller's ctx ended first: nothing known, nothing failed
+)
+
+// readRemote reads key from the shared tier and, on a hit, stores it in L1
+// as p says if tok is still valid. Errors and undecodable values count as
+// misses. The bytes read come back too, for a fill to replace them if
+// stale.
+func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *policy) (item[V], readState, []byte) {
+	var it item[V]
+	if c.remote == nil {
+		return it, readMiss, nil
+	}
+	var b []byte
+	var ok bool
+	err := c.call(ctx, "get", key, func(ctx context.Context) (err error) {
+		b, ok, err = c.remote.Get(ctx, c.prefix+key)
+		return err
+	})
+	switch {
+	case errors.Is(err, errCallerDone):
+		return it, readCut, nil
+	case err != nil:
+		c.readFailed(err)
+		return it, readMiss, nil
+	case !ok:
+		c.n.l2Misses.Add(1)
+		return it, readMiss, nil
+	}
+	st := c.take(ctx, nil, &it, key, b, tok, p)
+	return it, st, b
+}
+
+// readFailed logs a failed read, which the caller answers from L1 and load.
+func (c *Cache[V]) readFailed(err error) {
+	if failed(err) {
+		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
+	}
+}
+
+// take decodes b, read from the shared tier for key, into *it, which must
+// be the zero item, and stores a live value in L1 (as part of lb, if not
+// nil) as p says if tok is still valid. After readDeleted or readCorrupt,
+// *it is the zero item again.
+func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy) readState {
+	ttl, err := c.decodeInto(it, b, p.timed())
+	if err == nil && it.t != nil && len(it.t.tags) > 0 && c.tagDeleted(ctx, it.t.tags, it.t.written) {
+		err = errTombstone // deleted by DeleteByTag
+	}
+	if errors.Is(err, errTombstone) {
+		c.n.l2Misses.Add(1)
+		*it = item[V]{}
+		return readDeleted
+	}
+	if err != nil {
+		c.n.decodeErrors.Add(1)
+		c.n.l2Misses.Add(1)
+		c.log.log(logDecode, "hybrid: stored value does not decode; treated as a miss", "namespace", c.o.Namespace, "key", key, "err", err)
+		*it = item[V]{}
+		return readCorrupt
+	}
+	if ttl <= 0 {
+		c.n.l2Misses.Add(1)
+		return readStale
+	}
+	c.n.l2Hits.Add(1)
+	c.storeLocal(lb, key, *it, c.size(b), min(ttl, p.localTTL), tok, p)
+	return readHit
+}
+
+// found is one key's result of a batch read.
+type found[V any] struct {
+	it item[V]
+	ok bool
+}
+
+// readRemoteMany reads keys from the shared tier in one round trip where
+// the Remote allows it (else one call per key), storing hits in L1 under
+// their tokens. replace holds, by key, the stored bytes a fill is to
+// replace: a value that did not decode, is stale, or is a tombstone. cut
+// reports that the caller's ctx ended before the shared tier answered;
+// then nothing was found.
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, p *policy) (res []found[V], replace map[string][]byte, cut bool) {
+	res = make([]found[V], len(keys))
+	if c.remote == nil {
+		return res, nil, false
+	}
+	keep := func(key string, b []byte, st readState) {
+		if st == readCorrupt || st == readStale || st == readDeleted {
+			if replace == nil {
+				replace = make(map[string][]byte)
+			}
+			replace[key] = b
+		}
+	}
+	if c.batch == nil {
+		for i, key := range keys {
+			it, st, raw := c.readRemote(ctx, key, toks[i], p)
+			if st == readCut {
+				return make([]found[V], len(keys)), nil, true // nothing finished: the fill reads all again
+			}
+			res[i] = found[V]{it, st == readHit}
+			keep(key, raw, st)
+		}
+		return res, replace, false
+	}
+	var vals [][]byte
+	err := c.call(ctx, "get_many", "", func(ctx context.Context) (err error) {
+		vals, err = c.batch.GetMany(ctx, c.prefixed(keys))
+		if err == nil && len(vals) != len(keys) {
+			err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(vals), len(keys))
+		}
+		return err
+	})
+	if errors.Is(err, errCallerDone) {
+		return res, nil, true
+	}
+	if err != nil {
+		c.readFailed(err)
+		return res, nil, false
+	}
+	lb := c.local.Batch()
+	defer lb.Done()
+	for i, b := range vals {
+		if b == nil {
+			c.n.l2Misses.Add(1)
+			continue
+		}
+		st := c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p)
+		res[i].ok = st == readHit
+		keep(keys[i], b, st)
+	}
+	return res, replace, false
+}
+
+// storeRemote writes a loaded value to the shared tier for life (its
+// lifetime there, fail-safe included): if old is nil, only where the key
+// holds nothing; else only where it still holds old (the stale,
+// undecodable or deleted entry the fill read), or unconditionally with a
+// Remote that cannot compare. So a write by another instance since our
+// read wins over our load. It is not announced: a fill changes nothing
+// other instances hold. When another value is found, ours leaves L1 too.
+//
+// A fill whose key changed since tok (a Set or Delete here, or a message
+// from another instance) writes nothing: its value may predate the change.
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token) {
+	if c.remote == nil {
+		return
+	}
+	stored := true
+	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(tok) }, func(ctx context.Context) (err error) {
+		switch {
+		case c.cas != nil && old != nil:
+			stored, err = c.cas.CompareAndSet(ctx, c.prefix+key, old, b, life)
+		case old != nil:
+			err = c.remote.Set(ctx, c.prefix+key, b, life)
+		default:
+			stored, err = c.remote.SetIfAbsent(ctx, c.prefix+key, b, life)
+		}
+		return err
+	})
+	if err == nil && !stored {
+		c.vers.bump(key)
+		c.local.Delete(key)
+	}
+}
+
+// batchWrite collects the write-back of a batch fill.
+type batchWrite struct {
+	keys []string
+	vals [][]byte
+	ttls []time.Duration // lifetimes in the shared tier, fail-safe included
+	toks []token
+}
+
+func (w *batchWrite) add(key string, b []byte, ttl time.Duration, tok token) {
+	w.keys = append(w.keys, key)
+	w.vals = append(w.vals, b)
+	w.ttls = append(w.ttls, ttl)
+	w.toks = append(w.toks, tok)
+}
+
+// storeRemoteMany is storeRemote (with old nil) for many keys, in one round
+// trip where the Remote allows it.
+func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
+	if c.remote == nil {
+		return
+	}
+	if c.batch == nil {
+		for i, key := range w.keys {
+			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], nil, w.toks[i])
+		}
+		return
+	}
+	var todo batchWrite
+	for i, key := range w.keys {
+		if c.vers.valid(w.toks[i]) { // else changed since our read: our value may predate it
+			todo.add(c.prefix+key, w.vals[i], w.ttls[i], w.toks[i])
+		}
+	}
+	if len(todo.keys) == 0 {
+		return
+	}
+	var stored []bool
+	err := c.retry(ctx, "set_many", "", always, func(ctx context.Context) (err error) {
+		stored, err = c.batch.SetManyIfAbsent(ctx, todo.keys, todo.vals, todo.ttls)
+		if err == nil && len(stored) != len(todo.keys) {
+			err = fmt.Errorf("hybrid: SetManyIfAbsent returned %d results for %d keys", len(stored), len(todo.keys))
+		}
+		return err
+	})
+	if err != nil {
+		return
+	}
+	for i, ok := range stored {
+		if !ok {
+			key := todo.keys[i][len(c.prefix):]
+			c.vers.bump(key)
+			c.local.Delete(key)
+		}
+	}
+}
+
+// writeAndPublish writes b under the shared-tier key rkey for life and
+// publishes m: in one atomic step when the Remote is an Announcer, else
+// write then publish. op names the call in spans, events and errors, name
+// the key or tag it is about. With own, a write of key name is recorded in
+// echoes as ours until its message comes back.
+func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b []byte, life time.Duration, m message.Message, own bool) error {
+	switch {
+	case c.ann != nil:
+		msg := message.Encode(m, c.o.Secret)
+		if err := c.call(ctx, op, name, func(ctx context.Context) error {
+			if own {
+				c.echo.sent(name)
+			}
+			return c.ann.SetAndPublish(ctx, rkey, b, life, c.o.Channel, msg)
+		}); err != nil {
+			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
+		}
+		c.n.published.Add(1)
+		return nil
+	case c.remote != nil:
+		if err := c.call(ctx, op, name, func(ctx context.Context) error {
+			return c.remote.Set(ctx, rkey, b, life)
+		}); err != nil {
+			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
+		}
+	}
+	if c.bus == nil {
+		return nil
+	}
+	if err := c.publish(ctx, m); err != nil {
+		return fmt.Errorf("hybrid: %s %q: announce: %w", op, name, err)
+	}
+	return nil
+}
+
+// readRecord reads one of the cache's own records (see tags.go) from the
+// shared tier: its bytes, or ok false when there is none; an error when
+// the shared tier cannot say.
+func (c *Cache[V]) readRecord(ctx context.Context, op, name, rkey string) (b []byte, ok bool, err error) {
+	err = c.call(ctx, op, name, func(ctx context.Context) (err error) {
+		b, ok, err = c.remote.Get(ctx, rkey)
+		return err
+	})
+	return b, ok, err
+}

@@ -1,0 +1,147 @@
+package hybrid
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/envelope"
+	"github.com/klauspost/compress/s2"
+)
+
+// This file holds the stored form of a value (the envelope of package
+// envelope around the codec's bytes): encoding, decoding, tombstones,
+// compression and the size a value adds to L1.
+
+// Codec turns values into bytes and back. ID is a stable byte written into
+// every stored envelope, so a value written by another codec is recognised
+// and treated as a miss rather than misread. The built-in codecs are
+// codec.JSON (1), codec.Msgpack (2) and codec.Raw (3).
+type Codec interface {
+	ID() byte
+	Marshal(v any) ([]byte, error)
+	Unmarshal(data []byte, v any) error
+}
+
+// errTombstone is decode's answer for a tombstone: a miss, not corruption.
+var errTombstone = errors.New("hybrid: deleted")
+
+// decodeInto is decode into *it, which must be the zero item. On an error
+// *it may be partly set.
+func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (time.Duration, error) {
+	h, payload, err := envelope.Decode(b)
+	if err != nil {
+		return 0, err
+	}
+	if h.Codec != c.codec.ID() {
+		return 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
+	}
+	// A remaining lifetime <= 0 means the value is stale: kept past its
+	// logical expiry for fail-safe.
+	ttl := c.o.LocalTTL
+	if !h.Expires.IsZero() {
+		ttl = time.Until(h.Expires)
+	}
+	if timed || len(h.Tags) > 0 {
+		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
+	}
+	if h.Flags&envelope.FlagDeleted != 0 {
+		return 0, errTombstone
+	}
+	if h.Flags&envelope.FlagAbsent != 0 {
+		if len(payload) != 0 {
+			return 0, errors.New("hybrid: absence marker with a payload")
+		}
+		it.absent = true
+		return ttl, nil
+	}
+	if h.Flags&envelope.FlagCompressed != 0 {
+		if payload, err = c.decompress(payload); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.codec.Unmarshal(payload, &it.v); err != nil {
+		return 0, err
+	}
+	return ttl, nil
+}
+
+// encodeTombstone returns the envelope a delete leaves behind. Its payload
+// is a random nonce, so that no two deletes leave the same bytes and a
+// fill's compare-and-set against one tombstone never matches a later one.
+func (c *Cache[V]) encodeTombstone(ttl time.Duration) []byte {
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagDeleted, Written: now, Expires: now.Add(ttl)}
+	var nonce [8]byte
+	binary.LittleEndian.PutUint64(nonce[:], mrand.Uint64())
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(nonce)), h, nonce[:])
+}
+
+// encodeAbsent returns the envelope of a remembered absence.
+func (c *Cache[V]) encodeAbsent(ttl time.Duration, tags []string) []byte {
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Flags: envelope.FlagAbsent, Written: now, Expires: now.Add(ttl), Tags: tags}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)), h, nil)
+}
+
+// encode returns v's envelope, or an error wrapping ErrValueTooLarge.
+func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]byte, error) {
+	payload, err := c.codec.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
+	}
+	if len(payload) > c.o.MaxValueBytes {
+		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
+	}
+	now := time.Now()
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags}
+	if z, ok := c.compress(payload); ok {
+		payload, h.Flags = z, envelope.FlagCompressed
+	}
+	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)+len(payload)), h, payload), nil
+}
+
+// compress returns payload compressed and true, or payload and false when
+// compression is off, the payload is short, or it does not shrink.
+func (c *Cache[V]) compress(payload []byte) ([]byte, bool) {
+	if c.o.CompressAbove <= 0 || len(payload) < c.o.CompressAbove {
+		return payload, false
+	}
+	z := s2.Encode(nil, payload)
+	if len(z) >= len(payload) {
+		return payload, false
+	}
+	return z, true
+}
+
+// decompress undoes compress, refusing to inflate past MaxValueBytes.
+func (c *Cache[V]) decompress(z []byte) ([]byte, error) {
+	n, err := s2.DecodedLen(z)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: compressed value: %w", err)
+	}
+	if n > c.o.MaxValueBytes {
+		return nil, fmt.Errorf("%w: compressed value inflates to %d bytes, limit %d", ErrValueTooLarge, n, c.o.MaxValueBytes)
+	}
+	b, err := s2.Decode(make([]byte, n), z)
+	if err != nil {
+		return nil, fmt.Errorf("hybrid: compressed value: %w", err)
+	}
+	return b, nil
+}
+
+// size is what a value stored as the envelope b adds to L1's weight
+// besides its key: the envelope, and its decoded length when compressed,
+// since L1 holds the decoded value.
+func (c *Cache[V]) size(b []byte) int {
+	if len(b) > 2 && b[2]&envelope.FlagCompressed != 0 {
+		if _, z, err := envelope.Decode(b); err == nil {
+			if n, err := s2.DecodedLen(z); err == nil {
+				return len(b) + n
+			}
+		}
+	}
+	return len(b)
+}

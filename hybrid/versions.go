@@ -1,0 +1,116 @@
+package hybrid
+
+import (
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+)
+
+// This file holds the two records that keep L1 in step with writes and
+// messages: versions, which orders L1 stores against changes (the "no stale
+// fill" promise), and echoes, which counts this instance's own announced
+// writes whose message has not come back (so a peer's older value is not
+// swapped in over ours). Both hash keys into a fixed number of slots: a
+// collision costs at most a skipped store or swap, never a stale one.
+
+const (
+	versionSlots = 4096
+	// echoGrace is how long an own write whose message never came back
+	// keeps values carried by peers' messages out.
+	echoGrace = 5 * time.Second
+)
+
+// slots maps keys to slot numbers.
+type slots struct{ seed maphash.Seed }
+
+func newSlots() slots { return slots{seed: maphash.MakeSeed()} }
+
+func (s slots) of(key string) uint32 {
+	return uint32(maphash.String(s.seed, key) % versionSlots)
+}
+
+// versions counts changes: every change of a key bumps its slot, and Clear
+// or a bus loss bumps the generation. A fill takes a token before it reads
+// the shared tier and stores its result in L1 only while the token is
+// still valid.
+type versions struct {
+	slots
+	gen atomic.Uint64
+	seq [versionSlots]atomic.Uint64
+}
+
+// token is the version of one key's slot, and the generation, at a moment.
+type token struct {
+	slot     uint32
+	gen, seq uint64
+}
+
+// token returns key's version now.
+func (v *versions) token(key string) token {
+	i := v.of(key)
+	return token{slot: i, gen: v.gen.Load(), seq: v.seq[i].Load()}
+}
+
+// valid reports whether nothing touched t's slot or the generation since t.
+func (v *versions) valid(t token) bool {
+	return v.gen.Load() == t.gen && v.seq[t.slot].Load() == t.seq
+}
+
+// bump marks key as changed. Call it before changing key's L1 entry.
+func (v *versions) bump(key string) { v.seq[v.of(key)].Add(1) }
+
+// bumpToken marks key as changed and returns a token that counts that
+// change as seen.
+func (v *versions) bumpToken(key string) token {
+	i := v.of(key)
+	return token{slot: i, gen: v.gen.Load(), seq: v.seq[i].Add(1)}
+}
+
+// advance bumps t's slot again and returns the new token, valid only if
+// nobody else bumped the slot since t.
+func (v *versions) advance(t token) (token, bool) {
+	seq := v.seq[t.slot].Add(1)
+	ok := seq == t.seq+1 && v.gen.Load() == t.gen
+	t.seq = seq
+	return t, ok
+}
+
+// bumpAll marks every key as changed.
+func (v *versions) bumpAll() { v.gen.Add(1) }
+
+// echoes counts, per slot, this instance's announced writes whose message
+// has not come back yet. While one is outstanding, a value carried by a
+// peer's message may be older than ours, so it is dropped, not swapped in.
+// A count whose message was lost stops mattering after echoGrace.
+type echoes struct {
+	slots
+	s [versionSlots]struct {
+		pending atomic.Int64
+		since   atomic.Int64 // UnixNano of the latest own write
+	}
+}
+
+// sent records an announced write of key about to start.
+func (e *echoes) sent(key string) {
+	s := &e.s[e.of(key)]
+	s.since.Store(time.Now().UnixNano())
+	s.pending.Add(1)
+}
+
+// back records that the message of one of our writes of key came back.
+func (e *echoes) back(key string) {
+	s := &e.s[e.of(key)]
+	for {
+		n := s.pending.Load()
+		if n <= 0 || s.pending.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// settled reports whether no write of ours to key awaits its message, so
+// a value carried by a peer's message for key may be swapped in.
+func (e *echoes) settled(key string) bool {
+	s := &e.s[e.of(key)]
+	return s.pending.Load() <= 0 || time.Now().UnixNano()-s.since.Load() > int64(echoGrace)
+}
