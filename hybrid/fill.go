@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -127,44 +128,58 @@ type fillCtx struct {
 
 func (f fillCtx) Value(key any) any { return f.values.Value(key) }
 
-// runLoad calls load, turning a panic into an error.
+// runLoad calls load for key (see guard).
 func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error)) (v V, err error) {
-	c.n.loads.Add(1)
-	ctx, end := c.span(ctx, "load", key)
-	defer func() {
-		if r := recover(); r != nil {
-			var zero V
-			v, err = zero, fmt.Errorf("%w: %q: %v\n%s", ErrPanic, key, r, debug.Stack())
-		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			c.n.loadErrors.Add(1)
-		}
-		end(err)
-	}()
-	v, err = load(ctx, key)
-	if err != nil {
-		return v, fmt.Errorf("hybrid: load %q: %w", key, err)
-	}
-	return v, nil
+	err = c.guard(ctx, key, 0, func(ctx context.Context) (err error) {
+		v, err = load(ctx, key)
+		return err
+	})
+	return v, err
 }
 
-// runLoadMany calls load, turning a panic into an error.
+// runLoadMany calls a batch load for keys (see guard). The loader gets its
+// own copy of keys: it may keep or change the slice.
 func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error)) (m map[string]V, err error) {
+	err = c.guard(ctx, "", len(keys), func(ctx context.Context) (err error) {
+		m, err = load(ctx, append([]string(nil), keys...))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// guard runs one call of a load function, f, for key or for a batch of n
+// keys, as every such call runs: counted, inside a span, a panic turned
+// into an error wrapping ErrPanic, an error wrapped with what it loaded
+// (errors.Is still sees the load's own).
+func (c *Cache[V]) guard(ctx context.Context, key string, n int, f func(ctx context.Context) error) (err error) {
 	c.n.loads.Add(1)
-	ctx, end := c.span(ctx, "load_many", "")
+	op := "load"
+	if n > 0 {
+		op = "load_many"
+	}
+	ctx, end := c.span(ctx, op, key)
 	defer func() {
 		if r := recover(); r != nil {
-			m, err = nil, fmt.Errorf("%w: batch of %d keys: %v\n%s", ErrPanic, len(keys), r, debug.Stack())
+			err = fmt.Errorf("%w: %s: %v\n%s", ErrPanic, loaded(key, n), r, debug.Stack())
 		}
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			c.n.loadErrors.Add(1)
 		}
 		end(err)
 	}()
-	// The loader gets its own copy: it may keep or change the slice.
-	m, err = load(ctx, append([]string(nil), keys...))
-	if err != nil {
-		return nil, fmt.Errorf("hybrid: load batch of %d keys: %w", len(keys), err)
+	if err = f(ctx); err != nil {
+		return fmt.Errorf("hybrid: load %s: %w", loaded(key, n), err)
 	}
-	return m, nil
+	return nil
+}
+
+// loaded names what a load was for, in errors.
+func loaded(key string, n int) string {
+	if n > 0 {
+		return fmt.Sprintf("batch of %d keys", n)
+	}
+	return strconv.Quote(key)
 }

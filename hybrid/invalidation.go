@@ -25,12 +25,11 @@ type Bus interface {
 	Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func()) (unsubscribe func(), err error)
 }
 
+// publish sends m on the bus, as a call to the shared tier (see call).
 func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
-	if err := c.bus.Publish(ctx, c.o.Channel, message.Encode(m, c.o.Secret)); err != nil {
+	msg := message.Encode(m, c.o.Secret)
+	if err := c.call(ctx, "publish", "", func(ctx context.Context) error { return c.bus.Publish(ctx, c.o.Channel, msg) }); err != nil {
 		c.n.publishErrors.Add(1)
-		if f := c.o.Events.L2Error; f != nil {
-			f("publish", err)
-		}
 		return err
 	}
 	c.n.published.Add(1)

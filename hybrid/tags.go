@@ -205,17 +205,9 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	if c.remote == nil {
 		return 0, true
 	}
-	if !c.br.allow() {
-		c.n.l2Skipped.Add(1)
-		return 0, false
-	}
 	epoch := c.tags.currentEpoch()
-	sctx, end := c.span(ctx, "get_tag", tag)
-	b, found, err := c.remote.Get(sctx, c.tagKey(tag))
-	end(err)
-	c.br.record(ctx, err)
+	b, found, err := c.readRecord(ctx, "get_tag", tag, c.tagKey(tag))
 	if err != nil {
-		c.l2Failed("get_tag", err)
 		return 0, false
 	}
 	var t int64
