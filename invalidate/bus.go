@@ -122,6 +122,17 @@ type chanState struct {
 	lost      bool          // its active subscribers were told of a loss and await the restore
 }
 
+// appendActive appends to subs the active subscribers of cs (returned by
+// Subscribe, not yet unsubscribed). The caller holds Bus.mu.
+func (cs *chanState) appendActive(subs []*sub) []*sub {
+	for _, s := range cs.subs {
+		if s.active {
+			subs = append(subs, s)
+		}
+	}
+	return subs
+}
+
 // sub is one subscription.
 type sub struct {
 	cs        *chanState

@@ -227,11 +227,7 @@ func (b *Bus) confirm(m *redis.Subscription) error {
 	if cs.lost {
 		// Restored after a loss: tell the subscribers again.
 		cs.lost = false
-		for _, s := range cs.subs {
-			if s.active {
-				subs = append(subs, s)
-			}
-		}
+		subs = cs.appendActive(subs)
 	}
 	b.scratch = subs
 	b.mu.Unlock()
@@ -267,12 +263,9 @@ func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error, wasUp
 		if closed || cs.lost {
 			continue // told already: the restore is still to come
 		}
-		for _, s := range cs.subs {
-			if s.active {
-				subs = append(subs, s)
-				cs.lost = true
-			}
-		}
+		n := len(subs)
+		subs = cs.appendActive(subs)
+		cs.lost = len(subs) > n
 	}
 	b.scratch = subs
 	b.mu.Unlock()

@@ -8,11 +8,7 @@ func (b *Bus) dispatch(m *redis.Message) {
 	b.mu.Lock()
 	subs := b.scratch[:0]
 	if cs := b.chans[m.Channel]; cs != nil {
-		for _, s := range cs.subs {
-			if s.active {
-				subs = append(subs, s)
-			}
-		}
+		subs = cs.appendActive(subs)
 	}
 	b.scratch = subs
 	b.mu.Unlock()
