@@ -3,9 +3,12 @@ package hybrid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
@@ -13,15 +16,63 @@ import (
 
 // recorder collects events and spans.
 type recorder struct {
-	mu     sync.Mutex
-	events []string
-	spans  []string
+	mu      sync.Mutex
+	events  []string
+	spans   []string
+	changed chan struct{} // closed and replaced when events or spans grow
 }
 
 func (r *recorder) add(s string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.events = append(r.events, s)
+	r.wakeLocked()
+}
+
+// wakeLocked tells waitFor that events or spans grew.
+func (r *recorder) wakeLocked() {
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
+}
+
+// waitFor waits until done, called with r's lock held, reports true, and
+// fails t after 10 s. A span or event may come after the effect a test can
+// see (a span ends after its call returned): wait for it, not the effect.
+func (r *recorder) waitFor(t testing.TB, what string, done func() bool) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		if done() {
+			r.mu.Unlock()
+			return
+		}
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout:
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			t.Fatalf("waited 10s for %s: events %q, spans %q", what, r.events, r.spans)
+		}
+	}
+}
+
+// waitSpans waits until n spans have ended and returns them all.
+func (r *recorder) waitSpans(t testing.TB, n int) []string {
+	t.Helper()
+	var spans []string
+	r.waitFor(t, fmt.Sprintf("%d spans", n), func() bool {
+		spans = slices.Clone(r.spans)
+		return len(spans) >= n
+	})
+	return spans
 }
 
 func (r *recorder) has(s string) bool {
@@ -39,12 +90,18 @@ func (r *recorder) Start(ctx context.Context, op, key string) (context.Context, 
 			s += " failed"
 		}
 		r.spans = append(r.spans, s)
+		r.wakeLocked()
 	}
 }
 
 func (r *recorder) options(o hybrid.Options) hybrid.Options {
 	o.Events = hybrid.Events{
-		Evicted:     func(key string, expired bool) { r.add("evicted " + key) },
+		Evicted: func(key string, expired bool) {
+			if expired {
+				key += " expired"
+			}
+			r.add("evicted " + key)
+		},
 		Invalidated: func(op string, keys []string) { r.add("invalidated " + op + " " + keys[0]) },
 		L2Error:     func(op string, err error) { r.add("l2error " + op) },
 		StaleServed: func(key string, cause error) { r.add("stale " + key) },
@@ -63,10 +120,9 @@ func TestEventsAndSpans(t *testing.T) {
 	if _, err := a.GetOrCreate(ctx, "k", (&counter{value: "v"}).load); err != nil {
 		t.Fatal(err)
 	}
-	s.waitWrites(t, 1)
-	ra.mu.Lock()
-	spans := slices.Clone(ra.spans)
-	ra.mu.Unlock()
+	// The fill's write ends its span after the Remote has counted the call,
+	// so wait for the span rather than for the write.
+	spans := ra.waitSpans(t, 3)
 	if want := []string{"get k", "load k", "set k"}; !slices.Equal(spans, want) {
 		t.Errorf("spans of a full miss: %q, want %q", spans, want)
 	}
@@ -94,48 +150,54 @@ func TestEventsAndSpans(t *testing.T) {
 	}
 }
 
+// TestEventsStaleServedAndEvicted runs on synctest's clock: L1 reads the time
+// on a ticker, which a loaded machine may hold back past a real sleep.
 func TestEventsStaleServedAndEvicted(t *testing.T) {
-	var r recorder
-	o := r.options(hybrid.Options{
-		TTL: 20 * time.Millisecond, LocalTTL: 20 * time.Millisecond,
-		FailSafeMaxAge: time.Hour, LocalMaxBytes: 4 << 10,
-	})
-	c := newTestCache[string](t, o)
-	ctx := context.Background()
-	if _, err := c.GetOrCreate(ctx, "k", (&counter{value: "v"}).load); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond) // let the value's logical lifetime pass
-	v, err := c.GetOrCreate(ctx, "k", (&counter{err: errors.New("db down")}).load)
-	if err != nil || v != "v" {
-		t.Fatalf("got %q %v, want the stale v", v, err)
-	}
-	if !r.has("stale k") {
-		t.Errorf("events %q lack the stale serve", r.events)
-	}
-	// Overfill L1 (4 KiB) so that entries are evicted by size.
-	big := string(make([]byte, 1000))
-	for i := range 50 {
-		if err := c.Set(ctx, string(rune('a'+i%26))+string(rune('a'+i/26)), big); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		var r recorder
+		o := r.options(hybrid.Options{
+			TTL: 20 * time.Millisecond, LocalTTL: 20 * time.Millisecond,
+			FailSafeMaxAge: time.Hour, LocalMaxBytes: 4 << 10,
+		})
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		if _, err := c.GetOrCreate(ctx, "k", (&counter{value: "v"}).load); err != nil {
 			t.Fatal(err)
 		}
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for c.Stats().L1Evictions == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	r.mu.Lock()
-	n := 0
-	for _, e := range r.events {
-		if len(e) > 8 && e[:8] == "evicted " {
-			n++
+		time.Sleep(50 * time.Millisecond) // the value's logical lifetime passes
+		v, err := c.GetOrCreate(ctx, "k", (&counter{err: errors.New("db down")}).load)
+		if err != nil || v != "v" {
+			t.Fatalf("got %q %v, want the stale v", v, err)
 		}
-	}
-	r.mu.Unlock()
-	if ev := c.Stats().L1Evictions; ev == 0 || uint64(n) > ev+c.Stats().L1Expirations {
-		t.Errorf("%d evictions counted, %d Evicted events", ev, n)
-	}
-	if n == 0 {
-		t.Error("no Evicted event")
-	}
+		if !r.has("stale k") {
+			t.Errorf("events %q lack the stale serve", r.events)
+		}
+		// Overfill L1 (4 KiB) so that entries are evicted by size.
+		big := string(make([]byte, 1000))
+		for i := range 50 {
+			if err := c.Set(ctx, string(rune('a'+i%26))+string(rune('a'+i/26)), big); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// L1 counts an eviction before it calls Evicted: wait for the event of
+		// one by size, then read the counters, which can only be ahead.
+		n := 0
+		r.waitFor(t, "an Evicted event by size", func() bool {
+			n = 0
+			bySize := false
+			for _, e := range r.events {
+				if strings.HasPrefix(e, "evicted ") {
+					n++
+					bySize = bySize || !strings.HasSuffix(e, " expired")
+				}
+			}
+			return bySize
+		})
+		if ev := c.Stats().L1Evictions; ev == 0 || uint64(n) > ev+c.Stats().L1Expirations {
+			t.Errorf("%d evictions counted, %d Evicted events", ev, n)
+		}
+		if n == 0 {
+			t.Error("no Evicted event")
+		}
+	})
 }

@@ -1,0 +1,72 @@
+package invalidate
+
+import "github.com/redis/go-redis/v9"
+
+// dispatch hands m to every active subscriber of its channel.
+func (b *Bus) dispatch(m *redis.Message) {
+	b.received.Add(1)
+	b.mu.Lock()
+	subs := b.scratch[:0]
+	if cs := b.chans[m.Channel]; cs != nil {
+		subs = cs.appendActive(subs)
+	}
+	b.scratch = subs
+	b.mu.Unlock()
+	for i, s := range subs {
+		b.deliver(s, []byte(m.Payload))
+		subs[i] = nil
+	}
+}
+
+// deliver calls s.onMessage unless s was removed. If it panics, s is told
+// of a loss: it missed a message.
+func (b *Bus) deliver(s *sub, msg []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed {
+		return
+	}
+	if b.callMessage(s, msg) {
+		b.delivered.Add(1)
+		return
+	}
+	b.losses.Add(1)
+	b.callLoss(s)
+}
+
+// lose calls s.onLoss unless s was removed.
+func (b *Bus) lose(s *sub) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.removed {
+		return
+	}
+	b.losses.Add(1)
+	b.callLoss(s)
+}
+
+func (b *Bus) callMessage(s *sub, msg []byte) (ok bool) {
+	defer func() {
+		if !ok {
+			b.recovered("onMessage", s, recover())
+		}
+	}()
+	s.onMessage(msg)
+	return true
+}
+
+func (b *Bus) callLoss(s *sub) {
+	ok := false
+	defer func() {
+		if !ok {
+			b.recovered("onLoss", s, recover())
+		}
+	}()
+	s.onLoss()
+	ok = true
+}
+
+func (b *Bus) recovered(callback string, s *sub, v any) {
+	b.panics.Add(1)
+	b.log.Error("invalidate: subscriber callback panicked", "callback", callback, "channel", s.cs.name, "panic", v)
+}
