@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hybridcache/hybridcache/codec"
+	"github.com/hybridcache/hybridcache/internal/envelope"
 )
 
 // Options configures a Cache. The zero value is an L1-only cache with the
@@ -420,8 +421,8 @@ func (opt EntryOption) check() error {
 	return nil
 }
 
-// The limits on tags: how many one value may carry and how long each is.
+// The limits on tags are the stored form's (see WithTags).
 const (
-	maxTags   = 32
-	maxTagLen = 200
+	maxTags   = envelope.MaxTags
+	maxTagLen = envelope.MaxTagLen
 )

@@ -54,10 +54,11 @@ const FlagCompressed = 8
 // knownFlags has every flag bit this version understands.
 const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed
 
-// The bounds on tags that Decode accepts.
+// The bounds on tags: how many one value may carry and how long each is.
+// Decode rejects more, and a cache accepts no more in WithTags.
 const (
-	MaxTags   = 64
-	MaxTagLen = 1024
+	MaxTags   = 32
+	MaxTagLen = 200
 )
 
 // ErrCorrupt is wrapped by every error Decode returns; check with errors.Is.

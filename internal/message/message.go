@@ -5,12 +5,13 @@
 // Layout of version 1:
 //
 //	[0]       version, 1
-//	[1]       op: 1 set, 2 delete, 3 clear
+//	[1]       op: 1 set, 2 delete, 3 clear, 4 tag (the keys are tags)
 //	[2]       flags: 1 carries a value, 2 signed
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
-//	if flag 1: uvarint envelope length, then the envelope
+//	if flag 1: uvarint value length, then the value (set: the new
+//	           envelope; tag: the delete's tag record)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
 //
 // Decode never trusts a length: every one is checked against the bytes that
@@ -74,7 +75,8 @@ type Message struct {
 	Origin    Origin
 	Namespace string
 	Keys      []string
-	// Value is the new stored envelope of Keys[0] (OpSet only), or nil.
+	// Value is the new stored envelope of Keys[0] (OpSet), the tag record
+	// (OpTag), or nil.
 	Value []byte
 	// Authentic reports, after Decode, that the message was signed with the
 	// secret given to Decode. A Value is only to be used when it is true.
