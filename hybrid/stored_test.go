@@ -2,8 +2,10 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
+	"math"
+	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -78,88 +80,169 @@ func TestCompressionBadInput(t *testing.T) {
 	}
 }
 
-// cfg is a mutable value with a Clone method.
-type cfg struct {
-	Flags  map[string]bool
-	clones *atomic.Int64
+// corruptValues are stored values that must read as misses.
+func corruptValues(t *testing.T) []struct {
+	name string
+	b    []byte
+} {
+	valid := envelopeOf(t, "planted", time.Hour)
+	otherCodec := slices.Clone(valid)
+	otherCodec[1] = codec.IDMsgpack
+	futureFormat := slices.Clone(valid)
+	futureFormat[0] = envelope.Format + 1
+	unknownFlag := slices.Clone(valid)
+	unknownFlag[2] = 0x80
+	badPayload := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now(), Expires: time.Now().Add(time.Hour)}, []byte(`{"unterminated`))
+	wrongType := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now(), Expires: time.Now().Add(time.Hour)}, []byte(`12`))
+	return []struct {
+		name string
+		b    []byte
+	}{
+		{"random bytes", []byte("\x00\xff garbage \x13\x37 not an envelope at all")},
+		{"empty", []byte{}},
+		{"truncated envelope", valid[:envelope.HeaderLen-3]},
+		{"other codec id", otherCodec},
+		{"future format", futureFormat},
+		{"unknown flag", unknownFlag},
+		{"payload does not parse", badPayload},
+		{"payload of another type", wrongType},
+	}
 }
 
-func (c cfg) Clone() cfg {
-	if c.clones != nil {
-		c.clones.Add(1)
+// TestCorruptRemoteValue checks the documented handling of a stored value
+// that does not decode: a miss counted in DecodeErrors; "the fill then
+// loads and the new value replaces it".
+func TestCorruptRemoteValue(t *testing.T) {
+	for _, tt := range corruptValues(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			eachCtx(t, func(t *testing.T, ctx context.Context) {
+				s := newSharedTier(t)
+				o := s.options()
+				a := newTestCache[string](t, o)
+				s.remote.Put("ns:k", tt.b, time.Hour)
+				l := &counter{value: "loaded"}
+				v, err := a.GetOrCreate(ctx, "k", l.load)
+				if err != nil || v != "loaded" {
+					t.Fatalf("GetOrCreate: got %q, %v, want \"loaded\", nil", v, err)
+				}
+				s.waitWrites(t, 1)
+				st := a.Stats()
+				if st.DecodeErrors != 1 || st.L2Misses != 1 || st.L2Hits != 0 || st.Loads != 1 {
+					t.Errorf("Stats: got DecodeErrors %d, L2Misses %d, L2Hits %d, Loads %d, want 1, 1, 0, 1", st.DecodeErrors, st.L2Misses, st.L2Hits, st.Loads)
+				}
+				if v, ok := s.stored(t, "k"); !ok || v != "loaded" {
+					t.Errorf("the Remote still holds a value that does not decode (got %q, %v), want the loaded value to replace it", v, ok)
+				}
+				// Same instance: an L1 hit. Another instance: an L2 hit.
+				if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
+					t.Errorf("second GetOrCreate: got %q, %v, want \"loaded\"", v, err)
+				}
+				b := newTestCache[string](t, o)
+				if v, err := b.GetOrCreate(ctx, "k", l.load); err != nil || v != "loaded" {
+					t.Errorf("GetOrCreate on another instance: got %q, %v, want \"loaded\"", v, err)
+				}
+				if got := l.calls.Load(); got != 1 {
+					t.Errorf("load ran %d times, want 1", got)
+				}
+				if st := b.Stats(); st.DecodeErrors != 0 || st.L2Hits != 1 {
+					t.Errorf("other instance: got DecodeErrors %d, L2Hits %d, want 0, 1", st.DecodeErrors, st.L2Hits)
+				}
+			})
+		})
 	}
-	m := make(map[string]bool, len(c.Flags))
-	for k, v := range c.Flags {
-		m[k] = v
-	}
-	return cfg{Flags: m, clones: c.clones}
 }
 
-func TestCopyOnRead(t *testing.T) {
+func TestCorruptRemoteValueGet(t *testing.T) {
+	for _, tt := range corruptValues(t) {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSharedTier(t)
+			c := newTestCache[string](t, s.options())
+			s.remote.Put("ns:k", tt.b, time.Hour)
+			if v, ok := getString(t, c, "k"); ok {
+				t.Errorf("Get: got %q, want a miss", v)
+			}
+			if st := c.Stats(); st.DecodeErrors != 1 {
+				t.Errorf("DecodeErrors: got %d, want 1", st.DecodeErrors)
+			}
+		})
+	}
+}
+
+func TestOversizedValue(t *testing.T) {
 	s := newSharedTier(t)
 	o := s.options()
-	o.CopyOnRead = true
-	c := newTestCache[map[string]int](t, o)
+	o.MaxValueBytes = 8
+	c := newTestCache[string](t, o)
 	ctx := context.Background()
-	in := map[string]int{"a": 1}
-	if err := c.Set(ctx, "k", in); err != nil {
-		t.Fatal(err)
-	}
-	in["a"] = 99 // the caller's map, not the cache's
-	check := func(what string, m map[string]int, err error) {
-		t.Helper()
-		if err != nil || m["a"] != 1 {
-			t.Fatalf("%s: got %v %v, want a=1", what, m, err)
-		}
-		m["a"] = 42 // must not reach the cache
-	}
-	v, _, err := c.Get(ctx, "k")
-	check("Get", v, err)
-	v, err = c.GetOrCreate(ctx, "k", nil)
-	check("GetOrCreate hit", v, err)
-	many, err := c.GetMany(ctx, []string{"k"})
-	check("GetMany", many["k"], err)
-	many, err = c.GetOrCreateMany(ctx, []string{"k"}, func(context.Context, []string) (map[string]map[string]int, error) {
-		t.Error("GetOrCreateMany loaded a key L1 holds")
-		return nil, nil
-	})
-	check("GetOrCreateMany", many["k"], err)
-	v, err = c.GetOrCreate(ctx, "loaded", func(context.Context, string) (map[string]int, error) {
-		return map[string]int{"a": 1}, nil
-	})
-	check("GetOrCreate miss", v, err)
-	v, err = c.GetOrCreate(ctx, "loaded", nil)
-	check("GetOrCreate after the miss", v, err)
+	big := strings.Repeat("x", 100)
 
-	// A type with a Clone method is copied by it.
-	var clones atomic.Int64
-	d := newTestCache[cfg](t, o)
-	if err := d.Set(ctx, "c", cfg{Flags: map[string]bool{"x": true}, clones: &clones}); err != nil {
-		t.Fatal(err)
+	err := c.Set(ctx, "k", big)
+	if !errors.Is(err, hybrid.ErrValueTooLarge) {
+		t.Fatalf("Set of a large value: got %v, want %v", err, hybrid.ErrValueTooLarge)
 	}
-	got, _, err := d.Get(ctx, "c")
-	if err != nil || !got.Flags["x"] {
-		t.Fatalf("Get: %v %v", got, err)
+	if err := c.Set(ctx, "small", "ok"); err != nil {
+		t.Errorf("Set of a small value: %v", err)
 	}
-	got.Flags["x"] = false
-	if again, _, _ := d.Get(ctx, "c"); !again.Flags["x"] {
-		t.Error("a change to a returned copy reached the cache")
+
+	l := &counter{value: big}
+	for i := range 2 {
+		v, err := c.GetOrCreate(ctx, "g", l.load)
+		if err != nil || v != big {
+			t.Fatalf("GetOrCreate #%d of a large value: got %d bytes, %v, want %d bytes, nil", i, len(v), err, len(big))
+		}
 	}
-	if clones.Load() != 3 { // Set, Get, Get
-		t.Errorf("Clone calls: got %d, want 3", clones.Load())
+	if got := l.calls.Load(); got != 2 {
+		t.Errorf("load ran %d times, want 2 (a value too large is stored nowhere)", got)
+	}
+	if got, want := s.remote.Keys(), []string{"ns:small"}; !slices.Equal(got, want) {
+		t.Errorf("Remote keys: got %q, want %q", got, want)
+	}
+	if st := c.Stats(); st.Oversized != 2 {
+		t.Errorf("Stats.Oversized: got %d, want 2", st.Oversized)
+	}
+	if c := s.remote.Calls(); c.SetIfAbsent != 0 {
+		t.Errorf("SetIfAbsent calls: got %d, want 0", c.SetIfAbsent)
 	}
 }
 
-// Without CopyOnRead, values are shared, as documented.
-func TestValuesSharedByDefault(t *testing.T) {
-	c := newTestCache[map[string]int](t, hybrid.Options{})
+// TestUnencodableValue: a value the codec cannot encode is returned by
+// GetOrCreate but stored nowhere, and refused by Set.
+func TestUnencodableValue(t *testing.T) {
+	s := newSharedTier(t)
+	c := newTestCache[float64](t, s.options())
 	ctx := context.Background()
-	if err := c.Set(ctx, "k", map[string]int{"a": 1}); err != nil {
-		t.Fatal(err)
+	nan := func(context.Context, string) (float64, error) { return math.NaN(), nil }
+	v, err := c.GetOrCreate(ctx, "k", nan)
+	if err != nil || !math.IsNaN(v) {
+		t.Errorf("GetOrCreate of NaN (JSON cannot encode it): got %v, %v, want NaN, nil", v, err)
 	}
-	v, _, _ := c.Get(ctx, "k")
-	v["a"] = 2
-	if again, _, _ := c.Get(ctx, "k"); again["a"] != 2 {
-		t.Errorf("got %v, want the shared map with a=2", again)
+	if err := c.Set(ctx, "k", math.NaN()); err == nil || errors.Is(err, hybrid.ErrValueTooLarge) {
+		t.Errorf("Set of NaN: got %v, want an encoding error", err)
+	}
+	if keys := s.remote.Keys(); len(keys) != 0 {
+		t.Errorf("Remote keys: got %q, want none", keys)
+	}
+	if _, ok, _ := c.Get(ctx, "k"); ok {
+		t.Error("L1 holds a value that could not be encoded")
+	}
+}
+
+// A value past its logical expiry in the shared tier is a miss, not a
+// decode error, and the load replaces it.
+func TestExpiredRemoteValueIsAMiss(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	old := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now().Add(-time.Hour), Expires: time.Now().Add(-time.Minute)}, []byte(`"old"`))
+	s.remote.Put(testNS+":k", old, time.Hour)
+	l := &counter{value: "loaded"}
+	if v, err := a.GetOrCreate(context.Background(), "k", l.load); err != nil || v != "loaded" {
+		t.Fatalf("got %q %v, want loaded", v, err)
+	}
+	s.waitWrites(t, 1)
+	if st := a.Stats(); st.DecodeErrors != 0 || st.L2Misses != 1 {
+		t.Errorf("DecodeErrors %d L2Misses %d, want 0 and 1", st.DecodeErrors, st.L2Misses)
+	}
+	if v, _ := s.stored(t, "k"); v != "loaded" {
+		t.Errorf("the shared tier holds %q, want the loaded value over the expired one", v)
 	}
 }
