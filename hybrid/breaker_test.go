@@ -86,34 +86,3 @@ func TestBreakerProbeFailureReopens(t *testing.T) {
 		}
 	})
 }
-
-func TestBackgroundWriteRetried(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newSharedTier(t)
-		c := newTestCache[string](t, s.options())
-		s.remote.FailWith(errors.New("blip"))
-		var calls int
-		load := func(context.Context, string) (string, error) {
-			calls++
-			// Redis recovers while the fill's write-back is retried.
-			go func() {
-				time.Sleep(10 * time.Millisecond)
-				s.remote.FailWith(nil)
-			}()
-			return "v", nil
-		}
-		if _, err := c.GetOrCreate(context.Background(), "k", load); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		time.Sleep(time.Second)
-		synctest.Wait()
-		if v, ok := s.stored(t, "k"); !ok || v != "v" {
-			t.Errorf("Redis holds %q %v after the retry, want v", v, ok)
-		}
-		st := c.Stats()
-		if st.WriteRetries == 0 || st.WritesDropped != 0 {
-			t.Errorf("WriteRetries %d WritesDropped %d, want >0 and 0", st.WriteRetries, st.WritesDropped)
-		}
-	})
-}

@@ -1,23 +1,42 @@
 package hybrid_test
 
 import (
+	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
-	"github.com/hybridcache/hybridcache/internal/redistest"
+	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
 
 	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 	"github.com/hybridcache/hybridcache/internal/envelope"
-	"go.uber.org/goleak"
+	"github.com/hybridcache/hybridcache/internal/faultproxy"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+	"github.com/hybridcache/hybridcache/l2"
 )
 
-// srv is the Redis of the integration tests (integration_*_test.go): a
-// redis-server started for this package run, or the miniredis fallback.
+// The shared set-up of the package's tests, in three parts: caches on the
+// in-memory doubles of hybridtest (sharedTier), Redis-backed instances
+// (instance), and the fault proxy and collectors of the fault-injection
+// and security tests.
+
+// srv is the Redis of the Redis-backed tests: a redis-server started for
+// this package run, or the miniredis fallback.
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
@@ -163,4 +182,682 @@ func eachCtx(t *testing.T, f func(t *testing.T, ctx context.Context)) {
 		defer cancel()
 		f(t, ctx)
 	})
+}
+
+// loadTop is a top-level load function: a func value with no closure, as a
+// caller on the hot path would pass.
+func loadTop(context.Context, string) (string, error) { return "v", nil }
+
+// result is what one GetOrCreate returned.
+type result struct {
+	v   string
+	err error
+}
+
+// blockingLoad is a load function that counts its calls, tells started
+// about each, waits for release and returns value. It records whether its
+// ctx was done when it returned.
+type blockingLoad struct {
+	calls   atomic.Int64
+	started chan struct{} // receives one value per call; may be nil
+	release chan struct{}
+	value   string
+	ctxErr  atomic.Value // error from the load's ctx as it returned
+}
+
+func newBlockingLoad(value string) *blockingLoad {
+	return &blockingLoad{release: make(chan struct{}), value: value}
+}
+
+func (l *blockingLoad) load(ctx context.Context, _ string) (string, error) {
+	l.calls.Add(1)
+	if l.started != nil {
+		l.started <- struct{}{}
+	}
+	<-l.release
+	l.ctxErr.Store(errBox{ctx.Err()})
+	return l.value, nil
+}
+
+type errBox struct{ err error }
+
+// loadCtxErr returns the error of the load's ctx as it returned.
+func (l *blockingLoad) loadCtxErr() error {
+	b, _ := l.ctxErr.Load().(errBox)
+	return b.err
+}
+
+// goGetOrCreate starts GetOrCreate on a goroutine and returns where its
+// result will arrive.
+func goGetOrCreate(ctx context.Context, c *hybrid.Cache[string], key string, load func(context.Context, string) (string, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		v, err := c.GetOrCreate(ctx, key, load)
+		ch <- result{v, err}
+	}()
+	return ch
+}
+
+// missingRow is a load function for a row that does not exist.
+type missingRow struct{ calls atomic.Int64 }
+
+func (m *missingRow) load(context.Context, string) (string, error) {
+	m.calls.Add(1)
+	return "", fmt.Errorf("select: %w", hybrid.ErrNotFound)
+}
+
+func failSafeOptions(s *sharedTier) hybrid.Options {
+	o := s.options()
+	o.TTL = 10 * time.Second
+	o.LocalTTL = 10 * time.Second
+	o.FailSafeMaxAge = time.Hour
+	o.FailSafeThrottle = 5 * time.Second
+	return o
+}
+
+// newPeers returns n instances of one logical cache sharing s, configured
+// by o (Namespace, Remote, Bus and Logger filled in when empty).
+func newPeers(t testing.TB, s *sharedTier, n int, o hybrid.Options) []*hybrid.Cache[string] {
+	t.Helper()
+	base := s.options()
+	if o.Namespace == "" {
+		o.Namespace = base.Namespace
+	}
+	if o.Remote == nil {
+		o.Remote = base.Remote
+	}
+	if o.Bus == nil {
+		o.Bus = base.Bus
+	}
+	peers := make([]*hybrid.Cache[string], n)
+	for i := range peers {
+		peers[i] = newTestCache[string](t, o)
+	}
+	return peers
+}
+
+func set(t testing.TB, c *hybrid.Cache[string], key, v string) {
+	t.Helper()
+	if err := c.Set(context.Background(), key, v); err != nil {
+		t.Fatalf("Set(%q, %q): %v", key, v, err)
+	}
+}
+
+// setOrDelete sets key to "new" on c, or deletes it if del.
+func setOrDelete(t testing.TB, c *hybrid.Cache[string], key string, del bool) {
+	t.Helper()
+	if !del {
+		set(t, c, key, "new")
+		return
+	}
+	if err := c.Delete(context.Background(), key); err != nil {
+		t.Fatalf("Delete(%q): %v", key, err)
+	}
+}
+
+// fillFromRemote makes c hold key, read from the shared tier.
+func fillFromRemote(t testing.TB, c *hybrid.Cache[string], key, want string) {
+	t.Helper()
+	v, err := c.GetOrCreate(context.Background(), key, neverLoad(t))
+	if err != nil || v != want {
+		t.Fatalf("GetOrCreate(%q): got %q, %v, want %q from the shared tier", key, v, err, want)
+	}
+}
+
+// Redis-backed instances. Each "instance" of a cache is what a service
+// process would have: its own go-redis client, its own l2.Store (wrapped in
+// a countingRemote), its own invalidate.Bus and its own hybrid.Cache, all in
+// one namespace that no other test uses (redistest.Prefix).
+
+var (
+	_ hybrid.Remote      = (*countingRemote)(nil)
+	_ hybrid.BatchRemote = (*countingRemote)(nil)
+	_ hybrid.Announcer   = (*countingRemote)(nil)
+
+	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
+	_ hybrid.BoundedReader    = (*countingRemote)(nil)
+	_ hybrid.BoundedReader    = (*l2.Store)(nil)
+)
+
+// countingRemote is an *l2.Store that counts the calls made to it, so a
+// test can tell how often an instance went to Redis. It implements Remote,
+// BatchRemote and Announcer by delegating to the Store. A call is counted
+// when it returns, so a count seen means the call is over.
+type countingRemote struct {
+	s *l2.Store
+
+	gets, getManys, getManyKeys                      atomic.Int64
+	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
+	setAndPublishes, compareAndSets                  atomic.Int64
+
+	// afterGet, when set, runs after the Store's Get (and GetMany, once per
+	// key) returned and before the cache sees the result.
+	afterGet atomic.Pointer[func(key string)]
+}
+
+func (r *countingRemote) hook(key string) {
+	if f := r.afterGet.Load(); f != nil {
+		(*f)(key)
+	}
+}
+
+// setAfterGet installs f as the afterGet hook (nil: none).
+func (r *countingRemote) setAfterGet(f func(key string)) {
+	if f == nil {
+		r.afterGet.Store(nil)
+		return
+	}
+	r.afterGet.Store(&f)
+}
+
+// ReadBound passes the Store's on, so that the cache treats a
+// countingRemote as it would the Store.
+func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
+
+func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	defer r.gets.Add(1)
+	v, ok, err := r.s.Get(ctx, key)
+	r.hook(key)
+	return v, ok, err
+}
+
+func (r *countingRemote) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	defer r.sets.Add(1)
+	return r.s.Set(ctx, key, value, ttl)
+}
+
+func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	defer r.setIfAbsents.Add(1)
+	return r.s.SetIfAbsent(ctx, key, value, ttl)
+}
+
+func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
+	defer r.getManys.Add(1)
+	defer r.getManyKeys.Add(int64(len(keys)))
+	v, err := r.s.GetMany(ctx, keys)
+	for _, k := range keys {
+		r.hook(k)
+	}
+	return v, err
+}
+
+func (r *countingRemote) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) ([]bool, error) {
+	defer r.setManyIfAbsents.Add(1)
+	defer r.setManyKey.Add(int64(len(keys)))
+	return r.s.SetManyIfAbsent(ctx, keys, values, ttls)
+}
+
+func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
+	defer r.setAndPublishes.Add(1)
+	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
+}
+
+func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
+	defer r.compareAndSets.Add(1)
+	return r.s.CompareAndSet(ctx, key, old, value, ttl)
+}
+
+// remoteCalls is a snapshot of a countingRemote's counters.
+type remoteCalls struct {
+	Get, GetMany, GetManyKeys                             int64
+	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
+	SetAndPublish, CompareAndSet                          int64
+}
+
+func (r *countingRemote) calls() remoteCalls {
+	return remoteCalls{
+		Get: r.gets.Load(), GetMany: r.getManys.Load(), GetManyKeys: r.getManyKeys.Load(),
+		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
+		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
+		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
+	}
+}
+
+// total is the number of calls of every method.
+func (c remoteCalls) total() int64 {
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet
+}
+
+// clientFactory returns a new go-redis client for one instance, closed when
+// t ends.
+type clientFactory func(t testing.TB) redis.UniversalClient
+
+// singleNode makes clients of the package's Redis (srv), with options
+// adjusted by tune (nil: go-redis defaults).
+func singleNode(tune func(*redis.Options)) clientFactory {
+	return func(t testing.TB) redis.UniversalClient {
+		t.Helper()
+		o := &redis.Options{Addr: srv.Addr}
+		if tune != nil {
+			tune(o)
+		}
+		c := redis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
+// clusterNodes makes clients of the Redis Cluster named by
+// HYBRID_REDIS_CLUSTER; without it, t is skipped.
+func clusterNodes(t testing.TB) clientFactory {
+	t.Helper()
+	addrs := redistest.ClusterAddrs(t)
+	return func(t testing.TB) redis.UniversalClient {
+		t.Helper()
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
+// instance is one process's worth of cache: client, store, bus and cache.
+type instance struct {
+	name   string
+	rdb    redis.UniversalClient
+	remote *countingRemote
+	bus    *invalidate.Bus
+	c      *hybrid.Cache[string]
+}
+
+// newInstance builds an instance on a client from newClient. o.Namespace
+// must be set; Remote, Bus and Logger are filled in. The cache is closed
+// when t ends, then the bus, then the client.
+func newInstance(t testing.TB, name string, newClient clientFactory, o hybrid.Options, bo invalidate.Options) *instance {
+	t.Helper()
+	return newInstanceOn(t, name, newClient(t), o, bo)
+}
+
+// newInstanceOn is newInstance on a given client, which the caller closes.
+func newInstanceOn(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options) *instance {
+	t.Helper()
+	return newInstanceWrapped(t, name, rdb, o, bo, nil)
+}
+
+// newInstanceWrapped is newInstanceOn with the cache's Bus wrapped by wrap
+// (nil: not wrapped).
+func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options, wrap func(hybrid.Bus) hybrid.Bus) *instance {
+	t.Helper()
+	if o.Namespace == "" {
+		t.Fatal("newInstance: empty namespace")
+	}
+	in := &instance{name: name, rdb: rdb, remote: &countingRemote{s: l2.New(rdb, l2.Options{})}}
+	if bo.Logger == nil {
+		bo.Logger = quiet
+	}
+	in.bus = invalidate.New(rdb, bo)
+	t.Cleanup(func() { in.bus.Close() })
+	o.Remote, o.Bus = in.remote, in.bus
+	if wrap != nil {
+		o.Bus = wrap(in.bus)
+	}
+	in.c = newTestCache[string](t, o)
+	return in
+}
+
+// newInstances returns n instances named A, B, C, ... of one namespace.
+func newInstances(t testing.TB, n int, newClient clientFactory, o hybrid.Options) []*instance {
+	t.Helper()
+	out := make([]*instance, n)
+	for i := range out {
+		out[i] = newInstance(t, string(rune('A'+i)), newClient, o, invalidate.Options{})
+	}
+	return out
+}
+
+// waitFor polls cond every millisecond until it holds, and fails t if it
+// does not within d. what describes the condition; state, if not nil, is
+// called for the failure message.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool, state func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			msg := ""
+			if state != nil {
+				msg = ": " + state()
+			}
+			t.Fatalf("waited %v for %s%s", d, what, msg)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitStat waits up to 5 s until the counter that field picks from in's
+// Stats reaches want.
+func waitStat(t testing.TB, in *instance, field string, pick func(hybrid.Stats) uint64, want uint64) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprintf("%s: Stats.%s >= %d", in.name, field, want),
+		func() bool { return pick(in.c.Stats()) >= want },
+		func() string { return fmt.Sprintf("have %d (%+v)", pick(in.c.Stats()), in.c.Stats()) })
+}
+
+func statReceived(s hybrid.Stats) uint64   { return s.Received }
+func statOwnIgnored(s hybrid.Stats) uint64 { return s.OwnIgnored }
+func statInvalid(s hybrid.Stats) uint64    { return s.Invalid }
+func statUnauth(s hybrid.Stats) uint64     { return s.Unauthentic }
+func statBusLosses(s hybrid.Stats) uint64  { return s.BusLosses }
+
+// getStr calls c.Get with a 5 s deadline and fails t on an error.
+func getStr(t testing.TB, in *instance, key string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, ok, err := in.c.Get(ctx, key)
+	if err != nil {
+		t.Fatalf("%s: Get(%q): %v", in.name, key, err)
+	}
+	return v, ok
+}
+
+// setStr calls c.Set and fails t on an error.
+func setStr(t testing.TB, in *instance, key, v string) {
+	t.Helper()
+	if err := in.c.Set(context.Background(), key, v); err != nil {
+		t.Fatalf("%s: Set(%q, %q): %v", in.name, key, v, err)
+	}
+}
+
+// fill makes in hold key in L1, read from Redis, and checks the value.
+func fill(t testing.TB, in *instance, key, want string) {
+	t.Helper()
+	v, err := in.c.GetOrCreate(context.Background(), key, neverLoad(t))
+	if err != nil || v != want {
+		t.Fatalf("%s: GetOrCreate(%q): got %q, %v, want %q from Redis", in.name, key, v, err, want)
+	}
+}
+
+// redisValue reads ns:key straight from Redis through rdb and decodes it as
+// the cache stores it (envelope + JSON string). ok is false for a missing
+// key; a value that does not decode fails t.
+func redisValue(t testing.TB, rdb redis.UniversalClient, ns, key string) (string, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := rdb.Get(ctx, ns+":"+key).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("GET %s:%s: %v", ns, key, err)
+	}
+	h, payload, err := envelope.Decode(b)
+	if err != nil || h.Codec != codec.IDJSON {
+		t.Fatalf("GET %s:%s: not a JSON envelope (%v): %q", ns, key, err, b)
+	}
+	if h.Flags&envelope.FlagDeleted != 0 {
+		return "", false // a delete's tombstone
+	}
+	var v string
+	if err := json.Unmarshal(payload, &v); err != nil {
+		t.Fatalf("GET %s:%s: payload %q: %v", ns, key, payload, err)
+	}
+	return v, true
+}
+
+// batchLoad is a GetOrCreateMany load function that records its calls.
+type batchLoad struct {
+	mu    sync.Mutex
+	calls [][]string // the missing keys of each call, sorted
+	// block, when not nil, is received from before returning; reached is
+	// closed when the first call starts.
+	block   chan struct{}
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (l *batchLoad) load(_ context.Context, missing []string) (map[string]string, error) {
+	keys := slices.Clone(missing)
+	slices.Sort(keys)
+	l.mu.Lock()
+	l.calls = append(l.calls, keys)
+	l.mu.Unlock()
+	if l.reached != nil {
+		l.once.Do(func() { close(l.reached) })
+	}
+	if l.block != nil {
+		<-l.block
+	}
+	out := make(map[string]string, len(missing))
+	for _, k := range missing {
+		out[k] = "loaded:" + k
+	}
+	return out, nil
+}
+
+func (l *batchLoad) snapshot() [][]string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+// gate returns a channel that is closed by release, or when t ends, so
+// that a goroutine held on it never outlives a failed test (a cache's Close
+// waits for its fills).
+func gate(t testing.TB) (ch chan struct{}, release func()) {
+	ch = make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	t.Cleanup(release)
+	return ch, release
+}
+
+// clientName turns a test prefix into a valid CLIENT SETNAME argument.
+func clientName(prefix string) string {
+	return strings.NewReplacer(":", "-", " ", "-").Replace(prefix)
+}
+
+// percentile returns the p-th percentile (0..1) of sorted d.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(p * float64(len(d)-1))
+	return d[i]
+}
+
+// goGet runs in's GetOrCreate of key in a goroutine and delivers its result.
+func goGet(in *instance, key string, load func(context.Context, string) (string, error)) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, err := in.c.GetOrCreate(ctx, key, load)
+		ch <- result{v, err}
+	}()
+	return ch
+}
+
+// invalidationModes are the two ways peers learn of a Set: without a Secret
+// they drop their copy; with one (and an Announcer, which l2.Store is) the
+// message carries the value and peers holding the key swap it in.
+var invalidationModes = []struct {
+	name   string
+	secret []byte
+}{
+	{"drop", nil},
+	{"swap", []byte("integration-secret")},
+}
+
+// shortTimeouts makes a client that gives up on a dead server quickly and
+// does not retry.
+func shortTimeouts(o *redis.Options) {
+	o.DialTimeout = 200 * time.Millisecond
+	o.ReadTimeout = 200 * time.Millisecond
+	o.WriteTimeout = 200 * time.Millisecond
+	o.PoolTimeout = 200 * time.Millisecond
+	o.MaxRetries = -1
+	o.DialerRetries = 1
+}
+
+// deadAddr returns a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// Fault injection and security: a TCP proxy (internal/faultproxy) between
+// an instance and Redis, built on the instances above, and collectors of
+// what many goroutines saw.
+
+// startProxy starts a fault proxy to target, closed when t ends (after
+// everything created later in t, since cleanups run last-in first-out).
+func startProxy(t testing.TB, target string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// setFault applies a fault through one of the proxy's setters and fails t
+// on an error.
+func setFault(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("fault proxy: %v", err)
+	}
+}
+
+// via makes clients that reach the package's Redis through p, with options
+// adjusted by tune (nil: go-redis defaults).
+func via(p *faultproxy.Proxy, tune func(*redis.Options)) clientFactory {
+	return func(t testing.TB) redis.UniversalClient {
+		t.Helper()
+		o := &redis.Options{Addr: p.Addr()}
+		if tune != nil {
+			tune(o)
+		}
+		c := redis.NewClient(o)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
+
+// newSplitInstance is an instance whose store uses storeRDB (with store
+// options so) and whose bus uses busRDB, so that a fault can hit one path
+// and not the other. busRDB nil: no bus. The callers own both clients.
+func newSplitInstance(t testing.TB, name string, storeRDB, busRDB redis.UniversalClient, so l2.Options, o hybrid.Options, bo invalidate.Options) *instance {
+	t.Helper()
+	if o.Namespace == "" {
+		t.Fatal("newSplitInstance: empty namespace")
+	}
+	in := &instance{name: name, rdb: storeRDB, remote: &countingRemote{s: l2.New(storeRDB, so)}}
+	o.Remote = in.remote
+	if busRDB != nil {
+		if bo.Logger == nil {
+			bo.Logger = quiet
+		}
+		in.bus = invalidate.New(busRDB, bo)
+		t.Cleanup(func() { in.bus.Close() })
+		o.Bus = in.bus
+	}
+	in.c = newTestCache[string](t, o)
+	return in
+}
+
+// timings collects call durations from many goroutines.
+type timings struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *timings) add(d time.Duration) {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+}
+
+// sorted returns the durations, shortest first.
+func (s *timings) sorted() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d := slices.Clone(s.d)
+	slices.Sort(d)
+	return d
+}
+
+// summary is "n calls: p50 .., p99 .., max ..".
+func summary(d []time.Duration) string {
+	if len(d) == 0 {
+		return "0 calls"
+	}
+	r := func(x time.Duration) time.Duration { return x.Round(10 * time.Microsecond) }
+	return fmt.Sprintf("%d calls: p50 %v, p99 %v, max %v", len(d), r(percentile(d, 0.5)), r(percentile(d, 0.99)), r(d[len(d)-1]))
+}
+
+// failures collects at most a few failure messages from many goroutines.
+type failures struct {
+	mu   sync.Mutex
+	msgs []string
+	n    int
+}
+
+func (f *failures) addf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if len(f.msgs) < 10 {
+		f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
+	}
+}
+
+// report fails t with the collected messages.
+func (f *failures) report(t testing.TB) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, m := range f.msgs {
+		t.Error(m)
+	}
+	if f.n > len(f.msgs) {
+		t.Errorf("... and %d more failures", f.n-len(f.msgs))
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the concurrent writes of loggers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// captureLogger returns a Debug-level text logger writing to a buffer.
+func captureLogger() (*slog.Logger, *syncBuffer) {
+	buf := new(syncBuffer)
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
+}
+
+// randomHex returns n random bytes in hex, for passwords and user names.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = crand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// waitPing waits up to d until admin answers PING, as after a CLIENT PAUSE
+// (whose end cannot be hastened: CLIENT UNPAUSE is itself paused).
+func waitPing(t testing.TB, admin *redis.Client, d time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return admin.Ping(ctx).Err()
 }

@@ -1,12 +1,9 @@
 package hybrid_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -222,104 +219,5 @@ func TestIntegrationDeleteByTag(t *testing.T) {
 				t.Errorf("new instance: y = %q, want a miss", v)
 			}
 		})
-	}
-}
-
-// TestKeysCheckedEverywhere: every entry point, single and batch, refuses
-// the same keys (empty, reserved for the cache's records, over
-// MaxKeyBytes); a batch serves the rest of its page. A page holding a tag
-// record's key once overwrote the record, and GetMany returned it.
-func TestKeysCheckedEverywhere(t *testing.T) {
-	ctx := context.Background()
-	ns := redistest.Prefix(t)
-	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, Secret: []byte("s"), MaxKeyBytes: 16})
-	a, b := p[0], p[1]
-	bad := []struct {
-		key  string
-		want error
-	}{
-		{"", hybrid.ErrEmptyKey},
-		{"\x00tag:shop", hybrid.ErrReservedKey},
-		{"\x00", hybrid.ErrReservedKey},
-		{strings.Repeat("k", 17), hybrid.ErrKeyTooLong},
-	}
-	if err := a.c.Set(ctx, "before", "v", hybrid.WithTags("shop")); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.c.DeleteByTag(ctx, "shop"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(2 * time.Millisecond) // written after the delete, by the clock tags compare
-	if err := a.c.Set(ctx, "after", "v", hybrid.WithTags("shop")); err != nil {
-		t.Fatal(err)
-	}
-	setStr(t, a, "good", "g") // in Redis before b's GetMany looks
-	record, err := a.rdb.Get(ctx, ns+":\x00tag:shop").Bytes()
-	if err != nil {
-		t.Fatalf("the tag record: %v", err)
-	}
-
-	for _, k := range bad {
-		load := func(context.Context, string) (string, error) {
-			t.Errorf("load(%q) called for a bad key", k.key)
-			return "x", nil
-		}
-		if _, err := a.c.GetOrCreate(ctx, k.key, load); !errors.Is(err, k.want) {
-			t.Errorf("GetOrCreate(%q): got %v, want %v", k.key, err, k.want)
-		}
-		if _, _, err := a.c.Get(ctx, k.key); !errors.Is(err, k.want) {
-			t.Errorf("Get(%q): got %v, want %v", k.key, err, k.want)
-		}
-		if err := a.c.Set(ctx, k.key, "x"); !errors.Is(err, k.want) {
-			t.Errorf("Set(%q): got %v, want %v", k.key, err, k.want)
-		}
-		if err := a.c.Delete(ctx, k.key); !errors.Is(err, k.want) {
-			t.Errorf("Delete(%q): got %v, want %v", k.key, err, k.want)
-		}
-		page := []string{"good", k.key, "new"}
-		var asked []string
-		got, err := a.c.GetOrCreateMany(ctx, page, func(_ context.Context, miss []string) (map[string]string, error) {
-			asked = append(asked, miss...)
-			m := map[string]string{}
-			for _, key := range miss {
-				m[key] = "loaded"
-			}
-			return m, nil
-		})
-		if !errors.Is(err, k.want) {
-			t.Errorf("GetOrCreateMany(%q): got %v, want %v", page, err, k.want)
-		}
-		if slices.Contains(asked, k.key) {
-			t.Errorf("GetOrCreateMany(%q): load asked for %q", page, k.key)
-		}
-		if got["good"] != "g" || got["new"] != "loaded" {
-			t.Errorf("GetOrCreateMany(%q): got %q, want the rest of the page served", page, got)
-		}
-		if _, ok := got[k.key]; ok {
-			t.Errorf("GetOrCreateMany(%q): got a value for %q", page, k.key)
-		}
-		got, err = b.c.GetMany(ctx, page)
-		if !errors.Is(err, k.want) {
-			t.Errorf("GetMany(%q): got %v, want %v", page, err, k.want)
-		}
-		if _, ok := got[k.key]; ok || got["good"] != "g" {
-			t.Errorf("GetMany(%q): got %q, want good (and new, once written back)", page, got)
-		}
-	}
-	if now, err := a.rdb.Get(ctx, ns+":\x00tag:shop").Bytes(); err != nil || !bytes.Equal(now, record) {
-		t.Errorf("the tag record changed: %q, %v; want %q", now, err, record)
-	}
-	// A whole page of bad keys: each gets its error, load is not called.
-	_, err = a.c.GetOrCreateMany(ctx, []string{"", "\x00x"}, func(context.Context, []string) (map[string]string, error) {
-		t.Error("load called for a page of bad keys")
-		return nil, nil
-	})
-	if !errors.Is(err, hybrid.ErrEmptyKey) || !errors.Is(err, hybrid.ErrReservedKey) {
-		t.Errorf("GetOrCreateMany of bad keys: got %v, want both ErrEmptyKey and ErrReservedKey", err)
-	}
-	for _, in := range p {
-		if v, ok := getStr(t, in, "after"); !ok || v != "v" {
-			t.Errorf("%s: a value tagged after the delete: got %q, %v, want \"v\"", in.name, v, ok)
-		}
 	}
 }

@@ -3,44 +3,15 @@ package hybrid_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
-	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/envelope"
 )
-
-// A value past its logical expiry in the shared tier is a miss, not a
-// decode error, and the load replaces it.
-func TestExpiredRemoteValueIsAMiss(t *testing.T) {
-	s := newSharedTier(t)
-	a := newTestCache[string](t, s.options())
-	old := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now().Add(-time.Hour), Expires: time.Now().Add(-time.Minute)}, []byte(`"old"`))
-	s.remote.Put(testNS+":k", old, time.Hour)
-	l := &counter{value: "loaded"}
-	if v, err := a.GetOrCreate(context.Background(), "k", l.load); err != nil || v != "loaded" {
-		t.Fatalf("got %q %v, want loaded", v, err)
-	}
-	s.waitWrites(t, 1)
-	if st := a.Stats(); st.DecodeErrors != 0 || st.L2Misses != 1 {
-		t.Errorf("DecodeErrors %d L2Misses %d, want 0 and 1", st.DecodeErrors, st.L2Misses)
-	}
-	if v, _ := s.stored(t, "k"); v != "loaded" {
-		t.Errorf("the shared tier holds %q, want the loaded value over the expired one", v)
-	}
-}
-
-func failSafeOptions(s *sharedTier) hybrid.Options {
-	o := s.options()
-	o.TTL = 10 * time.Second
-	o.LocalTTL = 10 * time.Second
-	o.FailSafeMaxAge = time.Hour
-	o.FailSafeThrottle = 5 * time.Second
-	return o
-}
 
 func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -228,30 +199,56 @@ func TestEagerRefresh(t *testing.T) {
 	})
 }
 
-// A batch read does not serve a value past its lifetime that L1 keeps for
-// fail-safe: it loads anew.
-func TestBatchSkipsExpiredFailSafeEntries(t *testing.T) {
+// TestWithLocalTTLOnRemoteHit: WithLocalTTL "sets the L1 lifetime of the
+// value stored by this call", including a value the call found in the shared
+// tier.
+func TestWithLocalTTLOnRemoteHit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSharedTier(t)
-		c := newTestCache[string](t, failSafeOptions(s))
-		ctx := context.Background()
-		if err := c.Set(ctx, "k", "v1"); err != nil {
+		p := newPeers(t, s, 2, hybrid.Options{})
+		a, b := p[0], p[1]
+		set(t, a, "k", "v")
+		s.flush(t)
+		short := hybrid.WithLocalTTL(5 * time.Second)
+		if _, err := b.GetOrCreate(t.Context(), "k", neverLoad(t), short); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(11 * time.Second)
-		load := func(context.Context, []string) (map[string]string, error) {
-			return map[string]string{"k": "v2"}, nil
+		time.Sleep(6 * time.Second)
+		gets := s.remote.Calls().Get
+		if _, err := b.GetOrCreate(t.Context(), "k", neverLoad(t), short); err != nil {
+			t.Fatal(err)
 		}
-		m, err := c.GetOrCreateMany(ctx, []string{"k"}, load)
-		if err != nil || m["k"] != "v2" {
-			t.Errorf("GetOrCreateMany: got %v %v, want the new v2", m, err)
-		}
-		if m, _ := c.GetMany(ctx, []string{"k"}); m["k"] != "v2" {
-			t.Errorf("GetMany: got %v, want v2", m)
-		}
-		// The entry past its lifetime was a miss; v2 then was a hit.
-		if st := c.Stats(); st.L1Hits != 1 || st.L1Misses != 1 {
-			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 1 and 1", st.L1Hits, st.L1Misses)
+		if got := s.remote.Calls().Get - gets; got != 1 {
+			t.Errorf("6s after an L2 hit stored with WithLocalTTL(5s): %d Remote reads, want 1 (the L1 copy expired)", got)
 		}
 	})
+}
+
+func TestTTLJitter(t *testing.T) {
+	s := newSharedTier(t)
+	o := s.options()
+	o.TTL = time.Hour
+	o.TTLJitter = 0.5
+	a := newTestCache[string](t, o)
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	for i := range 20 {
+		key := fmt.Sprint(i)
+		if err := a.Set(ctx, key, "v"); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := s.remote.Peek(testNS + ":" + key)
+		h, _, err := envelope.Decode(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		life := h.Expires.Sub(h.Written)
+		if life > time.Hour || life < 30*time.Minute-time.Second {
+			t.Fatalf("lifetime %v, want within [30m, 1h]", life)
+		}
+		seen[int64(life/time.Second)] = true
+	}
+	if len(seen) < 5 {
+		t.Errorf("20 writes got only %d distinct lifetimes, want them spread", len(seen))
+	}
 }

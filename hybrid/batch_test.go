@@ -1,0 +1,650 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+)
+
+// TestGetOrCreateManyWithDoubles: one page of keys, some in L1, some only
+// in the shared tier, some nowhere: one batch read, one load of what is
+// missing, one batch write.
+func TestGetOrCreateManyWithDoubles(t *testing.T) {
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		p := newPeers(t, s, 2, hybrid.Options{})
+		a, b := p[0], p[1]
+		set(t, b, "inL1", "1")     // a reads it into its L1 below
+		set(t, b, "inRemote", "2") // only in the shared tier for a
+		s.flush(t)
+		fillFromRemote(t, a, "inL1", "1")
+		before := s.remote.Calls()
+
+		var asked []string
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			asked = slices.Clone(missing)
+			return map[string]string{"new1": "n1", "new2": "n2"}, nil // "absent" is not found
+		}
+		got, err := a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2", "absent", "new1"}, load)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"inL1": "1", "inRemote": "2", "new1": "n1", "new2": "n2"}
+		if !maps.Equal(got, want) {
+			t.Errorf("GetOrCreateMany: got %v, want %v", got, want)
+		}
+		slices.Sort(asked)
+		if w := []string{"absent", "new1", "new2"}; !slices.Equal(asked, w) {
+			t.Errorf("load asked for %q, want %q", asked, w)
+		}
+		s.waitWrites(t, before.Set+before.SetIfAbsent+before.SetAndPublish+1)
+		after := s.remote.Calls()
+		if n := after.GetMany - before.GetMany; n != 1 {
+			t.Errorf("GetMany calls: got %d, want 1", n)
+		}
+		if n := after.SetManyIfAbsent - before.SetManyIfAbsent; n != 1 {
+			t.Errorf("SetManyIfAbsent calls: got %d, want 1", n)
+		}
+		if n := after.Get - before.Get; n != 0 {
+			t.Errorf("single Gets: got %d, want 0", n)
+		}
+		for k, v := range map[string]string{"new1": "n1", "new2": "n2"} {
+			if sv, ok := s.stored(t, k); !ok || sv != v {
+				t.Errorf("Remote holds %s = %q (%v), want %q", k, sv, ok, v)
+			}
+		}
+		if _, ok := s.stored(t, "absent"); ok {
+			t.Error("Remote holds a key that load did not return")
+		}
+		// Now all in L1: nothing more reaches the Remote.
+		calls := s.remote.Calls()
+		got, err = a.GetOrCreateMany(ctx, []string{"inL1", "inRemote", "new1", "new2"}, load)
+		if err != nil || len(got) != 4 {
+			t.Errorf("second GetOrCreateMany: got %v, %v, want 4 values", got, err)
+		}
+		if s.remote.Calls() != calls {
+			t.Errorf("second GetOrCreateMany reached the Remote: %+v, was %+v", s.remote.Calls(), calls)
+		}
+	})
+}
+
+func TestGetOrCreateManyLoadError(t *testing.T) {
+	s := newSharedTier(t)
+	c := newTestCache[string](t, s.options())
+	errDB := errors.New("db down")
+	got, err := c.GetOrCreateMany(context.Background(), []string{"a", "b"}, func(context.Context, []string) (map[string]string, error) {
+		return nil, errDB
+	})
+	if !errors.Is(err, errDB) {
+		t.Errorf("GetOrCreateMany: got %v, want an error wrapping %v", err, errDB)
+	}
+	if len(got) != 0 {
+		t.Errorf("GetOrCreateMany: got %v, want no values", got)
+	}
+	if keys := s.remote.Keys(); len(keys) != 0 {
+		t.Errorf("Remote keys: got %q, want none", keys)
+	}
+}
+
+func TestGetOrCreateManyEmptyKey(t *testing.T) {
+	c := newTestCache[string](t, hybrid.Options{})
+	got, err := c.GetOrCreateMany(context.Background(), []string{"", "a"}, func(_ context.Context, missing []string) (map[string]string, error) {
+		return map[string]string{"a": "1"}, nil
+	})
+	if !errors.Is(err, hybrid.ErrEmptyKey) {
+		t.Errorf("GetOrCreateMany with an empty key: got %v, want an error wrapping %v", err, hybrid.ErrEmptyKey)
+	}
+	if got["a"] != "1" {
+		t.Errorf("GetOrCreateMany with an empty key: got %v, want a = 1 still", got)
+	}
+}
+
+// These tests hold the promises a batch shares with GetOrCreate: one fill
+// per key across single and batch calls, and no stale fill.
+
+// blockingMany is a batch load that records the keys of each call, tells
+// started, waits for release and returns value for every key.
+type blockingMany struct {
+	calls   atomic.Int64
+	asked   chan []string
+	release chan struct{}
+	value   string
+}
+
+func newBlockingMany(value string) *blockingMany {
+	return &blockingMany{asked: make(chan []string, 10), release: make(chan struct{}), value: value}
+}
+
+func (l *blockingMany) load(_ context.Context, missing []string) (map[string]string, error) {
+	l.calls.Add(1)
+	l.asked <- slices.Clone(missing)
+	<-l.release
+	m := make(map[string]string, len(missing))
+	for _, k := range missing {
+		m[k] = l.value
+	}
+	return m, nil
+}
+
+type manyResult struct {
+	m   map[string]string
+	err error
+}
+
+func goGetOrCreateMany(ctx context.Context, c *hybrid.Cache[string], keys []string, load func(context.Context, []string) (map[string]string, error)) <-chan manyResult {
+	ch := make(chan manyResult, 1)
+	go func() {
+		m, err := c.GetOrCreateMany(ctx, keys, load)
+		ch <- manyResult{m, err}
+	}()
+	return ch
+}
+
+// await returns what ch delivers. In a synctest bubble, where time only
+// moves when every goroutine waits, it fails the test instead of hanging
+// when nothing comes.
+func await[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatal("nothing came in a minute")
+		panic("unreachable")
+	}
+}
+
+// TestManyJoinsSingleFill: a batch that needs a key a GetOrCreate is
+// filling waits for that fill instead of loading the key again.
+func TestManyJoinsSingleFill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache[string](t, newSharedTier(t).options())
+		single := newBlockingLoad("from single")
+		single.started = make(chan struct{}, 1)
+		res := goGetOrCreate(t.Context(), c, "k", single.load)
+		await(t, single.started)
+		batch := newBlockingMany("from batch")
+		many := goGetOrCreateMany(t.Context(), c, []string{"k", "x"}, batch.load)
+		if asked := await(t, batch.asked); !slices.Equal(asked, []string{"x"}) {
+			t.Errorf("batch load asked for %q, want only %q", asked, "x")
+		}
+		close(batch.release)
+		synctest.Wait()
+		var r manyResult
+		early := false
+		select {
+		case r = <-many:
+			early = true
+			t.Errorf("GetOrCreateMany returned %v, %v before the single fill of k ended", r.m, r.err)
+		default:
+		}
+		close(single.release)
+		if !early {
+			r = await(t, many)
+		}
+		want := map[string]string{"k": "from single", "x": "from batch"}
+		if r.err != nil || !maps.Equal(r.m, want) {
+			t.Errorf("GetOrCreateMany: got %v, %v, want %v", r.m, r.err, want)
+		}
+		if r := await(t, res); r.err != nil || r.v != "from single" {
+			t.Errorf("GetOrCreate: got %q, %v, want \"from single\"", r.v, r.err)
+		}
+		if n := single.calls.Load() + batch.calls.Load(); n != 2 {
+			t.Errorf("loads: got %d, want 2", n)
+		}
+	})
+}
+
+// TestSingleJoinsManyFill: GetOrCreate and a second batch, on keys a batch
+// is filling, wait for that batch instead of loading again.
+func TestSingleJoinsManyFill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache[string](t, newSharedTier(t).options())
+		batch := newBlockingMany("v")
+		first := goGetOrCreateMany(t.Context(), c, []string{"a", "b", "a"}, batch.load)
+		if asked := await(t, batch.asked); !slices.Equal(asked, []string{"a", "b"}) {
+			t.Errorf("batch load asked for %q, want %q", asked, []string{"a", "b"})
+		}
+		single := goGetOrCreate(t.Context(), c, "a", neverLoad(t))
+		second := goGetOrCreateMany(t.Context(), c, []string{"b", "a"}, func(context.Context, []string) (map[string]string, error) {
+			t.Error("second batch loaded, want it to join the first")
+			return nil, nil
+		})
+		synctest.Wait()
+		close(batch.release)
+		want := map[string]string{"a": "v", "b": "v"}
+		for i, ch := range []<-chan manyResult{first, second} {
+			if r := await(t, ch); r.err != nil || !maps.Equal(r.m, want) {
+				t.Errorf("batch %d: got %v, %v, want %v", i, r.m, r.err, want)
+			}
+		}
+		if r := await(t, single); r.err != nil || r.v != "v" {
+			t.Errorf("GetOrCreate: got %q, %v, want \"v\"", r.v, r.err)
+		}
+		if n := batch.calls.Load(); n != 1 {
+			t.Errorf("batch loads: got %d, want 1", n)
+		}
+	})
+}
+
+// TestManyCallerLeaves: a batch caller whose ctx ends gets its error at
+// once; the fill goes on for a GetOrCreate that joined it.
+func TestManyCallerLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache[string](t, newSharedTier(t).options())
+		batch := newBlockingMany("v")
+		ctx, cancel := context.WithCancel(t.Context())
+		many := goGetOrCreateMany(ctx, c, []string{"a", "b"}, batch.load)
+		await(t, batch.asked)
+		single := goGetOrCreate(t.Context(), c, "b", neverLoad(t))
+		cancel()
+		if r := await(t, many); !errors.Is(r.err, context.Canceled) {
+			t.Errorf("GetOrCreateMany after its ctx ended: got %v, %v, want context.Canceled", r.m, r.err)
+		}
+		close(batch.release)
+		if r := await(t, single); r.err != nil || r.v != "v" {
+			t.Errorf("GetOrCreate that joined the batch: got %q, %v, want \"v\"", r.v, r.err)
+		}
+	})
+}
+
+// TestManyLoadGoexit: a batch load that calls runtime.Goexit fails every
+// key of the batch, also for a GetOrCreate that joined it.
+func TestManyLoadGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newTestCache[string](t, newSharedTier(t).options())
+		started, release := make(chan struct{}), make(chan struct{})
+		many := goGetOrCreateMany(t.Context(), c, []string{"a", "b"}, func(context.Context, []string) (map[string]string, error) {
+			close(started)
+			<-release
+			runtime.Goexit()
+			return nil, nil
+		})
+		await(t, started)
+		single := goGetOrCreate(t.Context(), c, "a", neverLoad(t))
+		synctest.Wait()
+		close(release)
+		if r := await(t, many); !errors.Is(r.err, hybrid.ErrPanic) || len(r.m) != 0 {
+			t.Errorf("GetOrCreateMany: got %v, %v, want no values and ErrPanic", r.m, r.err)
+		}
+		if r := await(t, single); !errors.Is(r.err, hybrid.ErrPanic) {
+			t.Errorf("GetOrCreate that joined the batch: got %q, %v, want ErrPanic", r.v, r.err)
+		}
+	})
+}
+
+// TestNoStaleBatchFill: a batch whose read or load raced a Set or Delete on
+// another instance does not keep what it read or loaded in L1.
+func TestNoStaleBatchFill(t *testing.T) {
+	tests := []struct {
+		name string
+		load bool // hold the load, not the read
+		del  bool // A deletes instead of setting
+	}{
+		{"read held, set", false, false},
+		{"read held, delete", false, true},
+		{"load held, set", true, false},
+		{"load held, delete", true, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSharedTier(t)
+			p := newPeers(t, s, 2, hybrid.Options{})
+			a, b := p[0], p[1]
+			ctx := context.Background()
+			reached, release := make(chan struct{}), make(chan struct{})
+			load := func(_ context.Context, missing []string) (map[string]string, error) {
+				if !tt.load {
+					t.Errorf("load(%q) called, want the values from the shared tier", missing)
+				}
+				close(reached)
+				<-release
+				return map[string]string{"k": "loaded", "other": "loaded"}, nil
+			}
+			if !tt.load {
+				set(t, a, "k", "old")
+				set(t, a, "other", "old")
+				s.flush(t)
+				var armed atomic.Bool
+				armed.Store(true)
+				s.remote.SetAfterGet(func(string) {
+					if armed.CompareAndSwap(true, false) {
+						close(reached)
+						<-release
+					}
+				})
+			}
+			res := goGetOrCreateMany(ctx, b, []string{"other", "k"}, load)
+			await(t, reached) // b's read has returned the old state, or its load runs
+			setOrDelete(t, a, "k", tt.del)
+			s.flush(t) // b has applied A's message
+			close(release)
+			r := await(t, res)
+			if r.err != nil || len(r.m) != 2 {
+				t.Fatalf("b: GetOrCreateMany: got %v, %v, want 2 values", r.m, r.err)
+			}
+			if st := b.Stats(); st.FillsDiscarded < 1 {
+				t.Errorf("b: FillsDiscarded got %d, want at least 1", st.FillsDiscarded)
+			}
+			v, ok := getString(t, b, "k")
+			switch {
+			case tt.del && ok:
+				t.Errorf("b: Get after A's Delete: got %q, want a miss", v)
+			case !tt.del && (!ok || v != "new"):
+				t.Errorf("b: Get after A's Set: got %q, %v, want \"new\" (GetOrCreateMany had returned %q)", v, ok, r.m["k"])
+			}
+		})
+	}
+}
+
+func TestNegativeCachingInBatch(t *testing.T) {
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.NegativeTTL = time.Minute
+		a := newTestCache[string](t, o)
+		var loads atomic.Int64
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			loads.Add(1)
+			return map[string]string{"a": "A"}, nil // "b" does not exist
+		}
+		for i := range 2 {
+			got, err := a.GetOrCreateMany(ctx, []string{"a", "b"}, load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got["a"] != "A" {
+				t.Fatalf("call %d: got %v, want only a=A", i, got)
+			}
+		}
+		if got := loads.Load(); got != 1 {
+			t.Errorf("batch loads: got %d, want 1 (b's absence is remembered)", got)
+		}
+		s.waitWrites(t, 1)
+		var m missingRow
+		if _, err := a.GetOrCreate(ctx, "b", m.load); !errors.Is(err, hybrid.ErrNotFound) || m.calls.Load() != 0 {
+			t.Errorf("GetOrCreate of b: err %v after %d loads, want ErrNotFound after 0", err, m.calls.Load())
+		}
+	})
+}
+
+// A batch read does not serve a value past its lifetime that L1 keeps for
+// fail-safe: it loads anew.
+func TestBatchSkipsExpiredFailSafeEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		c := newTestCache[string](t, failSafeOptions(s))
+		ctx := context.Background()
+		if err := c.Set(ctx, "k", "v1"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(11 * time.Second)
+		load := func(context.Context, []string) (map[string]string, error) {
+			return map[string]string{"k": "v2"}, nil
+		}
+		m, err := c.GetOrCreateMany(ctx, []string{"k"}, load)
+		if err != nil || m["k"] != "v2" {
+			t.Errorf("GetOrCreateMany: got %v %v, want the new v2", m, err)
+		}
+		if m, _ := c.GetMany(ctx, []string{"k"}); m["k"] != "v2" {
+			t.Errorf("GetMany: got %v, want v2", m)
+		}
+		// The entry past its lifetime was a miss; v2 then was a hit.
+		if st := c.Stats(); st.L1Hits != 1 || st.L1Misses != 1 {
+			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 1 and 1", st.L1Hits, st.L1Misses)
+		}
+	})
+}
+
+// TestIntegrationBatch: GetOrCreateMany on one Redis costs one round trip
+// for the reads, one load for the misses and one for the write back.
+func TestIntegrationBatch(t *testing.T) { testBatch(t, singleNode(nil)) }
+
+// TestIntegrationClusterBatch is TestIntegrationBatch on a Redis Cluster
+// (HYBRID_REDIS_CLUSTER): the keys spread over slots, and nothing fails with
+// CROSSSLOT.
+func TestIntegrationClusterBatch(t *testing.T) { testBatch(t, clusterNodes(t)) }
+
+func keysOf(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return keys
+}
+
+func testBatch(t *testing.T, newClient clientFactory) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	p := newInstances(t, 2, newClient, hybrid.Options{Namespace: ns})
+	a, b := p[0], p[1]
+	raw := newClient(t)
+
+	// call runs a.GetOrCreateMany and checks the result against want.
+	call := func(t *testing.T, keys []string, l *batchLoad, want map[string]string) {
+		t.Helper()
+		got, err := a.c.GetOrCreateMany(ctx, keys, l.load)
+		if err != nil {
+			t.Fatalf("GetOrCreateMany: %v", err)
+		}
+		if len(got) != len(want) {
+			t.Errorf("GetOrCreateMany returned %d values, want %d", len(got), len(want))
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("GetOrCreateMany: [%s] = %q, want %q", k, got[k], w)
+			}
+		}
+	}
+	// waitWriteBack waits for the write back that a fill makes after its
+	// callers have their values, and checks it was one SetManyIfAbsent of n keys.
+	waitWriteBack := func(t *testing.T, before remoteCalls, n int64) {
+		t.Helper()
+		waitFor(t, 5*time.Second, "the batch write back", func() bool { return a.remote.calls().SetManyIfAbsent > before.SetManyIfAbsent }, nil)
+		c := a.remote.calls()
+		if c.SetManyIfAbsent-before.SetManyIfAbsent != 1 || c.SetManyIfAbsentKey-before.SetManyIfAbsentKey != n || c.SetIfAbsent != before.SetIfAbsent || c.Set != before.Set {
+			t.Errorf("write back: %d SetManyIfAbsent of %d keys, %d SetIfAbsent, %d Set; want 1 of %d, 0, 0",
+				c.SetManyIfAbsent-before.SetManyIfAbsent, c.SetManyIfAbsentKey-before.SetManyIfAbsentKey, c.SetIfAbsent-before.SetIfAbsent, c.Set-before.Set, n)
+		}
+	}
+	wantLoads := func(t *testing.T, l *batchLoad, want ...[]string) {
+		t.Helper()
+		got := l.snapshot()
+		for _, w := range want {
+			slices.Sort(w)
+		}
+		if !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("load calls: got %q, want %q", got, want)
+		}
+	}
+	loaded := func(keys ...string) map[string]string {
+		m := make(map[string]string, len(keys))
+		for _, k := range keys {
+			m[k] = "loaded:" + k
+		}
+		return m
+	}
+
+	cold := keysOf("c", 50)
+	if cc, ok := raw.(*redis.ClusterClient); ok {
+		masters := map[string]bool{}
+		for _, k := range cold {
+			m, err := cc.MasterForKey(ctx, ns+":"+k)
+			if err != nil {
+				t.Fatalf("MasterForKey: %v", err)
+			}
+			masters[m.Options().Addr] = true
+		}
+		t.Logf("the page's 50 keys live on %d masters", len(masters))
+		if len(masters) < 2 {
+			t.Fatalf("the page's keys all live on one master: the test does not cross slots")
+		}
+	}
+	t.Run("cold", func(t *testing.T) {
+		l := &batchLoad{}
+		before := a.remote.calls()
+		call(t, cold, l, loaded(cold...))
+		wantLoads(t, l, slices.Clone(cold))
+		c := a.remote.calls()
+		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 50 || c.Get != before.Get {
+			t.Errorf("reads: %d GetMany of %d keys, %d Get; want 1 of 50, 0", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys, c.Get-before.Get)
+		}
+		waitWriteBack(t, before, 50)
+		for _, k := range cold {
+			if v, ok := redisValue(t, raw, ns, k); !ok || v != "loaded:"+k {
+				t.Errorf("Redis holds %q, %v for %s, want %q", v, ok, k, "loaded:"+k)
+			}
+		}
+	})
+
+	t.Run("warm", func(t *testing.T) {
+		l := &batchLoad{}
+		before := a.remote.calls()
+		call(t, cold, l, loaded(cold...))
+		wantLoads(t, l)
+		if got := a.remote.calls().total() - before.total(); got != 0 {
+			t.Errorf("Redis calls for a warm page: got %d, want 0", got)
+		}
+	})
+
+	t.Run("half in Redis", func(t *testing.T) {
+		keys := keysOf("h", 50)
+		want := loaded(keys[25:]...)
+		recv := a.c.Stats().Received
+		for _, k := range keys[:25] {
+			setStr(t, b, k, "b:"+k)
+			want[k] = "b:" + k
+		}
+		waitStat(t, a, "Received", statReceived, recv+25)
+		l := &batchLoad{}
+		before := a.remote.calls()
+		call(t, keys, l, want)
+		wantLoads(t, l, slices.Clone(keys[25:]))
+		c := a.remote.calls()
+		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 50 || c.Get != before.Get {
+			t.Errorf("reads: %d GetMany of %d keys, %d Get; want 1 of 50, 0", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys, c.Get-before.Get)
+		}
+		waitWriteBack(t, before, 25)
+		for _, k := range keys {
+			if v, ok := redisValue(t, raw, ns, k); !ok || v != want[k] {
+				t.Errorf("Redis holds %q, %v for %s, want %q", v, ok, k, want[k])
+			}
+		}
+	})
+
+	t.Run("duplicates and an empty key", func(t *testing.T) {
+		l := &batchLoad{}
+		before := a.remote.calls()
+		got, err := a.c.GetOrCreateMany(ctx, []string{"d0", "d1", "d0", "", "d2", "d1"}, l.load)
+		if !errors.Is(err, hybrid.ErrEmptyKey) {
+			t.Errorf("GetOrCreateMany with an empty key: got error %v, want one wrapping ErrEmptyKey", err)
+		}
+		want := loaded("d0", "d1", "d2")
+		if len(got) != len(want) {
+			t.Errorf("got %d values %v, want %v", len(got), got, want)
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("[%s] = %q, want %q", k, got[k], w)
+			}
+		}
+		wantLoads(t, l, []string{"d0", "d1", "d2"})
+		c := a.remote.calls()
+		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 3 {
+			t.Errorf("reads: %d GetMany of %d keys, want 1 of 3", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys)
+		}
+		waitWriteBack(t, before, 3)
+	})
+
+	t.Run("GetOrCreate joins the batch", func(t *testing.T) {
+		keys := keysOf("j", 10)
+		block, unblock := gate(t)
+		l := &batchLoad{block: block, reached: make(chan struct{})}
+		batch := make(chan error, 1)
+		var page map[string]string
+		go func() {
+			var err error
+			page, err = a.c.GetOrCreateMany(ctx, keys, l.load)
+			batch <- err
+		}()
+		<-l.reached
+		var singles atomic.Int64
+		misses, gets := a.c.Stats().L1Misses, a.remote.calls().Get
+		single := goGet(a, "j03", func(context.Context, string) (string, error) {
+			singles.Add(1)
+			return "single", nil
+		})
+		waitFor(t, 5*time.Second, "the GetOrCreate to miss L1", func() bool { return a.c.Stats().L1Misses > misses }, nil)
+		select {
+		case r := <-single:
+			t.Fatalf("GetOrCreate(j03) returned %q, %v while the batch load was still running: it did not join", r.v, r.err)
+		default:
+		}
+		unblock()
+		if err := <-batch; err != nil {
+			t.Fatalf("GetOrCreateMany: %v", err)
+		}
+		r := <-single
+		if r.err != nil || r.v != "loaded:j03" {
+			t.Errorf("GetOrCreate(j03): got %q, %v, want the batch's \"loaded:j03\"", r.v, r.err)
+		}
+		if n := singles.Load(); n != 0 {
+			t.Errorf("GetOrCreate(j03)'s own load ran %d time(s), want 0", n)
+		}
+		if got := a.remote.calls().Get - gets; got != 0 {
+			t.Errorf("GetOrCreate(j03) read Redis %d time(s), want 0", got)
+		}
+		wantLoads(t, l, slices.Clone(keys))
+		if len(page) != len(keys) {
+			t.Errorf("GetOrCreateMany returned %d values, want %d", len(page), len(keys))
+		}
+	})
+
+	t.Run("the batch joins a GetOrCreate", func(t *testing.T) {
+		reached := make(chan struct{})
+		held, release := gate(t)
+		single := goGet(a, "x", func(context.Context, string) (string, error) {
+			close(reached)
+			<-held
+			return "single:x", nil
+		})
+		<-reached
+		l := &batchLoad{}
+		batch := make(chan map[string]string, 1)
+		go func() {
+			page, err := a.c.GetOrCreateMany(ctx, []string{"x", "y"}, l.load)
+			if err != nil {
+				t.Errorf("GetOrCreateMany: %v", err)
+			}
+			batch <- page
+		}()
+		waitFor(t, 5*time.Second, "the batch load", func() bool { return len(l.snapshot()) > 0 }, nil)
+		release()
+		page := <-batch
+		if r := <-single; r.err != nil || r.v != "single:x" {
+			t.Errorf("GetOrCreate(x): got %q, %v", r.v, r.err)
+		}
+		wantLoads(t, l, []string{"y"})
+		if page["x"] != "single:x" || page["y"] != "loaded:y" || len(page) != 2 {
+			t.Errorf("GetOrCreateMany(x, y): got %v, want x from the GetOrCreate it joined, y loaded", page)
+		}
+	})
+
+	for _, in := range p {
+		if st := in.c.Stats(); st.L2Errors != 0 || st.DecodeErrors != 0 {
+			t.Errorf("%s: L2Errors %d, DecodeErrors %d; want 0, 0", in.name, st.L2Errors, st.DecodeErrors)
+		}
+	}
+}
