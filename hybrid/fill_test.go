@@ -641,7 +641,7 @@ func (b *gatedBus) release() {
 	}
 }
 
-func (b *gatedBus) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func()) (func(), error) {
+func (b *gatedBus) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func(bool)) (func(), error) {
 	return b.Bus.Subscribe(ctx, channel, func(msg []byte) {
 		b.mu.Lock()
 		g := b.gate

@@ -17,12 +17,13 @@ import (
 // Subscribe returns once the subscription is active, so that a message
 // published after it returns is delivered. onMessage and onLoss run one at a
 // time, in arrival order, on the bus's goroutine, and must not block. onLoss
-// says that messages may have been lost (the connection dropped, or was
-// restored after a drop): the subscriber must not trust what it filled before.
-// After unsubscribe returns, neither is called again.
+// says that messages may have been lost: onLoss(false) that delivery has
+// stopped (the connection dropped), onLoss(true) that messages were lost
+// and delivery goes on (the connection was restored, or a message could not
+// be handed over). After unsubscribe returns, neither is called again.
 type Bus interface {
 	Publish(ctx context.Context, channel string, msg []byte) error
-	Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func()) (unsubscribe func(), err error)
+	Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (unsubscribe func(), err error)
 }
 
 // publish sends m on the bus, as a call to the shared tier (see call).
@@ -124,7 +125,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 
 // onLoss runs when invalidations may have been lost: nothing in L1 can be
 // trusted any more.
-func (c *Cache[V]) onLoss() {
+func (c *Cache[V]) onLoss(bool) {
 	c.tags.clear()
 	c.vers.bumpAll()
 	c.flights.ForgetAll()

@@ -1110,7 +1110,7 @@ type tapBus struct {
 	keys   map[string]*stressKey
 }
 
-func (b *tapBus) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func()) (func(), error) {
+func (b *tapBus) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func(bool)) (func(), error) {
 	return b.Bus.Subscribe(ctx, channel, func(msg []byte) {
 		onMessage(msg)
 		if m, err := message.Decode(msg, b.secret); err == nil && m.Op == message.OpSet && len(m.Keys) == 1 {

@@ -1252,7 +1252,7 @@ func testSecrets(t *testing.T, sc secretScenario, ro *redis.Options) {
 	bus := invalidate.New(rdb, invalidate.Options{Logger: logger, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})
 	t.Cleanup(func() { bus.Close() })
 	sctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	unsub, err := bus.Subscribe(sctx, "hybridcache:secrets", func([]byte) {}, func() {})
+	unsub, err := bus.Subscribe(sctx, "hybridcache:secrets", func([]byte) {}, func(bool) {})
 	cancel()
 	if err == nil {
 		unsub()

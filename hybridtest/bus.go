@@ -42,7 +42,7 @@ type BusStats struct {
 type subscription struct {
 	channel   string
 	onMessage func([]byte)
-	onLoss    func()
+	onLoss    func(restored bool)
 	cond      *sync.Cond // on Bus.mu
 	queue     []event
 	stopped   bool
@@ -53,6 +53,9 @@ type subscription struct {
 type event struct {
 	msg  []byte
 	loss bool
+	// restored is what onLoss is told: delivery goes on (true) or has
+	// stopped (false).
+	restored bool
 }
 
 // ErrClosed is returned by Publish and Subscribe on a closed Bus. Check it
@@ -90,14 +93,23 @@ func (b *Bus) Publish(ctx context.Context, channel string, msg []byte) error {
 }
 
 // SimulateLoss tells every subscription, on every channel, that messages
-// may have been lost: each one's onLoss runs after the messages queued
-// before it. It returns without waiting; call Flush to wait.
-func (b *Bus) SimulateLoss() {
+// may have been lost and delivery goes on (onLoss(true)), as a bus does
+// when its connection is restored: each one's onLoss runs after the
+// messages queued before it. It returns without waiting; call Flush to wait.
+func (b *Bus) SimulateLoss() { b.simulate(true) }
+
+// SimulateDrop tells every subscription that delivery has stopped
+// (onLoss(false)), as a bus does when its connection drops. Messages
+// published afterwards are still delivered; a test that models an outage
+// leaves them out, and ends it with SimulateLoss.
+func (b *Bus) SimulateDrop() { b.simulate(false) }
+
+func (b *Bus) simulate(restored bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, subs := range b.subs {
 		for _, s := range subs {
-			b.pushLocked(s, event{loss: true})
+			b.pushLocked(s, event{loss: true, restored: restored})
 		}
 	}
 }
@@ -125,7 +137,7 @@ func (b *Bus) doneLocked(n int) {
 // Subscribe returns. The returned function ends it: it discards what is
 // still queued, waits for a callback in progress and returns; after it,
 // neither callback runs again. Calling it more than once is harmless.
-func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func()) (unsubscribe func(), err error) {
+func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (unsubscribe func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -177,7 +189,7 @@ func (b *Bus) run(s *subscription) {
 		b.mu.Unlock()
 		if e.loss {
 			if s.onLoss != nil {
-				s.onLoss()
+				s.onLoss(e.restored)
 			}
 		} else {
 			s.onMessage(e.msg)

@@ -25,7 +25,7 @@ func (r *recorder) onMessage(msg []byte) {
 	r.got = append(r.got, string(msg))
 }
 
-func (r *recorder) onLoss() {
+func (r *recorder) onLoss(bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, "LOSS")

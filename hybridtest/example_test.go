@@ -45,7 +45,7 @@ func ExampleBus() {
 	ctx := context.Background()
 	unsubscribe, err := bus.Subscribe(ctx, "news", func(msg []byte) {
 		fmt.Printf("got %s\n", msg)
-	}, func() {
+	}, func(restored bool) {
 		fmt.Println("messages may have been lost")
 	})
 	if err != nil {

@@ -40,7 +40,7 @@ func BenchmarkPublishToReceive(b *testing.B) {
 
 	got := make(chan struct{}, 1)
 	ctx := context.Background()
-	unsub, err := sub.Subscribe(ctx, ch, func([]byte) { got <- struct{}{} }, func() {})
+	unsub, err := sub.Subscribe(ctx, ch, func([]byte) { got <- struct{}{} }, func(bool) {})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func (cs *chanState) appendActive(subs []*sub) []*sub {
 type sub struct {
 	cs        *chanState
 	onMessage func([]byte)
-	onLoss    func()
+	onLoss    func(restored bool)
 	active    bool // Subscribe returned it; under Bus.mu
 
 	mu      sync.Mutex // held while one of its callbacks runs
@@ -208,7 +208,7 @@ func (b *Bus) Publish(ctx context.Context, channel string, msg []byte) error {
 //
 // NOTE: the callbacks run on the Bus's goroutine and must not block, nor
 // call Subscribe, Close or their own unsubscribe.
-func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func()) (unsubscribe func(), err error) {
+func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (unsubscribe func(), err error) {
 	switch {
 	case channel == "":
 		return nil, errors.New("invalidate: subscribe: empty channel name")

@@ -81,7 +81,7 @@ func TestUnsubscribeStopsDelivery(t *testing.T) {
 func TestSubscribeArguments(t *testing.T) {
 	b := newBus(t, srv.Client(t), invalidate.Options{})
 	ctx := context.Background()
-	noop := func() {}
+	noop := func(bool) {}
 	if _, err := b.Subscribe(ctx, "", func([]byte) {}, noop); err == nil {
 		t.Error("Subscribe with an empty channel: got nil error, want one")
 	}
@@ -189,7 +189,7 @@ func TestSubscribeUnsubscribeChurn(t *testing.T) {
 						if string(msg) == mine {
 							got <- struct{}{}
 						}
-					}, func() {})
+					}, func(bool) {})
 					if err != nil {
 						return err
 					}

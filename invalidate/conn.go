@@ -232,7 +232,7 @@ func (b *Bus) confirm(m *redis.Subscription) error {
 	b.scratch = subs
 	b.mu.Unlock()
 	for i, s := range subs {
-		b.lose(s)
+		b.lose(s, true)
 		subs[i] = nil
 	}
 	return nil
@@ -279,7 +279,7 @@ func (b *Bus) drop(ps *redis.PubSub, cancel context.CancelFunc, err error, wasUp
 		b.disconnects.Add(1)
 	}
 	for i, s := range subs {
-		b.lose(s)
+		b.lose(s, false)
 		subs[i] = nil
 	}
 	if err == nil {

@@ -24,7 +24,7 @@ func TestSubscribeWhileRedisIsDown(t *testing.T) {
 	// The context ends first.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	_, err := b.Subscribe(ctx, "c", func([]byte) {}, func() {})
+	_, err := b.Subscribe(ctx, "c", func([]byte) {}, func(bool) {})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Subscribe with Redis down: got %v, want context.DeadlineExceeded", err)
 	}
@@ -32,7 +32,7 @@ func TestSubscribeWhileRedisIsDown(t *testing.T) {
 	// Close ends a waiting Subscribe.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := b.Subscribe(context.Background(), "c", func([]byte) {}, func() {})
+		_, err := b.Subscribe(context.Background(), "c", func([]byte) {}, func(bool) {})
 		errc <- err
 	}()
 	if err := b.Close(); err != nil {

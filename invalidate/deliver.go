@@ -31,18 +31,18 @@ func (b *Bus) deliver(s *sub, msg []byte) {
 		return
 	}
 	b.losses.Add(1)
-	b.callLoss(s)
+	b.callLoss(s, true)
 }
 
-// lose calls s.onLoss unless s was removed.
-func (b *Bus) lose(s *sub) {
+// lose calls s.onLoss(restored) unless s was removed.
+func (b *Bus) lose(s *sub, restored bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.removed {
 		return
 	}
 	b.losses.Add(1)
-	b.callLoss(s)
+	b.callLoss(s, restored)
 }
 
 func (b *Bus) callMessage(s *sub, msg []byte) (ok bool) {
@@ -55,14 +55,14 @@ func (b *Bus) callMessage(s *sub, msg []byte) (ok bool) {
 	return true
 }
 
-func (b *Bus) callLoss(s *sub) {
+func (b *Bus) callLoss(s *sub, restored bool) {
 	ok := false
 	defer func() {
 		if !ok {
 			b.recovered("onLoss", s, recover())
 		}
 	}()
-	s.onLoss()
+	s.onLoss(restored)
 	ok = true
 }
 

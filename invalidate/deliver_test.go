@@ -62,7 +62,7 @@ func TestMessageCopiesAreSeparate(t *testing.T) {
 	got := make(chan []byte, 2)
 	keep := func(msg []byte) { got <- msg }
 	for range 2 {
-		unsub, err := b.Subscribe(context.Background(), ch, keep, func() {})
+		unsub, err := b.Subscribe(context.Background(), ch, keep, func(bool) {})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestUnsubscribeWaitsForCallback(t *testing.T) {
 	unsub, err := b.Subscribe(context.Background(), ch, func(msg []byte) {
 		entered <- string(msg)
 		<-release
-	}, func() {})
+	}, func(bool) {})
 	if err != nil {
 		t.Fatal(err)
 	}

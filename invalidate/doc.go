@@ -35,13 +35,14 @@
 // go-redis quietly reconnects and re-subscribes a pub/sub connection, and
 // pub/sub has no replay, so the Bus owns the connection's life instead. On any
 // receive error, or when the connection stops answering (see
-// [Options.HealthInterval]), it calls every subscriber's onLoss, closes the
-// connection, waits (exponential backoff with jitter, from
-// [Options.ReconnectMin] up to [Options.ReconnectMax]), opens a new
-// connection and subscribes to every current channel. When Redis confirms a
-// channel, the subscribers on it get onLoss a second time: messages may have
-// been published while the Bus was away, and whatever a subscriber filled
-// between the two calls cannot be trusted. From then on delivery resumes.
+// [Options.HealthInterval]), it calls every subscriber's onLoss(false)
+// (delivery has stopped), closes the connection, waits (exponential backoff
+// with jitter, from [Options.ReconnectMin] up to [Options.ReconnectMax]),
+// opens a new connection and subscribes to every current channel. When Redis
+// confirms a channel, the subscribers on it get onLoss(true): messages may
+// have been published while the Bus was away, and from then on delivery
+// resumes. A panic in onMessage is reported as onLoss(true) too: that
+// subscriber missed a message, and delivery goes on.
 // Each outage brings each subscriber exactly these two calls, however many
 // attempts it takes to reconnect. The Bus retries forever, until Close; it
 // logs the outage rate-limited. A Subscribe made while the connection is

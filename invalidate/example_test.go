@@ -27,7 +27,7 @@ func ExampleBus() {
 	got := make(chan string, 1)
 	unsubscribe, err := bus.Subscribe(ctx, "cache:users",
 		func(msg []byte) { got <- string(msg) }, // drop or swap the L1 entry
-		func() {},                               // messages may be lost: flush L1
+		func(restored bool) {},                  // messages may be lost: reconcile L1
 	)
 	if err != nil {
 		panic(err)

@@ -76,7 +76,7 @@ func (r *recorder) onMessage(msg []byte) {
 	}
 }
 
-func (r *recorder) onLoss() {
+func (r *recorder) onLoss(bool) {
 	r.losses.Add(1)
 	select {
 	case r.loss <- struct{}{}:

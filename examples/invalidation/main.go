@@ -593,7 +593,7 @@ func runInstance() error {
 		case bell <- struct{}{}:
 		default:
 		}
-	}, func() {})
+	}, func(bool) {})
 	if err != nil {
 		return err
 	}
