@@ -29,8 +29,9 @@ func loadRecord(_ context.Context, key string) (Record, error) {
 }
 
 // newRedisBenchCache returns a cache on the package's Redis whose shared
-// tier holds n records, keys "0" .. n-1.
-func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
+// tier holds n records, keys "0" .. n-1. localTTL is Options.LocalTTL (0:
+// the default).
+func newRedisBenchCache(b *testing.B, n int, localTTL time.Duration) *hybrid.Cache[Record] {
 	b.Helper()
 	rdb := srv.Client(b)
 	c, err := hybrid.New[Record](hybrid.Options{
@@ -38,6 +39,7 @@ func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
 		Remote:    l2.New(rdb, l2.Options{}),
 		Codec:     codec.Msgpack{},
 		TTL:       time.Hour,
+		LocalTTL:  localTTL,
 		Logger:    quiet,
 	})
 	if err != nil {
@@ -60,7 +62,7 @@ func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
 // BenchmarkRedis_GetDecode, the same GET and decode done by hand.
 func BenchmarkGetOrCreate_L2Hit(b *testing.B) {
 	const n = 1000
-	c := newRedisBenchCache(b, n)
+	c := newRedisBenchCache(b, n, 0)
 	ctx := context.Background()
 	keys := make([]string, n)
 	for i := range keys {
@@ -134,7 +136,7 @@ func storeRawRecords(b *testing.B, n int) []string {
 // BenchmarkGetOrCreate_FullMiss is a key in neither tier: GET (miss), load,
 // SET NX, L1 store.
 func BenchmarkGetOrCreate_FullMiss(b *testing.B) {
-	c := newRedisBenchCache(b, 0)
+	c := newRedisBenchCache(b, 0, 0)
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -159,7 +161,7 @@ func BenchmarkGetOrCreate_L2HitParallel(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			const n = 1000
-			c := newRedisBenchCache(b, n)
+			c := newRedisBenchCache(b, n, 0)
 			ctx := context.Background()
 			if cancelable {
 				var cancel context.CancelFunc
