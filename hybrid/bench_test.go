@@ -231,16 +231,28 @@ func loadRecord(_ context.Context, key string) (Record, error) {
 	return Record{ID: id, Name: "Ada Lovelace", Email: "ada@example.com", Score: 97.5}, nil
 }
 
-// newRedisBenchCache returns a cache on the package's Redis whose shared
-// tier holds n records, keys "0" .. n-1.
-func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
+// benchClient returns a client of the package's Redis with the options the
+// README recommends for a cache, closed when b ends.
+func benchClient(b *testing.B) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, DialTimeout: 250 * time.Millisecond, DialerRetries: 1, MaxRetries: 1})
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// newRedisBenchCache returns a cache on rdb (nil: benchClient) whose shared
+// tier holds n records, keys "0" .. n-1. localTTL is Options.LocalTTL (0:
+// the default).
+func newRedisBenchCache(b *testing.B, rdb *redis.Client, n int, localTTL time.Duration) *hybrid.Cache[Record] {
 	b.Helper()
-	rdb := srv.Client(b)
+	if rdb == nil {
+		rdb = benchClient(b)
+	}
 	c, err := hybrid.New[Record](hybrid.Options{
 		Namespace: redistest.Prefix(b),
 		Remote:    l2.New(rdb, l2.Options{}),
 		Codec:     codec.Msgpack{},
 		TTL:       time.Hour,
+		LocalTTL:  localTTL,
 		Logger:    quiet,
 	})
 	if err != nil {
@@ -263,7 +275,7 @@ func newRedisBenchCache(b *testing.B, n int) *hybrid.Cache[Record] {
 // BenchmarkRedis_GetDecode, the same GET and decode done by hand.
 func BenchmarkGetOrCreate_L2Hit(b *testing.B) {
 	const n = 1000
-	c := newRedisBenchCache(b, n)
+	c := newRedisBenchCache(b, nil, n, 0)
 	ctx := context.Background()
 	keys := make([]string, n)
 	for i := range keys {
@@ -337,7 +349,7 @@ func storeRawRecords(b *testing.B, n int) []string {
 // BenchmarkGetOrCreate_FullMiss is a key in neither tier: GET (miss), load,
 // SET NX, L1 store.
 func BenchmarkGetOrCreate_FullMiss(b *testing.B) {
-	c := newRedisBenchCache(b, 0)
+	c := newRedisBenchCache(b, nil, 0, 0)
 	ctx := context.Background()
 	b.ReportAllocs()
 	i := 0
@@ -362,7 +374,7 @@ func BenchmarkGetOrCreate_L2HitParallel(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			const n = 1000
-			c := newRedisBenchCache(b, n)
+			c := newRedisBenchCache(b, nil, n, 0)
 			ctx := context.Background()
 			if cancelable {
 				var cancel context.CancelFunc

@@ -74,22 +74,46 @@ func median(d []time.Duration) time.Duration {
 // ctx is context.Background, so the cache reads Redis on the caller's
 // goroutine.
 func BenchmarkPaired_L2Hit(b *testing.B) {
-	pairedL2Hit(b, context.Background())
+	pairedL2Hit(b, context.Background(), benchClient(b))
 }
 
 // BenchmarkPaired_L2HitCancelable is BenchmarkPaired_L2Hit with a ctx that
-// can end, as a request's: the cache hands the read to a worker goroutine
-// so that the caller can leave when its ctx ends.
+// can end, as a request's. On a client with ContextTimeoutEnabled the store
+// bounds its reads, so the leader reads Redis itself.
 func BenchmarkPaired_L2HitCancelable(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pairedL2Hit(b, ctx)
+	pairedL2Hit(b, ctx, benchClient(b))
 }
 
-func pairedL2Hit(b *testing.B, ctx context.Context) {
+// BenchmarkPaired_L2HitCancelableHandoff is BenchmarkPaired_L2HitCancelable
+// on go-redis's default client, whose reads the store cannot bound: the
+// cache hands the read to a worker goroutine so that the caller can leave
+// when its ctx ends.
+func BenchmarkPaired_L2HitCancelableHandoff(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pairedL2Hit(b, ctx, srv.Client(b))
+}
+
+// BenchmarkPaired_L2HitExpired is BenchmarkPaired_L2Hit with the L1 entry
+// gone by its lifetime rather than deleted, the usual L1 miss: the read
+// finds the expired entry, which otter still holds.
+func BenchmarkPaired_L2HitExpired(b *testing.B) {
+	pairedL2HitExpired(b, context.Background(), benchClient(b))
+}
+
+// BenchmarkPaired_L2HitExpiredCancelable is BenchmarkPaired_L2HitExpired
+// with a ctx that can end (see BenchmarkPaired_L2HitCancelable).
+func BenchmarkPaired_L2HitExpiredCancelable(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pairedL2HitExpired(b, ctx, benchClient(b))
+}
+
+func pairedL2Hit(b *testing.B, ctx context.Context, rdb *redis.Client) {
 	const n = 1000
-	c := newRedisBenchCache(b, n)
-	rdb := srv.Client(b)
+	c := newRedisBenchCache(b, rdb, n, 0)
 	rawKeys := storeRawRecords(b, n)
 	keys := make([]string, n)
 	for i := range keys {
@@ -114,6 +138,45 @@ func pairedL2Hit(b *testing.B, ctx context.Context) {
 	})
 	if s := c.Stats(); s.Loads != 0 {
 		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Loads)
+	}
+}
+
+func pairedL2HitExpired(b *testing.B, ctx context.Context, rdb *redis.Client) {
+	// Otter removes an expired entry when its timer wheel reaches it, about
+	// once a second; a read in between finds it. Few keys, so that a key is
+	// read again soon after it expires, and a lifetime of 1ms, which the L1
+	// clock (read every 10ms) passes by the time the key comes round again.
+	const n = 200
+	const ttl = time.Millisecond
+	c := newRedisBenchCache(b, rdb, n, ttl)
+	rawKeys := storeRawRecords(b, n)
+	keys := make([]string, n)
+	stored := make([]int64, n) // the L1 clock after key i was last stored
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+		stored[i] = c.LocalNow()
+	}
+	b.ReportAllocs()
+	// Before each pair, untimed, wait until L1's clock has passed the
+	// lifetime of the entry the pair will read.
+	paired(b, func(i int) {
+		if i > 0 {
+			stored[(i-1)%n] = c.LocalNow()
+		}
+		for c.LocalNow() < stored[i%n]+int64(ttl) {
+			time.Sleep(time.Millisecond)
+		}
+	}, func(i int) {
+		if _, err := c.GetOrCreate(ctx, keys[i%n], loadRecord); err != nil {
+			b.Fatal(err)
+		}
+	}, func(i int) {
+		if err := getRawRecord(rdb, rawKeys[i%n]); err != nil {
+			b.Fatal(err)
+		}
+	})
+	if s := c.Stats(); s.Loads != 0 || s.L1Hits != 0 {
+		b.Fatalf("%d loads, %d L1 hits: the benchmark measured other than L2 hits after expiry", s.Loads, s.L1Hits)
 	}
 }
 

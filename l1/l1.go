@@ -24,13 +24,17 @@ type Options struct {
 	// It must be positive.
 	MaxWeight uint64
 	// Resolution is how often the cache reads the time: an entry may live
-	// up to this much past its lifetime. Default: 10 milliseconds.
+	// up to this much past its lifetime. It also bounds how long upkeep
+	// that reads ask for waits for a write to run it. Default: 10
+	// milliseconds.
 	Resolution time.Duration
 	// OnEvict, if set, is called after an entry leaves the cache because of
 	// its size bound or its expiry (not when it is deleted or replaced).
 	// It runs on the goroutine of a write (the upkeep that follows a Set,
-	// Replace or Delete runs there) or on one of the cache's own, and must
-	// not call the cache.
+	// Replace or Delete runs there, and so does the upkeep that reads asked
+	// for since the last write) or, if no write comes within Resolution, on
+	// one of the cache's own; after Close, on the goroutine of any call. It
+	// must not call the cache.
 	OnEvict func(key string, expired bool)
 }
 
@@ -90,6 +94,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		o.Resolution = 10 * time.Millisecond
 	}
 	c := &Cache[V]{clock: otter.NewCoarseClock(o.Resolution)}
+	c.tasks.init(o.Resolution)
 	oo := &otter.Options[string, cell[V]]{
 		MaximumWeight: o.MaxWeight,
 		Weigher: func(_ string, s cell[V]) uint32 {
@@ -241,9 +246,11 @@ func (c *Cache[V]) Stats() Stats {
 	return Stats{Hits: c.hits.load(), Misses: c.misses.load(), Evictions: c.evictions.Load()}
 }
 
-// Close stops the cache's background goroutines. The cache still answers
-// afterwards, reading the precise time on every call.
+// Close stops the cache's background goroutines and runs the upkeep still
+// queued. The cache still answers afterwards, reading the precise time on
+// every call and running its upkeep on the goroutine of the call.
 func (c *Cache[V]) Close() {
 	c.c.StopAllGoroutines()
+	c.tasks.close()
 	c.clock.Stop()
 }

@@ -1,9 +1,12 @@
 package l1_test
 
 import (
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hybridcache/hybridcache/l1"
@@ -231,6 +234,64 @@ func TestUpkeepWithoutWrites(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestExpiredReadStartsNoGoroutine: the upkeep that a read of an expired
+// entry asks for waits for the write that follows it (the fill), and runs
+// there: the read starts no goroutine.
+func TestExpiredReadStartsNoGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond})
+		const n = 10
+		for i := range n {
+			c.Set(strconv.Itoa(i), "v", 10, time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
+		synctest.Wait()
+		runtime.GC() // so that no GC worker starts in what is counted
+		before := goroutinesCreated()
+		for i := range n {
+			k := strconv.Itoa(i)
+			if _, ok := c.Get(k); ok {
+				t.Fatalf("%s: served 5ms into a 1ms lifetime", k)
+			}
+			c.Set(k, "v", 10, time.Hour)
+		}
+		if got := goroutinesCreated() - before; got != 0 {
+			t.Errorf("%d reads of expired entries, each followed by a write: %d goroutines started, want 0", n, got)
+		}
+	})
+}
+
+// TestExpiredReadNoticeWithoutWrite: when no write follows the read of an
+// expired entry, the entry's expiry notice still comes, from otter's
+// periodic clean-up (which removes it within about two seconds) by way of
+// the queue that no write runs.
+func TestExpiredReadNoticeWithoutWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var expired []string // appended to by OnEvict, read after synctest.Wait
+		c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond, OnEvict: func(key string, exp bool) {
+			if exp {
+				expired = append(expired, key)
+			}
+		}})
+		c.Set("k", "v", 10, time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
+		if _, ok := c.Get("k"); ok {
+			t.Fatal("served 5ms into a 1ms lifetime")
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if len(expired) != 1 || expired[0] != "k" {
+			t.Errorf("5s after the read, with no write: expiry notices for %q, want [k]", expired)
+		}
+	})
+}
+
+func goroutinesCreated() uint64 {
+	s := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 // TestBatch: writes in a batch are stored as SetIf stores them, and by the

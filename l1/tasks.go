@@ -1,66 +1,107 @@
 package l1
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// tasks is otter's executor. Otter hands its executor the upkeep that
-// follows a write (draining its buffers, evicting, expiring) and the
-// OnDeletion notices of deletes and replacements; its default executor
-// starts a goroutine for each. On a write that is most of the cost: the
-// new goroutine wakes a second thread, which on a machine of few cores
-// takes the core that the Redis round trip of the next fill needs. Measured
-// on 2 cores (hybrid's BenchmarkPaired_L2Hit, the read made on the caller's
-// goroutine), an L1 miss served by Redis cost 1.5 times a raw GET and
-// decode with a goroutine per write, and 1.15 times with the upkeep run in
-// place; this package's BenchmarkSet went from about 1.2 us to 0.65 us.
-//
-// So a task that arrives while a write of this Cache is under way is
-// queued, and the writer runs it when its otter call returns: the upkeep of
-// one write is a few hundred nanoseconds of work on the goroutine that
-// caused it. A task that arrives when no write is under way (the drain
-// that a full read buffer asks for) still gets a goroutine: running it in
-// place would put that work on a reader, and L1 hits would cost several
-// times more.
+// tasks is otter's executor: otter hands it the upkeep that follows a
+// write or that a read asks for (draining its buffers, evicting, expiring)
+// and the OnDeletion notices. Otter's default starts a goroutine for each,
+// which wakes a second thread that, on few cores, takes the core the next
+// fill's Redis round trip needs; running upkeep on a reader would make L1
+// hits dearer. So every task is queued, and the next write of this Cache
+// runs the queue when its otter call returns. A task that arrives with no
+// write under way mostly comes from a read that filled otter's read buffer
+// or found an expired entry (otter asks for upkeep on every such read),
+// whose fill is then the next write. So that no task waits for a write
+// that never comes, a timer also runs the queue within bound. It is armed
+// at most once per bound, and writers leave it to fire (at worst one
+// goroutine per bound) rather than pay to stop it.
 type tasks struct {
 	// writing counts the writes under way.
 	writing atomic.Int32
 	// queued is len(queue), readable without the lock.
 	queued atomic.Int32
-	mu     sync.Mutex
-	queue  []func()
-	spare  []func()
+	bound  time.Duration
+	timer  *time.Timer
+	// fires counts the timer's runs to come: each arming adds one, each
+	// run, or a stop that cancels one, takes it away.
+	fires sync.WaitGroup
+
+	mu    sync.Mutex
+	queue []func()
+	spare []func()
+	// armed: the timer will run the queue. closed: tasks run in place.
+	armed, closed bool
+}
+
+func (t *tasks) init(bound time.Duration) {
+	t.bound = bound
+	t.timer = time.AfterFunc(math.MaxInt64, t.flush)
+	t.timer.Stop()
 }
 
 // submit is the executor given to otter.
 func (t *tasks) submit(fn func()) {
-	if t.writing.Load() == 0 {
-		go fn()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		fn()
 		return
 	}
-	t.mu.Lock()
 	t.queue = append(t.queue, fn)
 	t.queued.Store(int32(len(t.queue)))
-	t.mu.Unlock()
 	// A writer that is still under way when its count is read here will
-	// run the queue after it ends (see done); if none is, nobody would run
-	// fn in time.
-	if t.writing.Load() == 0 {
-		go t.run()
+	// run the queue after it ends (see done); if none is, the timer will.
+	if t.writing.Load() == 0 && !t.armed {
+		t.armed = true
+		t.fires.Add(1)
+		t.timer.Reset(t.bound)
 	}
+	t.mu.Unlock()
 }
 
-// begin marks a write as under way; done ends it and runs what it queued.
+// begin marks a write as under way; done ends it and runs the queue.
 func (t *tasks) begin() { t.writing.Add(1) }
 
 // done runs the queue while the write still counts as under way, so that
 // what the tasks submit in turn (otter's notices of the entries its upkeep
-// evicted) is queued and run here too rather than given a goroutine each;
-// then once more after the count drops, for a task queued in between.
+// evicted) is queued and run here too; then once more after the count
+// drops, for a task queued in between.
 func (t *tasks) done() {
 	t.run()
 	t.writing.Add(-1)
+	t.run()
+}
+
+// flush is the timer's: it runs the queue as a write would.
+func (t *tasks) flush() {
+	defer t.fires.Done()
+	t.mu.Lock()
+	t.armed = false
+	t.mu.Unlock()
+	t.begin()
+	t.done()
+}
+
+// close runs what is queued, waits for a run of the timer under way, and
+// makes later tasks run in place.
+func (t *tasks) close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	if t.armed && t.timer.Stop() {
+		t.armed = false
+		t.fires.Done()
+	}
+	t.mu.Unlock()
+	t.fires.Wait()
 	t.run()
 }
 
