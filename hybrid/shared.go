@@ -56,6 +56,29 @@ type Announcer interface {
 	SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error
 }
 
+// Journal is an Announcer that also keeps a capped log of the writes it
+// announces (for Redis: a stream appended to by the same script), so that an
+// instance whose bus connection dropped can read the messages it missed
+// instead of flushing L1. Positions are opaque strings that compare as Redis
+// stream ids do ("<ms>-<seq>").
+type Journal interface {
+	Announcer
+	// SetPublishAndLog is SetAndPublish that, in the same atomic step, also
+	// appends entry to the log named log (trimmed to about maxLen entries)
+	// and publishes, instead of msg, message.Positioned(pos, msg): the new
+	// entry's position, then msg.
+	SetPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, log string, entry []byte, maxLen int) error
+	// OpenLog returns the position of log's newest entry, creating the log
+	// if it is missing. An error wrapping errors.ErrUnsupported says this
+	// Remote keeps no log (such as l2.Store on Redis Cluster).
+	OpenLog(ctx context.Context, log string) (pos string, err error)
+	// ReadLog returns up to max entries of log after the position after,
+	// oldest first, and their positions. complete is false when the log
+	// cannot show every entry after after: it is missing, entries after
+	// after were trimmed, or after is newer than its newest entry.
+	ReadLog(ctx context.Context, log, after string, max int) (entries [][]byte, positions []string, complete bool, err error)
+}
+
 // BoundedReader is a Remote that bounds how long a read (Get, GetMany) can
 // block, whatever the ctx it is given: ReadBound returns that bound, or 0
 // when there is none (for *l2.Store: its ReadTimeout when the client applies
