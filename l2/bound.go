@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,17 +63,82 @@ func deadlinesReachSocket(rdb redis.UniversalClient) bool {
 	return false
 }
 
-// withTimeout bounds ctx by d (0: no bound) unless ctx ends sooner. The
-// caller always defers cancel.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d == 0 {
-		return ctx, func() {}
-	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
+// timeout is one of the Store's bounds on a call: d (0: none). Calls that
+// start within one tick share one deadline (a batch: one channel and one
+// timer), so that a call pays no timer and no context of its own; a call's
+// deadline is at most d after it starts, and at least d minus a tick.
+type timeout struct {
+	d   time.Duration
+	cur atomic.Pointer[batch]
+	mu  sync.Mutex // serialises making the next batch
 }
+
+// batch is the deadline shared by the calls that start in one tick.
+type batch struct {
+	deadline time.Time
+	joinBy   int64         // UnixNano: later calls start the next batch
+	done     chan struct{} // closed at deadline
+}
+
+// tick is how long calls may join one batch.
+const tick = 5 * time.Millisecond
+
+func newTimeout(d time.Duration) *timeout { return &timeout{d: d} }
+
+// batch returns the batch a call starting at now joins.
+func (t *timeout) batch(now time.Time) *batch {
+	if b := t.cur.Load(); b != nil && now.UnixNano() < b.joinBy {
+		return b
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if b := t.cur.Load(); b != nil && now.UnixNano() < b.joinBy {
+		return b
+	}
+	b := &batch{deadline: now.Add(t.d), joinBy: now.Add(tick).UnixNano(), done: make(chan struct{})}
+	time.AfterFunc(t.d, func() { close(b.done) })
+	t.cur.Store(b)
+	return b
+}
+
+// bounded is a caller's ctx with a batch's deadline, sooner than its own.
+//
+// NOTE: its Done channel closes at that deadline only: go-redis, which
+// waits on Done for a pooled connection, a dial or a retry, sees the
+// caller's ctx cancelled at the call's start (see withTimeout) and
+// otherwise by the deadline at the latest.
+type bounded struct {
+	context.Context
+	b *batch
+}
+
+func (c bounded) Deadline() (time.Time, bool) { return c.b.deadline, true }
+func (c bounded) Done() <-chan struct{}       { return c.b.done }
+
+func (c bounded) Err() error {
+	select {
+	case <-c.b.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// withTimeout bounds ctx by t unless ctx ends sooner (a ctx already done
+// is returned as it is). The caller defers cancel, which is a no-op: the
+// deadline's timer is shared.
+func withTimeout(ctx context.Context, t *timeout) (context.Context, context.CancelFunc) {
+	if t.d == 0 || ctx.Err() != nil {
+		return ctx, noCancel
+	}
+	now := time.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now) <= t.d {
+		return ctx, noCancel
+	}
+	return bounded{ctx, t.batch(now)}, noCancel
+}
+
+func noCancel() {}
 
 // withCause adds the reason ctx ended to err. go-redis reports a deadline
 // that cut a read short as a network timeout; with the cause added,

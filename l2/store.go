@@ -83,8 +83,8 @@ const (
 type Store struct {
 	rdb       redis.UniversalClient
 	prefix    string
-	read      time.Duration // bound of a read; 0: none
-	write     time.Duration // bound of a write; 0: none
+	read      *timeout      // bound of a read
+	write     *timeout      // bound of a write
 	readBound time.Duration // what ReadBound reports
 	topo      topology
 }
@@ -100,12 +100,12 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	s := &Store{
 		rdb:    rdb,
 		prefix: o.Prefix,
-		read:   bound(o.ReadTimeout, defaultReadTimeout),
-		write:  bound(o.WriteTimeout, defaultWriteTimeout),
+		read:   newTimeout(bound(o.ReadTimeout, defaultReadTimeout)),
+		write:  newTimeout(bound(o.WriteTimeout, defaultWriteTimeout)),
 		topo:   topologyOf(rdb),
 	}
 	if deadlinesReachSocket(rdb) {
-		s.readBound = s.read
+		s.readBound = s.read.d
 	}
 	return s
 }
