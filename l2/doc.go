@@ -77,7 +77,10 @@
 //
 // Options.ReadTimeout (default 250 ms) bounds each read and
 // Options.WriteTimeout (default 1 s) each write, as a deadline on ctx
-// unless ctx ends sooner. go-redis honours a ctx deadline, whatever its
+// unless ctx ends sooner. Calls that start within 5 ms share one deadline,
+// so a call costs no timer of its own (its deadline may come up to 5 ms
+// early); a ctx cancelled during a call is seen by go-redis when the call
+// starts and, after that, at the deadline at the latest. go-redis honours a ctx deadline, whatever its
 // MaxRetries, in all that a call waits for before it has a connection: a
 // free pooled connection, a new connection being dialled, and the back-off
 // between retries. So a call to a dead address ends by its bound; with
