@@ -143,7 +143,7 @@ func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, mi
 		}
 		// An expired entry kept for fail-safe is a miss here: batches load it
 		// anew and do not fall back on it.
-		if it, ok := c.local.Get(key); ok && c.live(it) {
+		if it, ok := c.local.Get(key); ok && c.live(it) && (!c.held(it) || c.heldServable()) {
 			if !it.absent {
 				if out == nil {
 					out = make(map[string]V, len(keys))

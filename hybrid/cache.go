@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"fmt"
 	"sync"
@@ -22,6 +23,7 @@ import (
 type item[V any] struct {
 	v      V
 	absent bool
+	gen    uint32 // the bus loss it was stored after (see lossState)
 	t      *timing
 }
 
@@ -66,6 +68,7 @@ type Cache[V any] struct {
 	origin message.Origin
 
 	flights flight.Group[V]
+	loss    lossState
 	vers    *versions
 	echo    *echoes
 	tags    tagState
@@ -124,6 +127,14 @@ func New[V any](o Options) (*Cache[V], error) {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
 	c.stop, c.cancel = context.WithCancel(context.Background())
+	if c.journal != nil && (o.StrictLoss || o.ReplayLogLen < 0) {
+		c.journal = nil
+	}
+	if c.journal != nil {
+		if _, err := c.openLog(); errors.Is(err, errors.ErrUnsupported) {
+			c.journal = nil
+		}
+	}
 	if c.bus != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -133,6 +144,10 @@ func New[V any](o Options) (*Cache[V], error) {
 			c.local.Close()
 			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
 		}
+	}
+	if c.journal != nil {
+		pos, _ := c.openLog()
+		c.loss.advance(pos)
 	}
 	return c, nil
 }

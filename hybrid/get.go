@@ -34,6 +34,11 @@ import (
 // return ErrNotFound without calling load.
 func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+		if c.held(it) {
+			if it, ok = c.checkHeld(ctx, key, it); !ok {
+				return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+			}
+		}
 		if it.t != nil && c.local.Now() >= it.t.due {
 			return c.out(c.getOrCreateDue(ctx, key, it, load, opts))
 		}
@@ -143,6 +148,11 @@ func (c *Cache[V]) readShared(ctx context.Context, key string, call *flight.Call
 // misses (see Stats) and are not returned.
 func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
+		if c.held(it) {
+			if it, ok = c.checkHeld(ctx, key, it); !ok {
+				return v, false, ctx.Err()
+			}
+		}
 		if c.copy != nil && !it.absent {
 			v, err = c.copy(it.v)
 			return v, err == nil, err

@@ -46,13 +46,27 @@ func (c *Cache[V]) onMessage(b []byte) {
 		c.log.log(logBus, "hybrid: invalidation message ignored", "namespace", c.o.Namespace, "err", err)
 		return
 	}
+	if !c.admit(m) {
+		return
+	}
+	// Counted once applied, so a count seen means L1 reflects the message.
+	defer c.invalidated(m.Op.String(), m.Keys)
+	c.apply(m)
+	c.loss.advance(m.Position)
+}
+
+// admit reports whether m, decoded, is to be applied: not one of our own
+// messages (only noted), and with a Secret set, an unsigned message only if
+// it does no more than drop the keys it names. A position is trusted only
+// from a message that is applied or our own.
+func (c *Cache[V]) admit(m message.Message) bool {
 	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		// Unsigned, a message may at most drop the keys it names: a clear or
 		// a tag delete is ignored, and so is one that claims to be ours.
 		c.n.unauthentic.Add(1)
 		if !keysOnly || m.Origin == c.origin {
-			return
+			return false
 		}
 	}
 	if m.Origin == c.origin {
@@ -60,10 +74,14 @@ func (c *Cache[V]) onMessage(b []byte) {
 		if keysOnly && c.ann != nil {
 			c.echo.back(m.Keys[0]) // a tag's message names no key we wrote
 		}
-		return
+		c.loss.advance(m.Position)
+		return false
 	}
-	// Counted once applied, so a count seen means L1 reflects the message.
-	defer c.invalidated(m.Op.String(), m.Keys)
+	return true
+}
+
+// apply applies another instance's change to L1.
+func (c *Cache[V]) apply(m message.Message) {
 	switch m.Op {
 	case message.OpTag:
 		c.onTagMessage(m)
@@ -121,16 +139,4 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 		c.local.Delete(key)
 	}
 	return true
-}
-
-// onLoss runs when invalidations may have been lost: nothing in L1 can be
-// trusted any more.
-func (c *Cache[V]) onLoss(bool) {
-	c.tags.clear()
-	c.vers.bumpAll()
-	c.flights.ForgetAll()
-	c.local.Clear()
-	// Counted once applied, as messages are: a loss seen in Stats means L1
-	// has been flushed for it.
-	c.n.busLosses.Add(1)
 }

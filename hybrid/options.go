@@ -118,6 +118,28 @@ type Options struct {
 	// the new value like Set. Default: 0, off.
 	EagerRefresh float64
 
+	// LossGrace is how long, after the bus lost its connection, entries
+	// stored in L1 before the loss are served as they are. Past it, such an
+	// entry is read again from the shared tier, and served as it is only
+	// while the shared tier cannot be reached. When the bus is back, the
+	// messages missed meanwhile are replayed from the shared tier's log
+	// (with a Remote that is a Journal, as l2.Store on one Redis server is)
+	// and L1 is kept; without a log, or when it cannot cover the gap, L1 is
+	// flushed. Default: 1 second.
+	LossGrace time.Duration
+
+	// StrictLoss flushes L1 whenever the bus loses its connection and again
+	// when it is back, so that nothing filled before a loss is ever served
+	// after it: more misses, and more loads if Redis is down too.
+	// Default: false.
+	StrictLoss bool
+
+	// ReplayLogLen is about how many announced writes the shared tier's log
+	// keeps for replay after a bus loss (each write appends one entry).
+	// Default: 10,000. Negative: no log (a loss flushes L1 once the bus is
+	// back).
+	ReplayLogLen int
+
 	// BreakerThreshold is how many shared-tier failures in a row open the
 	// circuit breaker. While open, reads skip the shared tier (L1 and load
 	// answer), background writes are skipped, and Set and Delete return
@@ -168,7 +190,7 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
@@ -184,6 +206,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.BreakerThreshold < 0 {
 		return o, fmt.Errorf("hybrid: Options.BreakerThreshold is negative (%d)", o.BreakerThreshold)
+	}
+	if o.LossGrace == 0 {
+		o.LossGrace = time.Second
+	}
+	if o.ReplayLogLen == 0 {
+		o.ReplayLogLen = 10_000
 	}
 	if o.BreakerOpenFor == 0 {
 		o.BreakerOpenFor = 5 * time.Second

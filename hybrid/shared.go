@@ -96,6 +96,7 @@ type shared struct {
 	batch     BatchRemote      // nil: one call per key
 	cas       CompareAndSetter // nil: replacing writes are plain Sets
 	ann       Announcer        // nil: write, then publish on the Bus (also nil without a Bus)
+	journal   Journal          // nil: no log to replay missed messages from
 	readBound time.Duration    // 0: reads are not known to end in time
 }
 
@@ -105,6 +106,7 @@ func resolveShared(r Remote, withBus bool) shared {
 	s.cas, _ = r.(CompareAndSetter)
 	if withBus {
 		s.ann, _ = r.(Announcer)
+		s.journal, _ = r.(Journal)
 	}
 	if b, ok := r.(BoundedReader); ok {
 		s.readBound = max(b.ReadBound(), 0)
@@ -206,6 +208,7 @@ const (
 	readCorrupt                  // bytes that do not decode
 	readDeleted                  // a tombstone left by a delete
 	readCut                      // the caller's ctx ended first: nothing known, nothing failed
+	readDown                     // the shared tier failed, or the breaker kept the call away
 )
 
 // readRemote reads key from the shared tier and, on a hit, stores it in L1
@@ -228,7 +231,7 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *pol
 		return it, readCut, nil
 	case err != nil:
 		c.readFailed(err)
-		return it, readMiss, nil
+		return it, readDown, nil
 	case !ok:
 		c.n.l2Misses.Add(1)
 		return it, readMiss, nil
@@ -237,8 +240,11 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *pol
 	return it, st, b
 }
 
-// readFailed logs a failed read, which the caller answers from L1 and load.
+// readFailed notes a failed read, which the caller answers from L1 and
+// load: logged, and the shared tier taken as unreachable for entries held
+// through a bus loss (see checkHeld).
 func (c *Cache[V]) readFailed(err error) {
+	c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
 	if failed(err) {
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 	}
@@ -436,9 +442,17 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b
 	switch {
 	case c.ann != nil:
 		msg := message.Encode(m, c.o.Secret)
+		var entry []byte // the message as the log keeps it: without a value
+		if c.journal != nil {
+			m.Value = nil
+			entry = message.Encode(m, c.o.Secret)
+		}
 		if err := c.call(ctx, op, name, func(ctx context.Context) error {
 			if own {
 				c.echo.sent(name)
+			}
+			if entry != nil {
+				return c.journal.SetPublishAndLog(ctx, rkey, b, life, c.o.Channel, msg, c.logKey(), entry, c.o.ReplayLogLen)
 			}
 			return c.ann.SetAndPublish(ctx, rkey, b, life, c.o.Channel, msg)
 		}); err != nil {

@@ -41,6 +41,11 @@ type Stats struct {
 	StaleServed  uint64 // stale values served by fail-safe or after a soft timeout
 	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
 	Refreshes    uint64 // eager refreshes started
+
+	Replays       uint64 // bus losses caught up on by reading the log of missed messages
+	Replayed      uint64 // messages applied from that log
+	ReplayFlushes uint64 // losses the log could not cover: L1 flushed instead
+	HeldServed    uint64 // entries from before a bus loss served because the shared tier could not be reached
 }
 
 type counters struct {
@@ -53,6 +58,7 @@ type counters struct {
 	// pastLife counts L1 lookups that found an entry past its lifetime,
 	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
 	pastLife atomic.Uint64
+	replays, replayed, replayFlushes, heldServed                                         atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -90,6 +96,10 @@ func (c *Cache[V]) Stats() Stats {
 		StaleServed:    c.n.staleServed.Load(),
 		SoftTimeouts:   c.n.softTimeouts.Load(),
 		Refreshes:      c.n.refreshes.Load(),
+		Replays:        c.n.replays.Load(),
+		Replayed:       c.n.replayed.Load(),
+		ReplayFlushes:  c.n.replayFlushes.Load(),
+		HeldServed:     c.n.heldServed.Load(),
 		Namespace:      c.o.Namespace,
 	}
 }

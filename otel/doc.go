@@ -33,6 +33,9 @@
 //	invalidations.unauthentic counter  {message}
 //	invalidations.swapped     counter  {entry}
 //	bus.losses                counter  {loss}
+//	bus.replays               counter  {replay}   result: replayed, flushed
+//	bus.replayed              counter  {message}
+//	held.served               counter  {value}
 //
 // Each is the Stats field of the same meaning; see hybrid.Stats. A miss in
 // L1 that a fill answers from L2 counts as an l1 miss and an l2 hit, so

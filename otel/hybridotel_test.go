@@ -227,6 +227,10 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"invalidations.unauthentic", "", 0, 0},
 		{"invalidations.swapped", "", 0, 0},
 		{"bus.losses", "", 0, 0},
+		{"bus.replays", "result=replayed", 0, 0},
+		{"bus.replays", "result=flushed", 0, 0},
+		{"bus.replayed", "", 0, 0},
+		{"held.served", "", 0, 0},
 	} {
 		want[point(w.name, "catalog", w.attr)] = w.catalog
 		want[point(w.name, "users", w.attr)] = w.users

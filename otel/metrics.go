@@ -182,7 +182,15 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.Unauthentic })},
 		{name: "invalidations.swapped", unit: "{entry}", desc: "L1 entries replaced by a value carried in a message.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Swapped })},
-		{name: "bus.losses", unit: "{loss}", desc: "Times the bus reported possible message loss (L1 flushed).",
+		{name: "bus.losses", unit: "{loss}", desc: "Times the bus reported possible message loss (a drop or a restore).",
 			series: only(func(s *hybrid.Stats) uint64 { return s.BusLosses })},
+		{name: "bus.replays", unit: "{replay}", desc: "Bus losses ended by replaying the missed messages from the shared tier's log, or by flushing L1 when the log could not cover them.", series: []series{
+			by(keyResult, "replayed", func(s *hybrid.Stats) uint64 { return s.Replays }),
+			by(keyResult, "flushed", func(s *hybrid.Stats) uint64 { return s.ReplayFlushes }),
+		}},
+		{name: "bus.replayed", unit: "{message}", desc: "Messages applied from the shared tier's log after a bus loss.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Replayed })},
+		{name: "held.served", unit: "{value}", desc: "L1 entries from before a bus loss served because the shared tier could not be reached.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.HeldServed })},
 	}
 }

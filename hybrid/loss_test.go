@@ -1,0 +1,285 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+// lossKeys are the warm keys of the loss tests.
+func lossKey(i int) string { return fmt.Sprint("k", i) }
+
+// warm sets n keys to v through w and fills them into each of readers'
+// L1 from Redis.
+func warm(t *testing.T, w *instance, readers []*instance, n int, v string) {
+	t.Helper()
+	for i := range n {
+		setStr(t, w, lossKey(i), v)
+	}
+	for _, r := range readers {
+		waitStat(t, r, "Received", statReceived, uint64(n))
+		for i := range n {
+			fill(t, r, lossKey(i), v)
+		}
+	}
+}
+
+// killPubSub cuts every pub/sub connection of the package's Redis (tests
+// of this package do not run in parallel) and waits until each of ins has
+// seen its connection drop.
+func killPubSub(t *testing.T, ins ...*instance) {
+	t.Helper()
+	before := make([]uint64, len(ins))
+	for i, in := range ins {
+		before[i] = in.c.Stats().BusLosses
+	}
+	if err := srv.Client(t).Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
+		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
+	}
+	for i, in := range ins {
+		waitStat(t, in, "BusLosses", statBusLosses, before[i]+1)
+	}
+}
+
+// slowReconnect keeps a bus away for 300 ms after its connection drops.
+var slowReconnect = invalidate.Options{ReconnectMin: 300 * time.Millisecond, ReconnectMax: 300 * time.Millisecond}
+
+// TestLossReplayKeepsL1: the pub/sub connections are killed while A writes
+// 10 of 1,000 keys that B and C hold. Once their buses are back, B and C
+// replay the 10 messages they missed from Redis's log: the 10 keys are new
+// on both, and the other 990 are still L1 hits (no flush, no load, no
+// Redis read). One replay each, no fallback flush.
+func TestLossReplayKeepsL1(t *testing.T) {
+	srv.NeedReal(t)
+	const n, changed = 1000, 10
+	o := hybrid.Options{Namespace: redistest.Prefix(t), Secret: []byte("s")}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	b := newInstance(t, "B", singleNode(nil), o, slowReconnect)
+	c := newInstance(t, "C", singleNode(nil), o, slowReconnect)
+	readers := []*instance{b, c}
+	warm(t, a, readers, n, "v1")
+
+	killPubSub(t, b, c)
+	recv := []uint64{b.c.Stats().Received, c.c.Stats().Received}
+	for i := range changed {
+		setStr(t, a, lossKey(i), "v2")
+	}
+	for i, r := range readers {
+		if got := r.c.Stats().Received; got != recv[i] {
+			t.Fatalf("%s received %d message(s) while its connection was down: the test did not make it miss A's writes", r.name, got-recv[i])
+		}
+		waitStat(t, r, "Replays", func(s hybrid.Stats) uint64 { return s.Replays }, 1)
+	}
+	for _, r := range readers {
+		before, gets := r.c.Stats(), r.remote.gets.Load()
+		for i := range n {
+			want := "v1"
+			if i < changed {
+				want = "v2"
+			}
+			fill(t, r, lossKey(i), want)
+		}
+		st := r.c.Stats()
+		if got := r.remote.gets.Load() - gets; got != changed {
+			t.Errorf("%s: %d Redis GETs after the replay, want %d (only the keys changed during the loss)", r.name, got, changed)
+		}
+		if got := st.L1Hits - before.L1Hits; got != n-changed {
+			t.Errorf("%s: %d L1 hits after the replay, want %d", r.name, got, n-changed)
+		}
+		if st.Replays != 1 || st.ReplayFlushes != 0 || st.Replayed < changed || st.Loads != 0 {
+			t.Errorf("%s: Replays %d, ReplayFlushes %d, Replayed %d, Loads %d; want 1, 0, >= %d, 0", r.name, st.Replays, st.ReplayFlushes, st.Replayed, st.Loads, changed)
+		}
+	}
+}
+
+// TestLossLogTrimmed: more writes during the loss than the log keeps. The
+// replay cannot cover the gap, so L1 is flushed (ReplayFlushes) and
+// nothing stale is served.
+func TestLossLogTrimmed(t *testing.T) {
+	srv.NeedReal(t)
+	const n = 300
+	o := hybrid.Options{Namespace: redistest.Prefix(t), ReplayLogLen: 10}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	b := newInstance(t, "B", singleNode(nil), o, slowReconnect)
+	warm(t, a, []*instance{b}, n, "v1")
+
+	killPubSub(t, b)
+	for i := range n {
+		setStr(t, a, lossKey(i), "v2")
+	}
+	waitStat(t, b, "ReplayFlushes", func(s hybrid.Stats) uint64 { return s.ReplayFlushes }, 1)
+	if st := b.c.Stats(); st.Replays != 0 {
+		t.Errorf("B: Replays %d, want 0 (the log was trimmed past its position)", st.Replays)
+	}
+	for i := range n {
+		fill(t, b, lossKey(i), "v2")
+	}
+}
+
+// TestLossRedisRestartedEmpty: Redis restarts without its data. The log is
+// gone with it, so once B's bus is back L1 is flushed, and B serves what
+// Redis now holds (nothing), not what it held before.
+func TestLossRedisRestartedEmpty(t *testing.T) {
+	srv.NeedOwned(t)
+	const n = 50
+	o := hybrid.Options{Namespace: redistest.Prefix(t)}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	b := newInstance(t, "B", singleNode(nil), o, invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
+	warm(t, a, []*instance{b}, n, "v1")
+
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(t, b, "ReplayFlushes", func(s hybrid.Stats) uint64 { return s.ReplayFlushes }, 1)
+	for i := range n {
+		if v, ok := getStr(t, b, lossKey(i)); ok {
+			t.Fatalf("B: %s = %q after Redis restarted empty, want a miss", lossKey(i), v)
+		}
+	}
+}
+
+// TestLossHeldEntries walks through a loss on the in-memory doubles, on a
+// fake clock: within the grace period entries from before the loss are
+// served as they are; past it, each is read again from the shared tier
+// (and stored anew, then served as usual); while the shared tier fails, it
+// is served as it is (HeldServed), and the load is not called.
+func TestLossHeldEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.LossGrace = time.Second
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		for _, k := range []string{"a", "b"} {
+			set(t, c, k, "v1")
+		}
+		var loads atomic.Int64
+		load := func(context.Context, string) (string, error) { loads.Add(1); return "loaded", nil }
+
+		s.bus.SimulateDrop()
+		s.flush(t)
+		gets := s.remote.Calls().Get
+		if v, err := c.GetOrCreate(ctx, "a", load); err != nil || v != "v1" {
+			t.Fatalf("within the grace period: got %q, %v, want \"v1\"", v, err)
+		}
+		if got := s.remote.Calls().Get - gets; got != 0 {
+			t.Errorf("within the grace period: %d Remote Gets, want 0", got)
+		}
+
+		time.Sleep(2 * time.Second)
+		if v, err := c.GetOrCreate(ctx, "a", load); err != nil || v != "v1" {
+			t.Fatalf("past the grace period: got %q, %v, want \"v1\" (read again)", v, err)
+		}
+		if got := s.remote.Calls().Get - gets; got != 1 {
+			t.Errorf("past the grace period: %d Remote Gets, want 1 (the entry is checked)", got)
+		}
+		if v, err := c.GetOrCreate(ctx, "a", load); err != nil || v != "v1" {
+			t.Fatalf("after the check: got %q, %v", v, err)
+		}
+		if got := s.remote.Calls().Get - gets; got != 1 {
+			t.Errorf("after the check: %d Remote Gets, want still 1 (stored anew)", got)
+		}
+
+		s.remote.FailWith(fmt.Errorf("redis down"))
+		if v, err := c.GetOrCreate(ctx, "b", load); err != nil || v != "v1" {
+			t.Fatalf("shared tier down: got %q, %v, want the held \"v1\"", v, err)
+		}
+		if st := c.Stats(); st.HeldServed != 1 || loads.Load() != 0 {
+			t.Errorf("shared tier down: HeldServed %d, loads %d; want 1, 0", st.HeldServed, loads.Load())
+		}
+		s.remote.FailWith(nil)
+	})
+}
+
+// TestLossStrict: with StrictLoss, a drop flushes L1 at once.
+func TestLossStrict(t *testing.T) {
+	s := newSharedTier(t)
+	o := s.options()
+	o.StrictLoss = true
+	c := newTestCache[string](t, o)
+	set(t, c, "a", "v1")
+	s.bus.SimulateDrop()
+	s.flush(t)
+	if st := c.Stats(); st.L1Entries != 0 || st.BusLosses != 1 {
+		t.Errorf("after a drop: L1Entries %d, BusLosses %d; want 0, 1", st.L1Entries, st.BusLosses)
+	}
+}
+
+// TestLossRedisStopped: Redis stops answering (SIGSTOP) for 3 s under
+// reads of 200 warm keys. The bus sees its connection die; past the grace
+// period the entries from before are checked, the check fails, and they are
+// served as they are: no call waits past its bounds, and the database
+// (load) is never called. Once Redis is back, nothing stale is served.
+func TestLossRedisStopped(t *testing.T) {
+	const n = 200
+	own, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(own.Close)
+	if !own.Owned() {
+		srv.NeedOwned(t)
+	}
+	newClient := func(t testing.TB) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: own.Addr, ContextTimeoutEnabled: true, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: 300 * time.Millisecond}
+	so := l2.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
+	bo := invalidate.Options{HealthInterval: 100 * time.Millisecond, ReconnectMin: 50 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
+	a := newSplitInstance(t, "A", newClient(t), newClient(t), so, o, bo)
+	b := newSplitInstance(t, "B", newClient(t), newClient(t), so, o, bo)
+	warm(t, a, []*instance{b}, n, "v1")
+
+	var loads atomic.Int64
+	load := func(context.Context, string) (string, error) { loads.Add(1); return "loaded", nil }
+	if err := own.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var slowest time.Duration
+	for time.Since(stopped) < 3*time.Second {
+		for i := range n {
+			start := time.Now()
+			v, err := b.c.GetOrCreate(context.Background(), lossKey(i), load)
+			slowest = max(slowest, time.Since(start))
+			if err != nil || v != "v1" {
+				t.Fatalf("B during the stop: %s = %q, %v; want \"v1\"", lossKey(i), v, err)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := own.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	st := b.c.Stats()
+	t.Logf("B during the stop: slowest read %v, HeldServed %d, BusLosses %d", slowest.Round(time.Millisecond), st.HeldServed, st.BusLosses)
+	if loads.Load() != 0 {
+		t.Errorf("B: %d loads while Redis was stopped, want 0 (every key was within its L1 lifetime)", loads.Load())
+	}
+	if st.BusLosses == 0 || st.HeldServed == 0 {
+		t.Errorf("B: BusLosses %d, HeldServed %d; want both > 0 (the loss was seen and entries held through it)", st.BusLosses, st.HeldServed)
+	}
+	if slowest > time.Second {
+		t.Errorf("B: the slowest read took %v, want well under a second (the store bounds reads at 100 ms)", slowest)
+	}
+	// Back: A writes, B converges.
+	waitFor(t, 10*time.Second, "B's bus to be back", func() bool { return b.c.Stats().BusLosses >= st.BusLosses+1 && b.c.Stats().Replays+b.c.Stats().ReplayFlushes > 0 }, nil)
+	setStr(t, a, lossKey(0), "v2")
+	waitFor(t, 5*time.Second, "B to see A's write", func() bool { v, ok := getStr(t, b, lossKey(0)); return ok && v == "v2" }, nil)
+}
