@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
 	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/l2"
 )
@@ -488,4 +489,156 @@ func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
 			t.Errorf("unsupported log calls sent %v", nodes)
 		}
 	}
+}
+
+// journalUnderTest is a Journal and the means to damage its log, for
+// TestJournalMatchesDouble.
+type journalUnderTest struct {
+	j     hybrid.Journal
+	write func(entry string) (pos string) // SetPublishAndLog; the position its message carried
+	trim  func(keep int)                  // XTRIM MAXLEN keep
+	drop  func()                          // DEL
+	later func(pos string) string         // a position well after pos
+}
+
+// TestJournalMatchesDouble runs one history of writes, trims and losses on
+// a Store and on hybridtest.Remote, and checks that ReadLog answers alike
+// on both after every step, from every position seen.
+func TestJournalMatchesDouble(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	clearMsg := message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil)
+	msgs := receive(subscribe(t, srv.Client(t), prefix+"ch"), 100)
+	store := journalUnderTest{
+		j: s,
+		write: func(e string) string {
+			if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", clearMsg, "log", []byte(e), 100); err != nil {
+				t.Fatal(err)
+			}
+			p, err := msgs.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return positionOf(t, []byte(p))
+		},
+		trim: func(keep int) {
+			if err := rdb.XTrimMaxLen(ctx, prefix+"log", int64(keep)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		drop: func() {
+			if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	}
+
+	bus := new(hybridtest.Bus)
+	t.Cleanup(func() { bus.Close() })
+	var last []byte
+	unsub, err := bus.Subscribe(ctx, "ch", func(b []byte) { last = b }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unsub)
+	r := &hybridtest.Remote{Bus: bus}
+	double := journalUnderTest{
+		j: r,
+		write: func(e string) string {
+			if err := r.SetPublishAndLog(ctx, "k", nil, 0, "ch", clearMsg, "log", []byte(e), 100); err != nil {
+				t.Fatal(err)
+			}
+			if err := bus.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return positionOf(t, last)
+		},
+		trim:  func(keep int) { r.TrimLog("log", keep) },
+		drop:  func() { r.DropLog("log") },
+		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	}
+
+	// reads returns, for every position seen and a few more, what ReadLog
+	// answers, with positions given as their index in seen.
+	reads := func(u journalUnderTest, seen []string) []string {
+		afters := append([]string{"", "0-0", u.later(seen[len(seen)-1])}, seen...)
+		var out []string
+		for _, after := range afters {
+			for _, n := range []int{0, 1, 2, 10} {
+				es, ps, complete, err := u.j.ReadLog(ctx, "log", after, n)
+				if err != nil {
+					t.Fatalf("ReadLog(%q, %d): %v", after, n, err)
+				}
+				var at []int
+				for _, p := range ps {
+					at = append(at, slices.Index(seen, p))
+				}
+				out = append(out, fmt.Sprintf("after %d, max %d: %q at %v, complete %v", slices.Index(seen, after), n, strs(es), at, complete))
+			}
+		}
+		return out
+	}
+	run := func(u journalUnderTest) [][]string {
+		var seen []string
+		var all [][]string
+		open := func() {
+			p, err := u.j.OpenLog(ctx, "log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(seen, p) {
+				seen = append(seen, p)
+			}
+		}
+		step := func() { all = append(all, reads(u, seen)) }
+		open()
+		step()
+		for i := range 4 {
+			seen = append(seen, u.write(fmt.Sprint("e", i)))
+			step()
+		}
+		open()
+		u.trim(2)
+		step()
+		u.trim(0)
+		step()
+		open()
+		seen = append(seen, u.write("e4"))
+		step()
+		u.drop()
+		step()
+		seen = append(seen, u.write("e5"))
+		step()
+		open()
+		step()
+		return all
+	}
+	want := run(double)
+	got := run(store)
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+func strs(bs [][]byte) []string {
+	var s []string
+	for _, b := range bs {
+		s = append(s, string(b))
+	}
+	return s
+}
+
+// positionOf returns the position of a positioned message.
+func positionOf(t *testing.T, b []byte) string {
+	t.Helper()
+	m, err := message.Decode(b, nil)
+	if err != nil || m.Position == "" {
+		t.Fatalf("Decode(% x) = position %q, %v; want a position", b, m.Position, err)
+	}
+	return m.Position
 }
