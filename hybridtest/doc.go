@@ -2,10 +2,11 @@
 // tier and bus, so that code built on package hybrid can be tested without
 // Redis.
 //
-// A Remote is a byte store with lifetimes that implements hybrid.Remote,
-// hybrid.BatchRemote and hybrid.Announcer; a Bus is a publish/subscribe pipe
-// that implements hybrid.Bus. Several caches given the same Remote and Bus
-// behave like several instances of a service sharing one Redis:
+// A Remote is a byte store with lifetimes, and invalidation logs, that
+// implements hybrid.Remote, hybrid.BatchRemote, hybrid.Announcer and
+// hybrid.Journal; a Bus is a publish/subscribe pipe that implements
+// hybrid.Bus. Several caches given the same Remote and Bus behave like
+// several instances of a service sharing one Redis:
 //
 //	bus := new(hybridtest.Bus)
 //	defer bus.Close()
@@ -20,6 +21,8 @@
 // run hooks, which may block, before and after each key is read. Remote.Calls counts the calls of each
 // method and Remote.WaitCalls waits for a count to be reached, so a test
 // can wait for a write that happens after the call it made has returned.
+// Remote.DropLog loses an invalidation log, as a Redis restart does, and
+// Remote.TrimLog its oldest entries; Remote.PeekLog shows one.
 // Bus.SimulateLoss tells every subscriber that messages may have been lost,
 // and Bus.Flush waits until every published message has been delivered:
 // tests synchronise with it instead of sleeping.

@@ -10,9 +10,10 @@ import (
 	"time"
 )
 
-// Remote is an in-memory shared tier: a map of byte values with lifetimes.
-// It implements hybrid.Remote, hybrid.BatchRemote and hybrid.Announcer with
-// the semantics of l2.Store over Redis. The zero value is an empty store
+// Remote is an in-memory shared tier: a map of byte values with lifetimes,
+// and invalidation logs. It implements hybrid.Remote, hybrid.BatchRemote,
+// hybrid.CompareAndSetter, hybrid.Announcer and hybrid.Journal with the
+// semantics of l2.Store over one Redis server. The zero value is an empty store
 // that is ready to use; set Bus and Now before the first call. It is safe
 // for concurrent use.
 //
@@ -23,8 +24,9 @@ import (
 // FailWith; reads or writes; runs the AfterGet hook (Get and GetMany); and
 // counts its call (see Calls), failed or not, as it returns.
 type Remote struct {
-	// Bus receives the messages of SetAndPublish and DeleteAndPublish, in
-	// the order of their writes. nil: those two methods fail.
+	// Bus receives the messages of SetAndPublish, SetPublishAndLog and
+	// DeleteAndPublish, in the order of their writes. nil: those methods
+	// fail.
 	Bus *Bus
 
 	// Now returns the time that lifetimes are measured against, so a test
@@ -39,6 +41,7 @@ type Remote struct {
 	afterGet  func(key string)
 	calls     Calls
 	changed   chan struct{} // closed and replaced when calls changes
+	journal   journal
 }
 
 type item struct {
@@ -51,15 +54,17 @@ type item struct {
 type Calls struct {
 	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
 	SetAndPublish, DeleteAndPublish, CompareAndSet          int
+	SetPublishAndLog, OpenLog, ReadLog                      int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
+		c.SetPublishAndLog + c.OpenLog + c.ReadLog
 }
 
-// ErrNoBus is returned by SetAndPublish and DeleteAndPublish of a Remote
-// whose Bus is nil. Check it with errors.Is.
+// ErrNoBus is returned by SetAndPublish, SetPublishAndLog and
+// DeleteAndPublish of a Remote whose Bus is nil. Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
 // FailWith makes every later call return err, until FailWith(nil).

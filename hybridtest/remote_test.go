@@ -242,10 +242,14 @@ func calls(ctx context.Context, r *hybridtest.Remote) []error {
 	_, e6 := r.SetManyIfAbsent(ctx, []string{"k"}, [][]byte{[]byte("v")}, []time.Duration{0})
 	e7 := r.SetAndPublish(ctx, "k", []byte("v"), 0, "ch", []byte("m"))
 	e8 := r.DeleteAndPublish(ctx, "k", "ch", []byte("m"))
-	return []error{e1, e2, e3, e4, e5, e6, e7, e8}
+	e9 := r.SetPublishAndLog(ctx, "k", []byte("v"), 0, "ch", []byte("m"), "log", []byte("e"), 10)
+	_, e10 := r.OpenLog(ctx, "log")
+	_, _, _, e11 := r.ReadLog(ctx, "log", "", 10)
+	return []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11}
 }
 
-var allOnce = hybridtest.Calls{Get: 1, GetMany: 1, Set: 1, SetIfAbsent: 1, SetManyIfAbsent: 1, Delete: 1, SetAndPublish: 1, DeleteAndPublish: 1}
+var allOnce = hybridtest.Calls{Get: 1, GetMany: 1, Set: 1, SetIfAbsent: 1, SetManyIfAbsent: 1, Delete: 1, SetAndPublish: 1, DeleteAndPublish: 1,
+	SetPublishAndLog: 1, OpenLog: 1, ReadLog: 1}
 
 func TestRemoteFailWith(t *testing.T) {
 	ctx := t.Context()
@@ -264,7 +268,10 @@ func TestRemoteFailWith(t *testing.T) {
 		t.Errorf("Calls: got %+v, want %+v", got, allOnce)
 	}
 	if got := bus.Stats().Published; got != 0 {
-		t.Errorf("failed SetAndPublish and DeleteAndPublish published %d messages, want 0", got)
+		t.Errorf("failed SetAndPublish, SetPublishAndLog and DeleteAndPublish published %d messages, want 0", got)
+	}
+	if es, _ := r.PeekLog("log"); es != nil {
+		t.Errorf("failed calls logged %q, want nothing", es)
 	}
 	if v, _ := r.Peek("k"); string(v) != "old" {
 		t.Errorf("failed writes changed k to %q, want \"old\"", v)
@@ -275,11 +282,12 @@ func TestRemoteFailWith(t *testing.T) {
 			t.Errorf("call %d after FailWith(nil): %v", i, err)
 		}
 	}
-	if got, want := r.Calls(), (hybridtest.Calls{Get: 2, GetMany: 2, Set: 2, SetIfAbsent: 2, SetManyIfAbsent: 2, Delete: 2, SetAndPublish: 2, DeleteAndPublish: 2}); got != want {
+	if got, want := r.Calls(), (hybridtest.Calls{Get: 2, GetMany: 2, Set: 2, SetIfAbsent: 2, SetManyIfAbsent: 2, Delete: 2, SetAndPublish: 2, DeleteAndPublish: 2,
+		SetPublishAndLog: 2, OpenLog: 2, ReadLog: 2}); got != want {
 		t.Errorf("Calls: got %+v, want %+v", got, want)
 	}
-	if got := r.Calls().Total(); got != 16 {
-		t.Errorf("Calls().Total: got %d, want 16", got)
+	if got := r.Calls().Total(); got != 22 {
+		t.Errorf("Calls().Total: got %d, want 22", got)
 	}
 }
 

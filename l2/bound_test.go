@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -89,12 +90,24 @@ func ops() []op {
 		{"SetAndPublish", false, func(ctx context.Context, s *l2.Store) error {
 			return s.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil)
 		}},
+		{"SetPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
+			return s.SetPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
+		}},
+		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := s.OpenLog(ctx, "log"); return err }},
+		{"ReadLog", true, func(ctx context.Context, s *l2.Store) error {
+			_, _, _, err := s.ReadLog(ctx, "log", "", 10)
+			return err
+		}},
 	}
 }
 
 // shareTick is how much sooner than its bound a call's deadline may be:
 // calls that start within it share one deadline.
 const shareTick = 5 * time.Millisecond
+
+// logOp reports whether op is a call of the invalidation log, which needs a
+// real redis-server.
+func logOp(o op) bool { return strings.Contains(o.name, "Log") }
 
 // TestBounds: each call runs under ReadTimeout or WriteTimeout (their
 // defaults when zero, none when negative), or under the caller's deadline
@@ -123,6 +136,9 @@ func TestBounds(t *testing.T) {
 			tt.o.Prefix = redistest.Prefix(t) + ":"
 			s := l2.New(rdb, tt.o)
 			for _, op := range ops() {
+				if logOp(op) && !srv.Real() {
+					continue
+				}
 				ctx := t.Context()
 				if tt.caller > 0 {
 					var cancel context.CancelFunc
@@ -376,6 +392,15 @@ func TestTimeout(t *testing.T) {
 	if _, err := slow.CompareAndSet(t.Context(), "k", []byte("v"), []byte("v"), time.Minute); err != nil {
 		t.Fatalf("CompareAndSet: %v", err)
 	}
+	if err := slow.SetPublishAndLog(t.Context(), "k", []byte("v"), time.Minute, prefix+"ch", nil, "log", nil, 10); err != nil {
+		t.Fatalf("SetPublishAndLog: %v", err)
+	}
+	if _, err := slow.OpenLog(t.Context(), "log"); err != nil {
+		t.Fatalf("OpenLog: %v", err)
+	}
+	if _, _, _, err := slow.ReadLog(t.Context(), "log", "", 10); err != nil {
+		t.Fatalf("ReadLog: %v", err)
+	}
 	callerDeadline := func() context.Context {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		t.Cleanup(cancel)
@@ -413,6 +438,7 @@ func TestTimeout(t *testing.T) {
 			{"Get", func() error { _, _, err := fast.Get(t.Context(), "k"); return err }},
 			{"Get with an earlier caller deadline", func() error { _, _, err := slow.Get(callerDeadline(), "k"); return err }},
 			{"GetMany", func() error { _, err := fast.GetMany(t.Context(), []string{"k", "x"}); return err }},
+			{"ReadLog", func() error { _, _, _, err := fast.ReadLog(t.Context(), "log", "", 10); return err }},
 		})
 	})
 	t.Run("WRITE", func(t *testing.T) {
@@ -434,6 +460,10 @@ func TestTimeout(t *testing.T) {
 			{"SetAndPublish", func() error {
 				return fast.SetAndPublish(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"))
 			}},
+			{"SetPublishAndLog", func() error {
+				return fast.SetPublishAndLog(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"), "log", []byte("e"), 10)
+			}},
+			{"OpenLog", func() error { _, err := fast.OpenLog(t.Context(), "log2"); return err }},
 		})
 		// Reads still work while only writes are paused.
 		start := time.Now()

@@ -228,3 +228,14 @@ func TestClusterSetAndPublish(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterLogUnsupported: on Redis Cluster a Store keeps no invalidation
+// log, and its log calls say so without a round trip.
+func TestClusterLogUnsupported(t *testing.T) {
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			s := l2.New(c.rdb, l2.Options{Prefix: redistest.Prefix(t) + ":"})
+			checkLogUnsupported(t, s, c.nodes)
+		})
+	}
+}

@@ -4,14 +4,15 @@
 // caller creates, configures and closes: one server, a Sentinel-managed
 // primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
 // first tier; package hybrid takes a Store as its Remote, BatchRemote,
-// CompareAndSetter and Announcer.
+// CompareAndSetter, Announcer and Journal.
 //
 // # Key layout
 //
 // A value is one plain Redis string under Options.Prefix + key, holding the
 // bytes exactly as given. Its lifetime is the Redis expiry set with PX (in
 // milliseconds); a ttl of zero or less stores it without expiry. Nothing
-// else is written: no index keys, no metadata. A miss is a missing key, and
+// else is written (no index keys, no metadata) but the invalidation log
+// described below, when package hybrid asks for one. A miss is a missing key, and
 // Get reports it as ok == false with a nil error. SetIfAbsent and
 // SetManyIfAbsent write with SET NX, so that a cache fill never overwrites
 // another instance's write.
@@ -65,6 +66,46 @@
 // a slot migrates to another master, or after a failover, two writes of one
 // key may run on different masters and their messages may arrive out of
 // order too.
+//
+// # Invalidation log
+//
+// SetPublishAndLog is SetAndPublish that also appends the message's log
+// entry (package hybrid's: the operation and keys or tag, never a value)
+// to a capped invalidation log, a Redis stream, in the same script:
+//
+//	XADD <Prefix><log> MAXLEN ~ <maxLen> * m <entry>    -> id
+//	SET <Prefix><key> <value> [PX <ttl>]
+//	PUBLISH <channel> <2><len(id)><id><msg>
+//
+// So the log's order is the order of the writes and of their messages, and
+// each message carries its entry's id, its position. An instance whose bus
+// connection dropped reads the entries after the last position it applied
+// with ReadLog, instead of flushing its first tier; OpenLog gives a new
+// instance its starting position (creating the stream, with a marker entry
+// that ReadLog skips, if it is missing). ReadLog reports whether the log
+// still holds everything after a position: not if entries after it were
+// trimmed, or the stream is missing, was created anew or ends before it
+// (Redis restarted without it, or failed over to a replica that had not
+// received it all); then the cache flushes as before.
+//
+// The log's name comes complete from package hybrid (its namespace's key
+// prefix and "\x00log"); like every key it gets Options.Prefix, while the
+// channel does not. It never expires: an unused namespace's log stays, at
+// its capped size, until deleted.
+//
+// Its cost is one XADD per announced write, in the same round trip, and
+// about maxLen entries of memory per log. Trimming is approximate (MAXLEN
+// ~): Redis drops whole nodes of the stream, so a full log holds at least
+// maxLen entries and up to about maxLen plus stream-node-max-entries (100
+// by default). ReadLog is one script: EXISTS, XINFO STREAM and XRANGE.
+//
+// The log needs Redis 6.2 or later (exclusive XRANGE), and 7.0 to tell
+// that a log read from its start is whole. It is kept on one server or a
+// Sentinel-managed primary only: a script runs on one node, so on Redis
+// Cluster (and with a go-redis Ring) SetPublishAndLog, OpenLog and ReadLog
+// return an error wrapping errors.ErrUnsupported without a round trip, by
+// which package hybrid knows to keep to SetAndPublish and to flush its
+// first tier when messages may have been lost.
 //
 // # Failures and timeouts
 //

@@ -440,6 +440,9 @@ func TestCanceledContext(t *testing.T) {
 		}},
 		{"CompareAndSet", func() error { _, err := s.CompareAndSet(ctx, "k", []byte("v"), nil, 0); return err }},
 		{"SetAndPublish", func() error { return s.SetAndPublish(ctx, "k", nil, 0, "ch", nil) }},
+		{"SetPublishAndLog", func() error { return s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10) }},
+		{"OpenLog", func() error { _, err := s.OpenLog(ctx, "log"); return err }},
+		{"ReadLog", func() error { _, _, _, err := s.ReadLog(ctx, "log", "", 10); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -655,7 +658,7 @@ func TestSetAndPublish(t *testing.T) {
 
 func TestScriptReloaded(t *testing.T) {
 	// After SCRIPT FLUSH, EVALSHA fails with NOSCRIPT and the Store falls
-	// back to EVAL, for both of its scripts.
+	// back to EVAL, for every one of its scripts.
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	for i := range 2 {
@@ -667,6 +670,18 @@ func TestScriptReloaded(t *testing.T) {
 		}
 		if ok, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
 			t.Errorf("CompareAndSet after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		}
+		if !srv.Real() {
+			continue
+		}
+		if _, err := s.OpenLog(ctx, "log"); err != nil {
+			t.Errorf("OpenLog after SCRIPT FLUSH %d: %v", i, err)
+		}
+		if err := s.SetPublishAndLog(ctx, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err != nil {
+			t.Errorf("SetPublishAndLog after SCRIPT FLUSH %d: %v", i, err)
+		}
+		if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err != nil {
+			t.Errorf("ReadLog after SCRIPT FLUSH %d: %v", i, err)
 		}
 	}
 }
@@ -739,6 +754,14 @@ func TestNoGoroutinesLeft(t *testing.T) {
 	}
 	if err := s.SetAndPublish(ctx, "a", nil, 0, redistest.Prefix(t), nil); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
+	}
+	if srv.Real() {
+		if err := s.SetPublishAndLog(ctx, "a", nil, 0, redistest.Prefix(t), nil, "log", nil, 10); err != nil {
+			t.Fatalf("SetPublishAndLog: %v", err)
+		}
+		if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err != nil {
+			t.Fatalf("ReadLog: %v", err)
+		}
 	}
 	if err := rdb.Close(); err != nil {
 		t.Fatalf("Close: %v", err)

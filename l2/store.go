@@ -16,7 +16,9 @@ type Options struct {
 	// Prefix is prepended to every key the Store reads or writes, so that
 	// several caches or applications can share one Redis: with Prefix
 	// "app:", Get(ctx, "user:1") reads the Redis key "app:user:1". The
-	// channel given to SetAndPublish is not prefixed.
+	// invalidation log of SetPublishAndLog, OpenLog and ReadLog is a key
+	// and is prefixed too; the channel given to SetAndPublish and
+	// SetPublishAndLog is not.
 	//
 	// NOTE: in Redis Cluster the prefix is part of the hashed key, so a
 	// prefix with a hash tag ("{app}:") puts every key in one slot, on one
@@ -25,11 +27,12 @@ type Options struct {
 	// default: "" (keys are used as given).
 	Prefix string
 
-	// ReadTimeout bounds each read (Get, GetMany) as a whole: dials, waits
-	// for a pooled connection, retries and their back-off included,
-	// whatever the client's retry settings. It is applied as a deadline on
-	// ctx unless ctx ends sooner. A call that runs out of time returns an
-	// error for which errors.Is(err, context.DeadlineExceeded) is true.
+	// ReadTimeout bounds each read (Get, GetMany, ReadLog) as a whole:
+	// dials, waits for a pooled connection, retries and their back-off
+	// included, whatever the client's retry settings. It is applied as a
+	// deadline on ctx unless ctx ends sooner. A call that runs out of time
+	// returns an error for which errors.Is(err, context.DeadlineExceeded)
+	// is true.
 	//
 	// NOTE: go-redis applies a ctx deadline to the socket only when the
 	// client was built with ContextTimeoutEnabled: true. Without it, a call
@@ -43,7 +46,8 @@ type Options struct {
 	ReadTimeout time.Duration
 
 	// WriteTimeout bounds each write (Set, SetIfAbsent, SetManyIfAbsent,
-	// CompareAndSet, SetAndPublish) as ReadTimeout bounds reads.
+	// CompareAndSet, SetAndPublish, SetPublishAndLog, OpenLog) as
+	// ReadTimeout bounds reads.
 	//
 	// default (0): 1 second, longer than reads: a failed write is returned
 	// to the caller and may have been applied all the same, a script may
@@ -74,8 +78,9 @@ const (
 )
 
 // Store is a byte store over Redis: the second tier of a hybrid cache. It
-// implements the Remote, BatchRemote, CompareAndSetter and Announcer
-// interfaces of package hybrid. Create it with New; it is safe for
+// implements the Remote, BatchRemote, CompareAndSetter, Announcer and
+// Journal interfaces of package hybrid (the Journal's log on one server or
+// a Sentinel-managed primary only). Create it with New; it is safe for
 // concurrent use.
 //
 // A Store does not own its client: closing the client is the caller's job,

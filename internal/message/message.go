@@ -14,6 +14,20 @@
 //	           envelope; tag: the delete's tag record)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
 //
+// Layout of version 2, a positioned message (a version 1 message and its
+// position in the invalidation log, see Positioned):
+//
+//	[0]       version, 2
+//	[1]       position length n, 1 to 255
+//	[2:2+n]   position, a Redis stream id "<ms>-<seq>" (see ComparePositions)
+//	[2+n:]    a version 1 message
+//
+// The position is outside the signature: the script that appends the
+// message to the log learns the position after the message was signed. A
+// position is only to be trusted when the inner message is Authentic, and
+// even then it may have been moved by whoever can publish on the channel
+// (an authentic message can be replayed under another position).
+//
 // Decode never trusts a length: every one is checked against the bytes that
 // remain, so hostile input costs at most its own size.
 package message
@@ -28,6 +42,13 @@ import (
 
 // Version is the message version this package writes.
 const Version = 1
+
+// VersionPositioned is the version byte of a positioned message.
+const VersionPositioned = 2
+
+// MaxPositionLen bounds the length of a position; a Redis stream id takes
+// at most 41 bytes.
+const MaxPositionLen = 255
 
 // Op is what happened.
 type Op byte
@@ -81,6 +102,12 @@ type Message struct {
 	// Authentic reports, after Decode, that the message was signed with the
 	// secret given to Decode. A Value is only to be used when it is true.
 	Authentic bool
+	// Position is, after Decode of a positioned message, its position in
+	// the invalidation log: a valid Redis stream id. It is "" for a plain
+	// message. Encode ignores it (see Positioned).
+	//
+	// NOTE: the signature does not cover Position; see the package doc.
+	Position string
 }
 
 // Encode returns m in version 1. With a non-empty secret the message is
@@ -119,11 +146,49 @@ func Encode(m Message, secret []byte) []byte {
 	return b
 }
 
-// Decode parses b. A signed message whose signature does not verify with
-// secret (or any signed message when secret is empty) decodes with
+// Positioned returns msg, a version 1 message, wrapped as a version 2
+// message at position pos in the invalidation log. Positioned panics if
+// pos is empty or longer than MaxPositionLen; Decode rejects a pos that is
+// not a valid stream id (see ComparePositions).
+//
+// l2.Store's write script builds the same bytes in Lua:
+// string.char(2, #id) .. id .. msg.
+func Positioned(pos string, msg []byte) []byte {
+	if len(pos) == 0 || len(pos) > MaxPositionLen {
+		panic(fmt.Sprintf("message: Positioned: position of %d bytes", len(pos)))
+	}
+	b := make([]byte, 0, 2+len(pos)+len(msg))
+	b = append(b, VersionPositioned, byte(len(pos)))
+	b = append(b, pos...)
+	return append(b, msg...)
+}
+
+// Decode parses b, a version 1 message or a positioned one (version 2),
+// whose Position it sets. A signed message whose signature does not verify
+// with secret (or any signed message when secret is empty) decodes with
 // Authentic false and no Value, so the caller can still drop its keys.
 // Value aliases b.
 func Decode(b []byte, secret []byte) (Message, error) {
+	if len(b) > 0 && b[0] == VersionPositioned {
+		if len(b) < 2 || len(b) < 2+int(b[1]) {
+			return Message{}, fmt.Errorf("%w: positioned message of %d bytes", ErrInvalid, len(b))
+		}
+		pos := string(b[2 : 2+int(b[1])])
+		if _, _, ok := parsePosition(pos); !ok {
+			return Message{}, fmt.Errorf("%w: bad position %q", ErrInvalid, pos)
+		}
+		m, err := decode(b[2+len(pos):], secret)
+		if err != nil {
+			return Message{}, err
+		}
+		m.Position = pos
+		return m, nil
+	}
+	return decode(b, secret)
+}
+
+// decode parses a version 1 message.
+func decode(b []byte, secret []byte) (Message, error) {
 	var m Message
 	if len(b) < 3+len(m.Origin) {
 		return m, fmt.Errorf("%w: %d bytes", ErrInvalid, len(b))

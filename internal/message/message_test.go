@@ -93,6 +93,12 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil))
 	f.Add(message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"a", "b"}}, nil))
 	f.Add([]byte{1, 2, 0})
+	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
+	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
+	f.Add(message.Positioned("1-0", message.Positioned("2-0", message.Encode(message.Message{Op: message.OpClear}, nil))))
+	f.Add([]byte{2, 3, '1', '-', '0'})
+	f.Add([]byte{2, 200, '1', '-', '0'})
+	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := message.Decode(b, secret)
 		if err != nil {
@@ -109,6 +115,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		if len(m.Keys) > len(b) {
 			t.Fatalf("%d keys from %d bytes", len(m.Keys), len(b))
+		}
+		if (m.Position != "") != (b[0] == message.VersionPositioned) {
+			t.Fatalf("position %q from a message of version %d", m.Position, b[0])
+		}
+		if m.Position != "" && message.ComparePositions(m.Position, "0-0") < 0 {
+			t.Fatalf("decoded position %q is not a valid stream id", m.Position)
 		}
 	})
 }

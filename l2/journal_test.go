@@ -1,0 +1,644 @@
+package l2_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/message"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+var _ hybrid.Journal = (*l2.Store)(nil)
+
+// newJournal is newStore for the tests of the log, which need a real
+// redis-server (XINFO STREAM and exclusive ranges in a script).
+func newJournal(t *testing.T) (*l2.Store, *redis.Client, string) {
+	t.Helper()
+	srv.NeedReal(t)
+	return newStore(t)
+}
+
+// streamIDs returns the ids of the entries of the stream key, oldest
+// first.
+func streamIDs(t *testing.T, rdb *redis.Client, key string) []string {
+	t.Helper()
+	msgs, err := rdb.XRange(t.Context(), key, "-", "+").Result()
+	if err != nil {
+		t.Fatalf("XRANGE %s: %v", key, err)
+	}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	return ids
+}
+
+// appendLog makes n writes through s with SetPublishAndLog, of key k<i>
+// with entry e<i>, and returns the positions of their entries.
+func appendLog(t *testing.T, s *l2.Store, rdb *redis.Client, prefix, log string, n int) []string {
+	t.Helper()
+	for i := range n {
+		e := fmt.Sprint("e", i)
+		if err := s.SetPublishAndLog(t.Context(), fmt.Sprint("k", i), []byte("v"), time.Minute, prefix+"ch", []byte("m"), log, []byte(e), 1000); err != nil {
+			t.Fatalf("SetPublishAndLog: %v", err)
+		}
+	}
+	return streamIDs(t, rdb, prefix+log)
+}
+
+func TestSetPublishAndLog(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch" // not prefixed by the Store
+	msgs := receive(subscribe(t, srv.Client(t), channel), 3)
+	secret := []byte("s")
+
+	var sent [][]byte
+	for i, ttl := range []time.Duration{10 * time.Second, 0, time.Minute} {
+		m := message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}}
+		msg := message.Encode(m, secret)
+		sent = append(sent, msg)
+		entry := []byte(fmt.Sprint("entry", i))
+		if err := s.SetPublishAndLog(ctx, "k", []byte(fmt.Sprint("v", i)), ttl, channel, msg, "log", entry, 100); err != nil {
+			t.Fatalf("SetPublishAndLog %d: %v", i, err)
+		}
+		pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
+		switch {
+		case err != nil:
+			t.Fatalf("PTTL: %v", err)
+		case ttl == 0 && pttl != -1:
+			t.Errorf("PTTL after SetPublishAndLog(ttl 0) = %v; want -1", pttl)
+		case ttl > 0 && (pttl <= ttl-2*time.Second || pttl > ttl):
+			t.Errorf("PTTL after SetPublishAndLog(ttl %v) = %v; want about %v", ttl, pttl, ttl)
+		}
+	}
+	if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || string(got) != "v2" {
+		t.Errorf("Get = %q, %v, %v; want \"v2\", true, nil", got, ok, err)
+	}
+
+	// The log is a stream under the prefixed key, one entry per write,
+	// field m holding the entry.
+	log, err := rdb.XRange(ctx, prefix+"log", "-", "+").Result()
+	if err != nil {
+		t.Fatalf("XRANGE: %v", err)
+	}
+	if len(log) != 3 {
+		t.Fatalf("log has %d entries, want 3: %v", len(log), log)
+	}
+	for i, e := range log {
+		if want := fmt.Sprint("entry", i); len(e.Values) != 1 || e.Values["m"] != want {
+			t.Errorf("log entry %d: got %v, want m: %s", i, e.Values, want)
+		}
+	}
+
+	// Each message is the one sent, positioned at its entry's id.
+	for i, p := range wait(t, msgs, 3) {
+		b := []byte(p)
+		id := log[i].ID
+		want := append(append([]byte{2, byte(len(id))}, id...), sent[i]...)
+		if !bytes.Equal(b, want) {
+			t.Errorf("message %d: got % x, want % x", i, b, want)
+		}
+		m, err := message.Decode(b, secret)
+		if err != nil || m.Position != id || !m.Authentic {
+			t.Errorf("message %d decodes to position %q, authentic %v, err %v; want %q, true, nil", i, m.Position, m.Authentic, err, id)
+		}
+	}
+}
+
+// TestSetPublishAndLogOrder: concurrent writers; messages, log entries and
+// writes come in one order, and positions only grow.
+func TestSetPublishAndLogOrder(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch"
+	const writers, each = 8, 50
+	msgs := receive(subscribe(t, srv.Client(t), channel), writers*each)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				v := fmt.Appendf(nil, "w%d-%03d", w, i)
+				if err := s.SetPublishAndLog(ctx, "k", v, time.Minute, channel, v, "log", v, 10000); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := wait(t, msgs, writers*each)
+	log, err := rdb.XRange(ctx, prefix+"log", "-", "+").Result()
+	if err != nil {
+		t.Fatalf("XRANGE: %v", err)
+	}
+	if len(log) != len(got) {
+		t.Fatalf("log has %d entries for %d messages", len(log), len(got))
+	}
+	prev := ""
+	for i, p := range got {
+		m := []byte(p)
+		pos := string(m[2 : 2+int(m[1])])
+		body := string(m[2+int(m[1]):])
+		if pos != log[i].ID || body != log[i].Values["m"] {
+			t.Fatalf("message %d is %q at %s; log entry %d is %q at %s", i, body, pos, i, log[i].Values["m"], log[i].ID)
+		}
+		if message.ComparePositions(prev, pos) >= 0 {
+			t.Fatalf("position %s after %s", pos, prev)
+		}
+		prev = pos
+	}
+	if v, _, err := s.Get(ctx, "k"); err != nil || string(v) != log[len(log)-1].Values["m"] {
+		t.Errorf("Redis holds %q (err %v); the last log entry is %q", v, err, log[len(log)-1].Values["m"])
+	}
+}
+
+func TestSetPublishAndLogTrims(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	node := 100
+	if cfg, err := rdb.ConfigGet(ctx, "stream-node-max-entries").Result(); err == nil {
+		if n, err := strconv.Atoi(cfg["stream-node-max-entries"]); err == nil {
+			node = n
+		}
+	}
+	const maxLen, writes = 10, 600
+	for i := range writes {
+		if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", nil, "log", []byte(fmt.Sprint(i)), maxLen); err != nil {
+			t.Fatalf("SetPublishAndLog: %v", err)
+		}
+	}
+	n, err := rdb.XLen(ctx, prefix+"log").Result()
+	if err != nil {
+		t.Fatalf("XLEN: %v", err)
+	}
+	if n < maxLen || n > int64(maxLen+node) {
+		t.Errorf("log of %d entries after %d writes with maxLen %d; want %d to %d", n, writes, maxLen, maxLen, maxLen+node)
+	}
+	// What is left is the newest entries.
+	entries, _, complete, err := s.ReadLog(ctx, "log", "", writes)
+	if err != nil || complete {
+		t.Fatalf("ReadLog from the start of a trimmed log: complete %v, err %v; want false, nil", complete, err)
+	}
+	if len(entries) != int(n) || string(entries[len(entries)-1]) != fmt.Sprint(writes-1) {
+		t.Errorf("ReadLog: %d entries ending %q; want %d ending %q", len(entries), entries[len(entries)-1], n, fmt.Sprint(writes-1))
+	}
+}
+
+func TestSetPublishAndLogWrongType(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	if err := rdb.Set(ctx, prefix+"log", "not a stream", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetPublishAndLog(ctx, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err == nil {
+		t.Error("SetPublishAndLog to a log key holding a string: got nil error, want one")
+	}
+	if _, ok, err := s.Get(ctx, "k"); ok || err != nil {
+		t.Errorf("after the failed SetPublishAndLog, Get: ok %v, err %v; want nothing written", ok, err)
+	}
+	if _, err := s.OpenLog(ctx, "log"); err == nil {
+		t.Error("OpenLog of a string key: got nil error, want one")
+	}
+	if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err == nil {
+		t.Error("ReadLog of a string key: got nil error, want one")
+	}
+}
+
+func TestOpenLog(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	pos, err := s.OpenLog(ctx, "log")
+	if err != nil {
+		t.Fatalf("OpenLog of a missing log: %v", err)
+	}
+	if ids := streamIDs(t, rdb, prefix+"log"); !slices.Equal(ids, []string{pos}) {
+		t.Fatalf("OpenLog created %v, returned %q; want one marker entry at the position returned", ids, pos)
+	}
+	if again, err := s.OpenLog(ctx, "log"); err != nil || again != pos {
+		t.Errorf("OpenLog again = %q, %v; want %q, nil (no second marker)", again, err, pos)
+	}
+	ids := appendLog(t, s, rdb, prefix, "log", 2)
+	if got, err := s.OpenLog(ctx, "log"); err != nil || got != ids[len(ids)-1] {
+		t.Errorf("OpenLog after writes = %q, %v; want the newest, %q", got, err, ids[len(ids)-1])
+	}
+	// An emptied log gets a new marker, newer than all before.
+	if err := rdb.XTrimMaxLen(ctx, prefix+"log", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.OpenLog(ctx, "log")
+	if err != nil || message.ComparePositions(got, ids[len(ids)-1]) <= 0 {
+		t.Errorf("OpenLog of an emptied log = %q, %v; want a position after %q", got, err, ids[len(ids)-1])
+	}
+}
+
+func TestReadLog(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	ids := appendLog(t, s, rdb, prefix, "log", 5)
+	entries := func(from, to int) []string {
+		var e []string
+		for i := from; i < to; i++ {
+			e = append(e, fmt.Sprint("e", i))
+		}
+		return e
+	}
+	future := fmt.Sprint(msOf(t, ids[4])+1000, "-0")
+
+	type read struct {
+		after    string
+		max      int
+		entries  []string // and their positions are the ids of the entries
+		complete bool
+	}
+	check := func(t *testing.T, rs []read) {
+		t.Helper()
+		for _, r := range rs {
+			es, ps, complete, err := s.ReadLog(ctx, "log", r.after, r.max)
+			if err != nil {
+				t.Errorf("ReadLog(%q, %d): %v", r.after, r.max, err)
+				continue
+			}
+			var got []string
+			for _, e := range es {
+				got = append(got, string(e))
+			}
+			if !slices.Equal(got, r.entries) || complete != r.complete {
+				t.Errorf("ReadLog(%q, %d) = %q, complete %v; want %q, %v", r.after, r.max, got, complete, r.entries, r.complete)
+			}
+			if len(ps) != len(es) {
+				t.Errorf("ReadLog(%q, %d): %d positions for %d entries", r.after, r.max, len(ps), len(es))
+				continue
+			}
+			for i, p := range ps {
+				n, err := strconv.Atoi(string(es[i][1:]))
+				if err != nil || n >= len(ids) || p != ids[n] {
+					t.Errorf("ReadLog(%q, %d): entry %q at %q; want at %q", r.after, r.max, es[i], p, ids[min(n, len(ids)-1)])
+				}
+			}
+		}
+	}
+
+	t.Run("whole", func(t *testing.T) {
+		check(t, []read{
+			{"", 10, entries(0, 5), true},
+			{"", 2, entries(0, 2), true},
+			{"0-0", 10, entries(0, 5), true},
+			{ids[0], 10, entries(1, 5), true},
+			{ids[1], 2, entries(2, 4), true},
+			{ids[4], 10, nil, true},
+			{ids[2], 0, nil, true},
+			{future, 10, nil, false}, // newer than the newest: the log lost entries
+		})
+	})
+	t.Run("trimmed", func(t *testing.T) {
+		if err := rdb.XTrimMaxLen(ctx, prefix+"log", 2).Err(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, []read{
+			{"", 10, entries(3, 5), false},
+			{"0-0", 10, entries(3, 5), false},
+			{ids[1], 10, entries(3, 5), false}, // e2 is gone
+			{ids[2], 10, entries(3, 5), false}, // nothing after ids[2] is gone, but the log cannot tell
+			{ids[3], 10, entries(4, 5), true},
+			{ids[4], 10, nil, true},
+		})
+	})
+	t.Run("emptied", func(t *testing.T) {
+		if err := rdb.XTrimMaxLen(ctx, prefix+"log", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, []read{
+			{ids[3], 10, nil, false},
+			{ids[4], 10, nil, true}, // the last id given out: nothing came after it
+		})
+	})
+	t.Run("deleted", func(t *testing.T) {
+		if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
+			t.Fatal(err)
+		}
+		check(t, []read{
+			{"", 10, nil, false},
+			{ids[4], 10, nil, false},
+		})
+	})
+	t.Run("recreated", func(t *testing.T) {
+		// A new log, as after a restart: its entries are newer, but those
+		// before it are gone.
+		newer := appendLog(t, s, rdb, prefix, "log", 1)
+		if message.ComparePositions(newer[0], ids[4]) <= 0 {
+			t.Fatalf("new entry at %s, not after %s", newer[0], ids[4])
+		}
+		es, ps, complete, err := s.ReadLog(ctx, "log", ids[4], 10)
+		if err != nil || complete || len(es) != 1 || ps[0] != newer[0] {
+			t.Errorf("ReadLog of a recreated log = %q at %q, complete %v, %v; want [e0] at %s, false", es, ps, complete, err, newer[0])
+		}
+		if _, _, complete, err := s.ReadLog(ctx, "log", "", 10); err != nil || !complete {
+			t.Errorf("ReadLog of a recreated log from the start: complete %v, %v; want true", complete, err)
+		}
+	})
+}
+
+// msOf returns the milliseconds of a stream id.
+func msOf(t *testing.T, id string) uint64 {
+	t.Helper()
+	var ms, seq uint64
+	if _, err := fmt.Sscanf(id, "%d-%d", &ms, &seq); err != nil {
+		t.Fatalf("stream id %q: %v", id, err)
+	}
+	return ms
+}
+
+func TestReadLogMissing(t *testing.T) {
+	s, _, _ := newJournal(t)
+	for _, after := range []string{"", "1-0", "99999999999999-0"} {
+		es, ps, complete, err := s.ReadLog(t.Context(), "nolog", after, 10)
+		if err != nil || complete || es != nil || ps != nil {
+			t.Errorf("ReadLog(missing, %q) = %q, %q, %v, %v; want nothing, false, nil", after, es, ps, complete, err)
+		}
+	}
+}
+
+// TestReadLogSkipsMarkers: markers are not entries and do not count
+// towards max, wherever they are.
+func TestReadLogSkipsMarkers(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	open, err := s.OpenLog(ctx, "log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if es, _, complete, err := s.ReadLog(ctx, "log", "", 10); err != nil || len(es) != 0 || !complete {
+		t.Errorf("ReadLog of a new log = %q, %v, %v; want nothing, complete", es, complete, err)
+	}
+	if es, _, complete, err := s.ReadLog(ctx, "log", open, 10); err != nil || len(es) != 0 || !complete {
+		t.Errorf("ReadLog after its marker = %q, %v, %v; want nothing, complete", es, complete, err)
+	}
+	write := func(e string) {
+		t.Helper()
+		if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", nil, "log", []byte(e), 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marker := func() {
+		t.Helper()
+		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: prefix + "log", Values: []string{"open", ""}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a")
+	marker()
+	marker()
+	marker()
+	write("b")
+	marker()
+	write("c")
+	all := streamIDs(t, rdb, prefix+"log") // a, 3 markers, b, marker, c
+	if len(all) != 8 {
+		t.Fatalf("log holds %d entries, want 8", len(all))
+	}
+	all = all[1:] // without OpenLog's marker
+	tests := []struct {
+		after string
+		max   int
+		want  []string
+	}{
+		{"", 10, []string{"a", "b", "c"}},
+		{"", 1, []string{"a"}},
+		{"", 2, []string{"a", "b"}},
+		{open, 2, []string{"a", "b"}},
+		{all[0], 1, []string{"b"}}, // after a come three markers, then b
+		{all[2], 1, []string{"b"}}, // from within the markers
+		{all[0], 2, []string{"b", "c"}},
+		{all[4], 1, []string{"c"}},
+		{all[5], 1, []string{"c"}},
+		{all[6], 1, nil},
+	}
+	for _, tt := range tests {
+		es, ps, complete, err := s.ReadLog(ctx, "log", tt.after, tt.max)
+		var got []string
+		for _, e := range es {
+			got = append(got, string(e))
+		}
+		if err != nil || !slices.Equal(got, tt.want) || !complete || len(ps) != len(es) {
+			t.Errorf("ReadLog(%q, %d) = %q at %q, %v, %v; want %q, complete", tt.after, tt.max, got, ps, complete, err, tt.want)
+		}
+	}
+}
+
+func TestLogBadArguments(t *testing.T) {
+	s, _, _ := newStore(t) // no round trip: any server
+	ctx := t.Context()
+	if err := s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 0); err == nil {
+		t.Error("SetPublishAndLog with maxLen 0: got nil error, want one")
+	}
+	if _, _, _, err := s.ReadLog(ctx, "log", "", -1); err == nil {
+		t.Error("ReadLog with max -1: got nil error, want one")
+	}
+	for _, after := range []string{"x", "1", "01-0", "1-0)", "(1-0"} {
+		if _, _, _, err := s.ReadLog(ctx, "log", after, 1); err == nil {
+			t.Errorf("ReadLog after %q: got nil error, want one", after)
+		}
+	}
+}
+
+// TestLogUnsupportedOnRing: a Ring keeps no log, and says so without a
+// round trip.
+func TestLogUnsupportedOnRing(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m.Addr()}})
+	t.Cleanup(func() { rdb.Close() })
+	checkLogUnsupported(t, l2.New(rdb, l2.Options{}), nil)
+}
+
+// checkLogUnsupported checks that each log call of s fails with
+// errors.ErrUnsupported, sending nothing (to nodes, if not nil).
+func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
+	t.Helper()
+	ctx := t.Context()
+	if nodes != nil {
+		nodes.reset()
+	}
+	if _, err := s.OpenLog(ctx, "log"); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("OpenLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	}
+	if _, _, _, err := s.ReadLog(ctx, "log", "", 10); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ReadLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	}
+	if err := s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("SetPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	}
+	if nodes != nil {
+		if cmds, pipelines := nodes.counts(); cmds+pipelines != 0 {
+			t.Errorf("unsupported log calls sent %v", nodes)
+		}
+	}
+}
+
+// journalUnderTest is a Journal and the means to damage its log, for
+// TestJournalMatchesDouble.
+type journalUnderTest struct {
+	j     hybrid.Journal
+	write func(entry string) (pos string) // SetPublishAndLog; the position its message carried
+	trim  func(keep int)                  // XTRIM MAXLEN keep
+	drop  func()                          // DEL
+	later func(pos string) string         // a position well after pos
+}
+
+// TestJournalMatchesDouble runs one history of writes, trims and losses on
+// a Store and on hybridtest.Remote, and checks that ReadLog answers alike
+// on both after every step, from every position seen.
+func TestJournalMatchesDouble(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	clearMsg := message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil)
+	msgs := receive(subscribe(t, srv.Client(t), prefix+"ch"), 100)
+	store := journalUnderTest{
+		j: s,
+		write: func(e string) string {
+			if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", clearMsg, "log", []byte(e), 100); err != nil {
+				t.Fatal(err)
+			}
+			p, err := msgs.next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return positionOf(t, []byte(p))
+		},
+		trim: func(keep int) {
+			if err := rdb.XTrimMaxLen(ctx, prefix+"log", int64(keep)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		drop: func() {
+			if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
+				t.Fatal(err)
+			}
+		},
+		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	}
+
+	bus := new(hybridtest.Bus)
+	t.Cleanup(func() { bus.Close() })
+	var last []byte
+	unsub, err := bus.Subscribe(ctx, "ch", func(b []byte) { last = b }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unsub)
+	r := &hybridtest.Remote{Bus: bus}
+	double := journalUnderTest{
+		j: r,
+		write: func(e string) string {
+			if err := r.SetPublishAndLog(ctx, "k", nil, 0, "ch", clearMsg, "log", []byte(e), 100); err != nil {
+				t.Fatal(err)
+			}
+			if err := bus.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return positionOf(t, last)
+		},
+		trim:  func(keep int) { r.TrimLog("log", keep) },
+		drop:  func() { r.DropLog("log") },
+		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	}
+
+	// reads returns, for every position seen and a few more, what ReadLog
+	// answers, with positions given as their index in seen.
+	reads := func(u journalUnderTest, seen []string) []string {
+		afters := append([]string{"", "0-0", u.later(seen[len(seen)-1])}, seen...)
+		var out []string
+		for _, after := range afters {
+			for _, n := range []int{0, 1, 2, 10} {
+				es, ps, complete, err := u.j.ReadLog(ctx, "log", after, n)
+				if err != nil {
+					t.Fatalf("ReadLog(%q, %d): %v", after, n, err)
+				}
+				var at []int
+				for _, p := range ps {
+					at = append(at, slices.Index(seen, p))
+				}
+				out = append(out, fmt.Sprintf("after %d, max %d: %q at %v, complete %v", slices.Index(seen, after), n, strs(es), at, complete))
+			}
+		}
+		return out
+	}
+	run := func(u journalUnderTest) [][]string {
+		var seen []string
+		var all [][]string
+		open := func() {
+			p, err := u.j.OpenLog(ctx, "log")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(seen, p) {
+				seen = append(seen, p)
+			}
+		}
+		step := func() { all = append(all, reads(u, seen)) }
+		open()
+		step()
+		for i := range 4 {
+			seen = append(seen, u.write(fmt.Sprint("e", i)))
+			step()
+		}
+		open()
+		u.trim(2)
+		step()
+		u.trim(0)
+		step()
+		open()
+		seen = append(seen, u.write("e4"))
+		step()
+		u.drop()
+		step()
+		seen = append(seen, u.write("e5"))
+		step()
+		open()
+		step()
+		return all
+	}
+	want := run(double)
+	got := run(store)
+	for i := range want {
+		for j := range want[i] {
+			if got[i][j] != want[i][j] {
+				t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+func strs(bs [][]byte) []string {
+	var s []string
+	for _, b := range bs {
+		s = append(s, string(b))
+	}
+	return s
+}
+
+// positionOf returns the position of a positioned message.
+func positionOf(t *testing.T, b []byte) string {
+	t.Helper()
+	m, err := message.Decode(b, nil)
+	if err != nil || m.Position == "" {
+		t.Fatalf("Decode(% x) = position %q, %v; want a position", b, m.Position, err)
+	}
+	return m.Position
+}
