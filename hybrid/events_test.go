@@ -116,6 +116,14 @@ func TestEventsAndSpans(t *testing.T) {
 	a := newTestCache[string](t, ra.options(s.options()))
 	b := newTestCache[string](t, rb.options(s.options()))
 	ctx := context.Background()
+	// New opens the invalidation log (spans "open_log"): not part of what
+	// follows.
+	if spans := ra.waitSpans(t, 2); !slices.Equal(spans, []string{"open_log ", "open_log "}) {
+		t.Errorf("spans of New: %q, want two open_log", spans)
+	}
+	ra.mu.Lock()
+	ra.spans = nil
+	ra.mu.Unlock()
 
 	if _, err := a.GetOrCreate(ctx, "k", (&counter{value: "v"}).load); err != nil {
 		t.Fatal(err)

@@ -88,7 +88,7 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.remote.WaitCalls(ctx, func(c hybridtest.Calls) bool {
-		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.Delete+c.DeleteAndPublish+c.CompareAndSet >= n
+		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.SetPublishAndLog+c.Delete+c.DeleteAndPublish+c.CompareAndSet >= n
 	})
 	if err != nil {
 		t.Fatalf("waiting for %d writes to the Remote (have %+v): %v", n, s.remote.Calls(), err)
@@ -316,6 +316,8 @@ var (
 
 	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
 	_ hybrid.BoundedReader    = (*countingRemote)(nil)
+	_ hybrid.Journal          = (*countingRemote)(nil)
+	_ hybrid.Journal          = (*l2.Store)(nil)
 	_ hybrid.BoundedReader    = (*l2.Store)(nil)
 )
 
@@ -390,6 +392,22 @@ func (r *countingRemote) SetManyIfAbsent(ctx context.Context, keys []string, val
 func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
 	defer r.setAndPublishes.Add(1)
 	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
+}
+
+// The Journal's calls are passed on uncounted: a write through
+// SetPublishAndLog counts as a SetAndPublish.
+
+func (r *countingRemote) SetPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, log string, entry []byte, maxLen int) error {
+	defer r.setAndPublishes.Add(1)
+	return r.s.SetPublishAndLog(ctx, key, value, ttl, channel, msg, log, entry, maxLen)
+}
+
+func (r *countingRemote) OpenLog(ctx context.Context, log string) (string, error) {
+	return r.s.OpenLog(ctx, log)
+}
+
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) ([][]byte, []string, bool, error) {
+	return r.s.ReadLog(ctx, log, after, max)
 }
 
 func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {

@@ -248,11 +248,11 @@ func TestForgedMessages(t *testing.T) {
 	}
 }
 
-// TestBusLossFlushesL1: when the bus reports that messages may have been
-// lost, nothing filled before is served from L1 after.
+// TestBusLossFlushesL1: with StrictLoss, when the bus reports that messages
+// may have been lost, nothing filled before is served from L1 after.
 func TestBusLossFlushesL1(t *testing.T) {
 	s := newSharedTier(t)
-	p := newPeers(t, s, 2, hybrid.Options{})
+	p := newPeers(t, s, 2, hybrid.Options{StrictLoss: true})
 	a, b := p[0], p[1]
 	set(t, a, "k", "v")
 	s.flush(t)
@@ -272,6 +272,32 @@ func TestBusLossFlushesL1(t *testing.T) {
 		fillFromRemote(t, c, "k", "v")
 		if got := s.remote.Calls().Get - gets; got != 1 {
 			t.Errorf("%s: GetOrCreate after the loss read the Remote %d times, want 1", name, got)
+		}
+	}
+}
+
+// TestBusLossKeepsL1: by default, a loss whose missed messages the log
+// can show (here: none) keeps L1: once the replay is done, the entry filled
+// before the loss is still an L1 hit.
+func TestBusLossKeepsL1(t *testing.T) {
+	s := newSharedTier(t)
+	p := newPeers(t, s, 2, hybrid.Options{})
+	a, b := p[0], p[1]
+	set(t, a, "k", "v")
+	s.flush(t)
+	fillFromRemote(t, b, "k", "v")
+	s.bus.SimulateDrop()
+	s.bus.SimulateLoss()
+	s.flush(t)
+	for name, c := range map[string]*hybrid.Cache[string]{"A": a, "B": b} {
+		waitFor(t, 5*time.Second, name+": the replay", func() bool { return c.Stats().BusLosses == 2 }, nil)
+		gets := s.remote.Calls().Get
+		fillFromRemote(t, c, "k", "v")
+		if got := s.remote.Calls().Get - gets; got != 0 {
+			t.Errorf("%s: GetOrCreate after the loss read the Remote %d times, want 0 (L1 kept)", name, got)
+		}
+		if st := c.Stats(); st.Replays != 1 || st.ReplayFlushes != 0 {
+			t.Errorf("%s: Replays %d, ReplayFlushes %d; want 1, 0", name, st.Replays, st.ReplayFlushes)
 		}
 	}
 }

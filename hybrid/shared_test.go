@@ -185,13 +185,16 @@ func TestStoreBoundDeadAddress(t *testing.T) {
 // loaded; writes return errors. Once Redis is back, the shared tier and the
 // bus work again.
 //
+// With StrictLoss, the bus's loss flushes L1 at once (TestLossRedisStopped
+// and TestLossRedisRestartedEmpty cover the default, which keeps it).
+//
 // NOTE: it kills the package's shared redis-server and starts it again; no
 // test of this package runs in parallel with another.
 func TestIntegrationRedisRestart(t *testing.T) {
 	srv.NeedOwned(t)
 	ctx := context.Background()
 	ns := redistest.Prefix(t)
-	o := hybrid.Options{Namespace: ns}
+	o := hybrid.Options{Namespace: ns, StrictLoss: true}
 	bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
 	p := []*instance{
 		newInstance(t, "A", singleNode(shortTimeouts), o, bo),
@@ -368,15 +371,15 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 		// then takes the caller's deadline for a failure of Redis.
 		gets = 30
 	)
-	// storeTimeout is the store's ReadTimeout; its WriteTimeout is the
-	// default.
+	// storeTimeout is the store's ReadTimeout.
 	run := func(t *testing.T, callerBudget, storeTimeout time.Duration) (hybrid.Stats, error) {
 		ctx := context.Background()
 		ns := redistest.Prefix(t)
 		p := startProxy(t, srv.Addr)
 		rdb := via(p, func(o *redis.Options) { o.ContextTimeoutEnabled = true; o.MaxRetries = -1 })(t)
 		o := hybrid.Options{Namespace: ns, BreakerThreshold: threshold, BreakerOpenFor: 5 * time.Second}
-		a := newSplitInstance(t, "A", rdb, nil, l2.Options{ReadTimeout: storeTimeout}, o, invalidate.Options{})
+		// A generous WriteTimeout: the Sets must not time out on a loaded machine.
+		a := newSplitInstance(t, "A", rdb, nil, l2.Options{ReadTimeout: storeTimeout, WriteTimeout: 5 * time.Second}, o, invalidate.Options{})
 		setStr(t, a, "k", "v")
 		setFault(t, p.Delay(delay))
 		timedOut := 0
@@ -885,6 +888,7 @@ func TestFaultLatency(t *testing.T) {
 var cacheCommands = []string{
 	"+get", "+set", "+mget", // l2.Store
 	"+evalsha", "+eval", // SetAndPublish, CompareAndSet (EVAL after NOSCRIPT)
+	"+xadd", "+xrevrange", "+xrange", "+xinfo|stream", "+exists", // the invalidation log (Journal)
 	"+publish", "+subscribe", "+unsubscribe", "+ping", // invalidate.Bus
 	"+hello", "+auth", "+client|setname", // go-redis's connection set-up
 }

@@ -45,15 +45,15 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	// store it after us. Anyone else's bump since tok means a newer change
 	// may exist, so we drop instead of store.
 	tok, ok := c.vers.advance(tok)
-	// A fill in progress read the old value: later callers must not join it.
-	c.flights.Forget(key)
 	if !ok {
 		c.local.Delete(key)
-		return nil
-	}
-	if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
+	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
+	// A fill in progress read the old value: later callers must not join
+	// it. Forgotten after L1 holds the new value, so that no caller in
+	// between, finding the old entry due for a refresh, starts another.
+	c.flights.Forget(key)
 	return nil
 }
 
