@@ -2,8 +2,8 @@ package hybrid
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -131,8 +131,13 @@ func New[V any](o Options) (*Cache[V], error) {
 		c.journal = nil
 	}
 	if c.journal != nil {
-		if _, err := c.openLog(); errors.Is(err, errors.ErrUnsupported) {
+		// Before subscribing: what was published since is harmless to
+		// miss (L1 is empty), and replayed once more after a loss anyway.
+		switch pos, err := c.openLog(); {
+		case errors.Is(err, errors.ErrUnsupported):
 			c.journal = nil
+		case err == nil:
+			c.loss.advance(pos)
 		}
 	}
 	if c.bus != nil {
@@ -144,10 +149,6 @@ func New[V any](o Options) (*Cache[V], error) {
 			c.local.Close()
 			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
 		}
-	}
-	if c.journal != nil {
-		pos, _ := c.openLog()
-		c.loss.advance(pos)
 	}
 	return c, nil
 }

@@ -59,10 +59,8 @@ func (s *lossState) position() string {
 func (c *Cache[V]) logKey() string { return c.prefix + "\x00log" }
 
 // openLog opens the log of announced writes and returns its newest
-// position. New calls it before it subscribes, to learn whether the Remote
-// keeps a log at all (if not, the cache goes without: a loss flushes L1),
-// and again once subscribed: the position then is what the instance has
-// seen so far.
+// position, or an error wrapping errors.ErrUnsupported when the Remote
+// keeps no log (the cache then goes without: a loss flushes L1).
 func (c *Cache[V]) openLog() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

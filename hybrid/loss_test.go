@@ -279,7 +279,9 @@ func TestLossRedisStopped(t *testing.T) {
 		t.Errorf("B: the slowest read took %v, want well under a second (the store bounds reads at 100 ms)", slowest)
 	}
 	// Back: A writes, B converges.
-	waitFor(t, 10*time.Second, "B's bus to be back", func() bool { return b.c.Stats().BusLosses >= st.BusLosses+1 && b.c.Stats().Replays+b.c.Stats().ReplayFlushes > 0 }, nil)
+	waitFor(t, 10*time.Second, "B's bus to be back", func() bool {
+		return b.c.Stats().BusLosses >= st.BusLosses+1 && b.c.Stats().Replays+b.c.Stats().ReplayFlushes > 0
+	}, nil)
 	setStr(t, a, lossKey(0), "v2")
 	waitFor(t, 5*time.Second, "B to see A's write", func() bool { v, ok := getStr(t, b, lossKey(0)); return ok && v == "v2" }, nil)
 }

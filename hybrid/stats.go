@@ -57,8 +57,8 @@ type counters struct {
 	staleServed, softTimeouts, refreshes                                                 atomic.Uint64
 	// pastLife counts L1 lookups that found an entry past its lifetime,
 	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
-	pastLife atomic.Uint64
-	replays, replayed, replayFlushes, heldServed                                         atomic.Uint64
+	pastLife                                     atomic.Uint64
+	replays, replayed, replayFlushes, heldServed atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.

@@ -95,6 +95,7 @@ func ExampleNewTracer() {
 
 	ctx := context.Background()
 	load := func(ctx context.Context, id string) (string, error) { return "Ada", nil }
+	// New opened the shared tier's log of invalidations (open_log).
 	for range 2 { // a miss, then an L1 hit, which is not traced
 		if _, err := users.GetOrCreate(ctx, "42", load); err != nil {
 			log.Fatal(err)
@@ -106,6 +107,7 @@ func ExampleNewTracer() {
 		fmt.Println(s.Name())
 	}
 	// Output:
+	// hybridcache.open_log
 	// hybridcache.get
 	// hybridcache.load
 	// hybridcache.set

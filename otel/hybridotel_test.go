@@ -238,11 +238,12 @@ func TestMetricsAndSpans(t *testing.T) {
 	// Durations (counts): the fill's get, load and set of k1, b's get of
 	// k1, the get and failed load of k2, the failed get of k3, a's Set.
 	for k, n := range map[string]float64{
-		"op=get,outcome=ok":     3,
-		"op=get,outcome=error":  1,
-		"op=load,outcome=ok":    1,
-		"op=load,outcome=error": 1,
-		"op=set,outcome=ok":     2,
+		"op=get,outcome=ok":      3,
+		"op=get,outcome=error":   1,
+		"op=load,outcome=ok":     1,
+		"op=load,outcome=error":  1,
+		"op=set,outcome=ok":      2,
+		"op=open_log,outcome=ok": 2, // New of each cache
 	} {
 		want["hybridcache.operation.duration{"+k+"}"] = n
 	}
@@ -275,6 +276,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		"hybridcache.get Error",
 		"hybridcache.get Unset", "hybridcache.get Unset", "hybridcache.get Unset",
 		"hybridcache.load Error", "hybridcache.load Unset",
+		"hybridcache.open_log Unset", "hybridcache.open_log Unset",
 		"hybridcache.set Unset", "hybridcache.set Unset",
 	}
 	if spans := tel.ended(); !slices.Equal(spans, wantSpans) {
