@@ -3,7 +3,8 @@
 // Redis.
 //
 // A Remote is a byte store with lifetimes that implements hybrid.Remote,
-// hybrid.BatchRemote and hybrid.Announcer; a Bus is a publish/subscribe pipe
+// hybrid.BatchRemote, hybrid.CompareAndSetter, hybrid.Announcer and
+// hybrid.Replacer; a Bus is a publish/subscribe pipe
 // that implements hybrid.Bus. Several caches given the same Remote and Bus
 // behave like several instances of a service sharing one Redis:
 //

@@ -655,7 +655,7 @@ func TestSetAndPublish(t *testing.T) {
 
 func TestScriptReloaded(t *testing.T) {
 	// After SCRIPT FLUSH, EVALSHA fails with NOSCRIPT and the Store falls
-	// back to EVAL, for both of its scripts.
+	// back to EVAL, for each of its scripts.
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	for i := range 2 {
@@ -667,6 +667,9 @@ func TestScriptReloaded(t *testing.T) {
 		}
 		if ok, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
 			t.Errorf("CompareAndSet after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		}
+		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
+			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
 	}
 }
