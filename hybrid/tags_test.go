@@ -299,3 +299,25 @@ func TestClearRecordReadOncePerInstance(t *testing.T) {
 		})
 	}
 }
+
+// TestClearRecordUnreadable: a value whose clear record cannot be read is
+// a miss, as with a tag record: a stale value is never risked.
+func TestClearRecordUnreadable(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	set(t, a, "k", "v")
+	b := newTestCache[string](t, s.options())
+	s.remote.SetBeforeGet(func(key string) {
+		if key == testNS+":\x00clear" {
+			s.remote.SetBeforeGet(nil)
+			s.remote.FailWith(errors.New("down"))
+		}
+	})
+	if v, ok := getString(t, b, "k"); ok {
+		t.Errorf("clear record unreadable: got %q, want a miss", v)
+	}
+	s.remote.FailWith(nil)
+	if v, ok := getString(t, b, "k"); !ok || v != "v" {
+		t.Errorf("clear record readable again: got %q %v, want v", v, ok)
+	}
+}
