@@ -32,6 +32,16 @@
 // to InlineMaxBytes) and peers that hold the key swap it in without a round
 // trip. Otherwise peers drop the key and read it again when asked.
 //
+// Expire ends a value's lifetime now without removing it: its logical
+// expiry is rewritten in the shared tier (one script with its message, for
+// l2.Store, which keeps the value's physical lifetime) and every instance
+// marks its L1 copy stale, so the next read loads anew and fail-safe can
+// still fall back on the old value. Clear removes the whole namespace,
+// from every instance and from the shared tier's point of view, with one
+// write and one message (see Tags: it is a tag delete that every value is
+// subject to); ClearLocal only drops L1 everywhere and leaves the shared
+// tier as it is.
+//
 // # Invalidation and its window
 //
 // Another instance stops serving the old value once the message arrives:
@@ -46,22 +56,23 @@
 // Only the cache's own messages invalidate: a write that bypasses the cache
 // (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when
 // its L1 copy's lifetime ends. With Options.Secret, a message without a
-// valid signature may at most drop the keys it names; without one, anyone
-// who can publish on the channel can drop keys or clear L1 (never plant a
-// value).
+// valid signature may at most drop (or expire) the keys it names; without
+// one, anyone who can publish on the channel can drop or expire keys or
+// clear L1 (never plant a value, nor make the shared tier's values
+// misses).
 //
 // # When Redis is slow or down
 //
 // Reads degrade: a shared-tier error is counted (Stats.L2Errors), logged at
 // most once per Options.LogEvery, and the call goes on to L1 and load.
-// Writes report: Set and Delete return the error (and drop the key from
-// L1). With an l2.Store, no call waits on Redis longer than the store's
-// ReadTimeout or WriteTimeout, whatever the client's retries, or the ctx. A
-// fill's write-back that fails is retried twice, then counted
-// (Stats.WritesDropped) and logged. With Options.BreakerThreshold, a run of
-// failures opens a circuit breaker: for BreakerOpenFor the shared tier is
-// not called at all (reads go to L1 and load, Set and Delete return
-// ErrUnavailable), then one call probes it.
+// Writes report: Set, Delete, Expire and Clear return the error (and drop,
+// expire or clear in L1 all the same). With an l2.Store, no call waits on
+// Redis longer than the store's ReadTimeout or WriteTimeout, whatever the
+// client's retries, or the ctx. A fill's write-back that fails is retried
+// twice, then counted (Stats.WritesDropped) and logged. With
+// Options.BreakerThreshold, a run of failures opens a circuit breaker: for
+// BreakerOpenFor the shared tier is not called at all (reads go to L1 and
+// load, writes return ErrUnavailable), then one call probes it.
 //
 // # Resilience options
 //
@@ -90,6 +101,13 @@
 // records current through the bus (reading a record the first time it
 // meets the tag, and again after the bus reports a loss). A hit in L1
 // checks nothing: tagged entries are removed from L1, not filtered on read.
+//
+// Clear is the same mechanism for a built-in tag that every value carries:
+// it writes the time of the Clear under Namespace:\x00clear (kept without
+// expiry), and a value read from the shared tier that was written no later
+// than that is a miss. So an instance reads that record once, at its first
+// shared-tier hit, and again after a bus loss; a signed Clear's message
+// carries it.
 //
 // # Compression
 //

@@ -19,14 +19,15 @@ type Events struct {
 	Evicted func(key string, expired bool)
 
 	// Invalidated is called after a message from another instance has been
-	// applied to L1. op is "set", "delete", "clear" or "tag"; keys holds the
-	// keys for "set" and "delete", the tags for "tag", and nothing for
-	// "clear". The slice must not be kept.
+	// applied to L1. op is "set", "delete", "expire", "clear" (Clear or
+	// ClearLocal) or "tag"; keys holds the keys for "set", "delete" and
+	// "expire", the tags for "tag", and nothing for "clear". The slice must
+	// not be kept.
 	Invalidated func(op string, keys []string)
 
 	// L2Error is called when a shared-tier or bus call fails. op names the
-	// call: "get", "set", "delete", "get_many", "set_many", "publish",
-	// "delete_tag".
+	// call: "get", "set", "delete", "expire", "get_many", "set_many",
+	// "publish", "delete_tag", "get_tag", "clear", "get_clear".
 	L2Error func(op string, err error)
 
 	// StaleServed is called when fail-safe or a soft timeout serves a stale

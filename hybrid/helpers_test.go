@@ -88,7 +88,7 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.remote.WaitCalls(ctx, func(c hybridtest.Calls) bool {
-		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.SetPublishAndLog+c.Delete+c.DeleteAndPublish+c.CompareAndSet >= n
+		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.SetPublishAndLog+c.Delete+c.DeleteAndPublish+c.CompareAndSet+c.ReplaceAndPublish >= n
 	})
 	if err != nil {
 		t.Fatalf("waiting for %d writes to the Remote (have %+v): %v", n, s.remote.Calls(), err)
@@ -323,14 +323,18 @@ var (
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
 // test can tell how often an instance went to Redis. It implements Remote,
-// BatchRemote and Announcer by delegating to the Store. A call is counted
-// when it returns, so a count seen means the call is over.
+// BatchRemote, CompareAndSetter, Announcer and Replacer by delegating to
+// the Store. A call is counted when it returns, so a count seen means the
+// call is over. Gets of the cache's own records (keys "ns:\x00...": the
+// clear record, tag records) are counted apart from Gets of values, which
+// the tests of the read path count.
 type countingRemote struct {
 	s *l2.Store
 
 	gets, getManys, getManyKeys                      atomic.Int64
 	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
-	setAndPublishes, compareAndSets                  atomic.Int64
+	setAndPublishes, compareAndSets, replaces        atomic.Int64
+	recordGets                                       atomic.Int64
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
@@ -357,7 +361,11 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
 
 func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	defer r.gets.Add(1)
+	if strings.Contains(key, ":\x00") {
+		defer r.recordGets.Add(1)
+	} else {
+		defer r.gets.Add(1)
+	}
 	v, ok, err := r.s.Get(ctx, key)
 	r.hook(key)
 	return v, ok, err
@@ -415,11 +423,17 @@ func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, val
 	return r.s.CompareAndSet(ctx, key, old, value, ttl)
 }
 
+func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
+	defer r.replaces.Add(1)
+	return r.s.ReplaceAndPublish(ctx, key, old, value, channel, msg)
+}
+
 // remoteCalls is a snapshot of a countingRemote's counters.
 type remoteCalls struct {
 	Get, GetMany, GetManyKeys                             int64
 	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
-	SetAndPublish, CompareAndSet                          int64
+	SetAndPublish, CompareAndSet, ReplaceAndPublish       int64
+	RecordGet                                             int64 // Gets of records, not counted in Get
 }
 
 func (r *countingRemote) calls() remoteCalls {
@@ -428,12 +442,13 @@ func (r *countingRemote) calls() remoteCalls {
 		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
 		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
 		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
+		ReplaceAndPublish: r.replaces.Load(), RecordGet: r.recordGets.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet + c.ReplaceAndPublish + c.RecordGet
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when
@@ -510,6 +525,23 @@ func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o 
 	}
 	in.c = newTestCache[string](t, o)
 	return in
+}
+
+// eachTopology runs f for a single Redis and for the Redis Cluster of
+// HYBRID_REDIS_CLUSTER (skipped without it), each in both invalidation
+// modes.
+func eachTopology(t *testing.T, f func(t *testing.T, newClient clientFactory, secret []byte)) {
+	for _, topo := range []string{"single", "cluster"} {
+		t.Run(topo, func(t *testing.T) {
+			newClient := singleNode(nil)
+			if topo == "cluster" {
+				newClient = clusterNodes(t)
+			}
+			for _, m := range invalidationModes {
+				t.Run(m.name, func(t *testing.T) { f(t, newClient, m.secret) })
+			}
+		})
+	}
 }
 
 // newInstances returns n instances named A, B, C, ... of one namespace.

@@ -50,7 +50,11 @@ func (c *Cache[V]) onMessage(b []byte) {
 		return
 	}
 	// Counted once applied, so a count seen means L1 reflects the message.
-	defer c.invalidated(m.Op.String(), m.Keys)
+	op, keys := m.Op.String(), m.Keys
+	if m.Op == message.OpTag && len(keys) == 1 && keys[0] == clearTag {
+		op, keys = message.OpClear.String(), nil // a Clear
+	}
+	defer c.invalidated(op, keys)
 	c.apply(m)
 	c.loss.advance(m.Position)
 }
@@ -60,10 +64,12 @@ func (c *Cache[V]) onMessage(b []byte) {
 // it does no more than drop the keys it names. A position is trusted only
 // from a message that is applied or our own.
 func (c *Cache[V]) admit(m message.Message) bool {
-	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete
+	// An expire names keys and does less than dropping them.
+	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete || m.Op == message.OpExpire
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		// Unsigned, a message may at most drop the keys it names: a clear or
-		// a tag delete is ignored, and so is one that claims to be ours.
+		// a tag delete (a Clear's too) is ignored, and so is one that claims
+		// to be ours.
 		c.n.unauthentic.Add(1)
 		if !keysOnly || m.Origin == c.origin {
 			return false
@@ -85,6 +91,10 @@ func (c *Cache[V]) apply(m message.Message) {
 	switch m.Op {
 	case message.OpTag:
 		c.onTagMessage(m)
+	case message.OpExpire:
+		for _, key := range m.Keys {
+			c.expireLocal(key)
+		}
 	case message.OpClear:
 		c.vers.bumpAll()
 		c.flights.ForgetAll()
@@ -101,9 +111,9 @@ func (c *Cache[V]) apply(m message.Message) {
 	}
 }
 
-// onTagMessage applies another instance's DeleteByTag. A signed message
-// carries the delete's time; otherwise the record is read again when
-// needed.
+// onTagMessage applies another instance's DeleteByTag or Clear (which
+// names clearTag). A signed message carries the delete's time; otherwise
+// the record is read again when needed.
 func (c *Cache[V]) onTagMessage(m message.Message) {
 	for _, tag := range m.Keys {
 		if t, ok := decodeTagRecord(m.Value); ok && m.Authentic {
@@ -121,12 +131,12 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 // entry is dropped: the swapped value may be the older one.
 func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	var it item[V]
-	ttl, err := c.decodeInto(&it, b, c.def.timed())
+	ttl, written, err := c.decodeInto(&it, b, c.def.timed())
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		return false
 	}
-	if ttl <= 0 || (it.t != nil && len(it.t.tags) > 0 && c.tagKnownDeleted(it.t.tags, it.t.written)) {
+	if ttl <= 0 || c.tagKnownDeleted(it.tags(), written) {
 		return false
 	}
 	var life time.Duration

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -120,9 +121,9 @@ func TestInvalidationDelete(t *testing.T) {
 	}
 }
 
-// TestInvalidationClear: Clear drops L1 on every instance and leaves the
-// shared tier.
-func TestInvalidationClear(t *testing.T) {
+// TestInvalidationClearLocal: ClearLocal drops L1 on every instance and
+// leaves the shared tier.
+func TestInvalidationClearLocal(t *testing.T) {
 	s := newSharedTier(t)
 	p := newPeers(t, s, 3, hybrid.Options{})
 	a, b, c := p[0], p[1], p[2]
@@ -135,7 +136,7 @@ func TestInvalidationClear(t *testing.T) {
 		fillFromRemote(t, b, k, "v-"+k)
 		fillFromRemote(t, c, k, "v-"+k)
 	}
-	if err := a.Clear(context.Background()); err != nil {
+	if err := a.ClearLocal(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.flush(t)
@@ -143,12 +144,13 @@ func TestInvalidationClear(t *testing.T) {
 	for name, peer := range map[string]*hybrid.Cache[string]{"A": a, "B": b, "C": c} {
 		for _, k := range keys {
 			if v, ok := getString(t, peer, k); !ok || v != "v-"+k {
-				t.Errorf("%s: Get(%q) after Clear: got %q, %v, want %q from the shared tier", name, k, v, ok, "v-"+k)
+				t.Errorf("%s: Get(%q) after ClearLocal: got %q, %v, want %q from the shared tier", name, k, v, ok, "v-"+k)
 			}
 		}
 	}
-	if got, want := s.remote.Calls().Get-gets, 3*len(keys); got != want {
-		t.Errorf("Remote Gets after Clear: got %d, want %d (no L1 entry survived)", got, want)
+	// A read the clear record too: it had only written until then.
+	if got, want := s.remote.Calls().Get-gets, 3*len(keys)+1; got != want {
+		t.Errorf("Remote Gets after ClearLocal: got %d, want %d (no L1 entry survived)", got, want)
 	}
 	if got := a.Stats().OwnIgnored; got != uint64(len(keys))+1 {
 		t.Errorf("A: OwnIgnored got %d, want %d", got, len(keys)+1)
@@ -204,6 +206,13 @@ func TestForgedMessages(t *testing.T) {
 		{"unsigned clear", message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: testNS}, nil), 0, 1, false},
 		{"clear signed with another secret", message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: testNS}, []byte("guess")), 0, 1, false},
 		{"unsigned tag delete", message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: testNS, Keys: []string{"t"}}, nil), 0, 1, false},
+		// A Clear's message (the empty tag): ignored unsigned, like any tag
+		// delete, and so is a clear record signed with another secret.
+		{"unsigned Clear", message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: testNS, Keys: []string{""}}, nil), 0, 1, false},
+		{"Clear signed with another secret", message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: testNS, Keys: []string{""}, Value: binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixMilli()))}, []byte("guess")), 0, 1, false},
+		// An expire names its keys and makes them read again, no more than
+		// a delete: allowed unsigned.
+		{"unsigned expire", message.Encode(message.Message{Op: message.OpExpire, Origin: stranger, Namespace: testNS, Keys: []string{"k"}}, nil), 0, 1, true},
 	}
 	for _, st := range steps {
 		before := b.Stats()
@@ -270,8 +279,9 @@ func TestBusLossFlushesL1(t *testing.T) {
 		}
 		gets := s.remote.Calls().Get
 		fillFromRemote(t, c, "k", "v")
-		if got := s.remote.Calls().Get - gets; got != 1 {
-			t.Errorf("%s: GetOrCreate after the loss read the Remote %d times, want 1", name, got)
+		// What was known of the clear record went with L1: it is read again.
+		if got := s.remote.Calls().Get - gets; got != 2 {
+			t.Errorf("%s: GetOrCreate after the loss read the Remote %d times, want 2 (the value and the clear record)", name, got)
 		}
 	}
 }
@@ -500,7 +510,7 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 	t.Logf("A: %d published, %d own ignored; B and C: %d received, swapped %d/%d",
 		a.c.Stats().Published, a.c.Stats().OwnIgnored, b.c.Stats().Received, b.c.Stats().Swapped, c.c.Stats().Swapped)
 
-	// Clear on B drops L1 on A and C too: each must go to Redis again.
+	// ClearLocal on B drops L1 on A and C too: each must go to Redis again.
 	setStr(t, a, "k2", "w")
 	waitMsgs(4, 4)
 	fill(t, b, "k2", "w")
@@ -512,21 +522,21 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 		}
 		gets[i] = in.remote.calls().Get
 	}
-	if err := b.c.Clear(ctx); err != nil {
-		t.Fatalf("B: Clear: %v", err)
+	if err := b.c.ClearLocal(ctx); err != nil {
+		t.Fatalf("B: ClearLocal: %v", err)
 	}
 	waitStat(t, b, "OwnIgnored", statOwnIgnored, 1)
 	waitStat(t, a, "Received", statReceived, 1)
 	waitStat(t, c, "Received", statReceived, 5)
 	for i, in := range p {
 		if n := in.c.Stats().L1Entries; n != 0 {
-			t.Errorf("%s: L1Entries after B's Clear: got %d, want 0", in.name, n)
+			t.Errorf("%s: L1Entries after B's ClearLocal: got %d, want 0", in.name, n)
 		}
 		if v, ok := getStr(t, in, "k2"); !ok || v != "w" {
-			t.Errorf("%s: Get(k2) after Clear: got %q, %v, want \"w\" from Redis", in.name, v, ok)
+			t.Errorf("%s: Get(k2) after ClearLocal: got %q, %v, want \"w\" from Redis", in.name, v, ok)
 		}
 		if got := in.remote.calls().Get - gets[i]; got != 1 {
-			t.Errorf("%s: Redis GETs for k2 after B's Clear: got %d, want 1 (L1 dropped)", in.name, got)
+			t.Errorf("%s: Redis GETs for k2 after B's ClearLocal: got %d, want 1 (L1 dropped)", in.name, got)
 		}
 	}
 }
@@ -788,6 +798,43 @@ func TestIntegrationForgedMessages(t *testing.T) {
 	}
 	if st := b.c.Stats(); st.L1Entries < held {
 		t.Errorf("B: L1 holds %d entries after forged clears, want %d (none dropped)", st.L1Entries, held)
+	}
+
+	// A Clear's message (a tag message for the empty tag), unsigned or
+	// carrying a clear record in the future signed with the wrong key:
+	// ignored too, and nothing is read as cleared.
+	future := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixMilli()))
+	publish(message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: ns, Keys: []string{""}}, nil))
+	publish(message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: ns, Keys: []string{""}, Value: future}, []byte("not the secret")))
+	for _, in := range p {
+		waitStat(t, in, "Unauthentic", statUnauth, 6)
+	}
+	bGets = b.remote.calls().Get
+	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
+		t.Errorf("B: Get(k) after forged Clears: got %q, %v, want \"v1\"", v, ok)
+	}
+	if got := b.remote.calls().Get - bGets; got != 0 {
+		t.Errorf("B: Redis GETs after forged Clears: got %d, want 0 (L1 kept)", got)
+	}
+	if v, ok := getStr(t, c, "many1"); !ok || v != "x" {
+		t.Errorf("C: Get(many1) from Redis after forged Clears: got %q, %v, want \"x\"", v, ok)
+	}
+
+	// An unsigned expire names a key: like a delete, it makes B read k
+	// again, and changes nothing in Redis.
+	publish(message.Encode(message.Message{Op: message.OpExpire, Origin: stranger, Namespace: ns, Keys: []string{"k"}}, nil))
+	for _, in := range p {
+		waitStat(t, in, "Unauthentic", statUnauth, 7)
+	}
+	bGets = b.remote.calls().Get
+	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
+		t.Errorf("B: Get(k) after a forged expire: got %q, %v, want \"v1\" from Redis", v, ok)
+	}
+	if got := b.remote.calls().Get - bGets; got != 1 {
+		t.Errorf("B: Redis GETs after a forged expire: got %d, want 1", got)
+	}
+	if h := storedEnvelope(t, raw, ns, "k"); !h.Expires.After(time.Now()) {
+		t.Errorf("Redis: k expires %v after a forged expire, want its lifetime untouched", h.Expires)
 	}
 }
 

@@ -142,9 +142,10 @@ type Options struct {
 
 	// BreakerThreshold is how many shared-tier failures in a row open the
 	// circuit breaker. While open, reads skip the shared tier (L1 and load
-	// answer), background writes are skipped, and Set and Delete return
-	// ErrUnavailable at once; after BreakerOpenFor one call probes the
-	// shared tier and its success closes the breaker. Default: 0, no breaker.
+	// answer), background writes are skipped, and Set, Delete, Expire,
+	// Clear and DeleteByTag return ErrUnavailable at once; after
+	// BreakerOpenFor one call probes the shared tier and its success closes
+	// the breaker. Default: 0, no breaker.
 	BreakerThreshold int
 
 	// BreakerOpenFor is how long the breaker stays open before a probe.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -16,6 +17,8 @@ import (
 
 // Remote is the shared second tier: a byte store that every instance reads
 // and writes, such as *l2.Store over Redis. Keys arrive already namespaced.
+// A ttl of 0 stores without expiry (the cache writes its clear record so,
+// see Cache.Clear).
 //
 // Get reports a missing key as ok == false with a nil error: a miss is not an
 // error. SetIfAbsent stores only when the key holds nothing (SET NX): the
@@ -54,6 +57,20 @@ type CompareAndSetter interface {
 // (A delete is a write too: it stores a short tombstone.)
 type Announcer interface {
 	SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error
+}
+
+// Replacer is a Remote that can replace a value in place, keeping its
+// lifetime (for Redis: a Lua script with SET KEEPTTL): ReplaceAndPublish
+// stores value under key only if key holds exactly old, for the lifetime
+// key has left, and, whether or not it replaced, publishes msg on channel
+// (nothing when channel is empty), in one atomic step. It reports whether
+// it replaced. Expire uses it to move a stored value's logical expiry to
+// now without changing how long the shared tier keeps it (which a Remote
+// cannot tell) and without overwriting a write that landed since its read.
+// Without it, Expire rewrites the value with CompareAndSet (or Set) for a
+// lifetime it estimates, then publishes.
+type Replacer interface {
+	ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (replaced bool, err error)
 }
 
 // Journal is an Announcer that also keeps a capped log of the writes it
@@ -97,6 +114,7 @@ type shared struct {
 	cas       CompareAndSetter // nil: replacing writes are plain Sets
 	ann       Announcer        // nil: write, then publish on the Bus (also nil without a Bus)
 	journal   Journal          // nil: no log to replay missed messages from
+	repl      Replacer         // nil: Expire rewrites with cas or a Set, then publishes
 	readBound time.Duration    // 0: reads are not known to end in time
 }
 
@@ -104,6 +122,7 @@ func resolveShared(r Remote, withBus bool) shared {
 	s := shared{remote: r}
 	s.batch, _ = r.(BatchRemote)
 	s.cas, _ = r.(CompareAndSetter)
+	s.repl, _ = r.(Replacer)
 	if withBus {
 		s.ann, _ = r.(Announcer)
 		s.journal, _ = r.(Journal)
@@ -255,9 +274,9 @@ func (c *Cache[V]) readFailed(err error) {
 // nil) as p says if tok is still valid. After readDeleted or readCorrupt,
 // *it is the zero item again.
 func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy) readState {
-	ttl, err := c.decodeInto(it, b, p.timed())
-	if err == nil && it.t != nil && len(it.t.tags) > 0 && c.tagDeleted(ctx, it.t.tags, it.t.written) {
-		err = errTombstone // deleted by DeleteByTag
+	ttl, written, err := c.decodeInto(it, b, p.timed())
+	if err == nil && c.tagDeleted(ctx, it.tags(), written) {
+		err = errTombstone // deleted by Clear or DeleteByTag
 	}
 	if errors.Is(err, errTombstone) {
 		c.n.l2Misses.Add(1)
@@ -456,7 +475,7 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b
 			}
 			return c.ann.SetAndPublish(ctx, rkey, b, life, c.o.Channel, msg)
 		}); err != nil {
-			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
+			return fmt.Errorf("hybrid: %s: %w", about(op, name), err)
 		}
 		c.n.published.Add(1)
 		return nil
@@ -464,25 +483,104 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b
 		if err := c.call(ctx, op, name, func(ctx context.Context) error {
 			return c.remote.Set(ctx, rkey, b, life)
 		}); err != nil {
-			return fmt.Errorf("hybrid: %s %q: %w", op, name, err)
+			return fmt.Errorf("hybrid: %s: %w", about(op, name), err)
 		}
 	}
 	if c.bus == nil {
 		return nil
 	}
 	if err := c.publish(ctx, m); err != nil {
-		return fmt.Errorf("hybrid: %s %q: announce: %w", op, name, err)
+		return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
 	}
 	return nil
 }
 
-// readRecord reads one of the cache's own records (see tags.go) from the
-// shared tier: its bytes, or ok false when there is none; an error when
-// the shared tier cannot say.
+// about names a call about name (a key or tag; none for a Clear) in errors.
+func about(op, name string) string {
+	if name == "" {
+		return op
+	}
+	return op + " " + strconv.Quote(name)
+}
+
+// readRecord reads the shared-tier key rkey as it is stored: one of the
+// cache's own records (see tags.go), or a value that Expire rewrites. It
+// returns the bytes, or ok false when there are none; an error when the
+// shared tier cannot say.
 func (c *Cache[V]) readRecord(ctx context.Context, op, name, rkey string) (b []byte, ok bool, err error) {
 	err = c.call(ctx, op, name, func(ctx context.Context) (err error) {
 		b, ok, err = c.remote.Get(ctx, rkey)
 		return err
 	})
 	return b, ok, err
+}
+
+// expireShared moves the logical expiry of key's value in the shared tier
+// to now, keeping the value for fail-safe, and announces the expiry on the
+// bus. With a Replacer the rewrite and the message are one atomic step
+// that keeps the value's physical lifetime and writes nothing if the key
+// changed since it was read (the change, a write after this Expire, wins).
+// Otherwise the value is rewritten with CompareAndSet, or a Set, for the
+// logical lifetime it had left plus this cache's FailSafeMaxAge, and then
+// announced. A key that holds nothing live (missing, a tombstone, bytes
+// that do not decode, a value already stale) is only announced.
+func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
+	m := message.Message{Op: message.OpExpire, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
+	var old, expired []byte
+	var left time.Duration
+	if c.remote != nil {
+		b, found, err := c.readRecord(ctx, "get", key, c.prefix+key)
+		if err != nil {
+			return fmt.Errorf("hybrid: expire %q: %w", key, err)
+		}
+		if found {
+			old = b
+			expired, left = expiredNow(b, c.def.ttl)
+		}
+	}
+	if expired != nil && c.repl != nil {
+		channel, msg := "", []byte(nil)
+		if c.bus != nil {
+			channel, msg = c.o.Channel, message.Encode(m, c.o.Secret)
+		}
+		if err := c.call(ctx, "expire", key, func(ctx context.Context) error {
+			c.sentOwn(key)
+			_, err := c.repl.ReplaceAndPublish(ctx, c.prefix+key, old, expired, channel, msg)
+			return err
+		}); err != nil {
+			return fmt.Errorf("hybrid: expire %q: %w", key, err)
+		}
+		if c.bus != nil {
+			c.n.published.Add(1)
+		}
+		return nil
+	}
+	if expired != nil {
+		life := left + c.def.failSafe
+		if err := c.call(ctx, "expire", key, func(ctx context.Context) (err error) {
+			if c.cas != nil {
+				_, err = c.cas.CompareAndSet(ctx, c.prefix+key, old, expired, life)
+				return err
+			}
+			return c.remote.Set(ctx, c.prefix+key, expired, life)
+		}); err != nil {
+			return fmt.Errorf("hybrid: expire %q: %w", key, err)
+		}
+	}
+	if c.bus == nil {
+		return nil
+	}
+	c.sentOwn(key)
+	if err := c.publish(ctx, m); err != nil {
+		return fmt.Errorf("hybrid: expire %q: announce: %w", key, err)
+	}
+	return nil
+}
+
+// sentOwn records an announcement of ours about key, about to go out, for
+// echoes (see onMessage, which counts it back).
+func (c *Cache[V]) sentOwn(key string) {
+	if c.ann != nil {
+		c.echo.sent(key)
+	}
 }

@@ -28,44 +28,45 @@ type Codec interface {
 // errTombstone is decode's answer for a tombstone: a miss, not corruption.
 var errTombstone = errors.New("hybrid: deleted")
 
-// decodeInto is decode into *it, which must be the zero item. On an error
-// *it may be partly set.
-func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (time.Duration, error) {
+// decodeInto decodes the envelope b into *it, which must be the zero item,
+// and returns the value's remaining logical lifetime (<= 0: stale, kept
+// past its logical expiry for fail-safe) and its write time (Unix
+// nanoseconds). On an error *it may be partly set.
+func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Duration, written int64, err error) {
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	written = h.Written.UnixNano()
 	if h.Codec != c.codec.ID() {
-		return 0, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
+		return 0, written, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
 	}
-	// A remaining lifetime <= 0 means the value is stale: kept past its
-	// logical expiry for fail-safe.
-	ttl := c.o.LocalTTL
+	ttl = c.o.LocalTTL
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 	}
 	if timed || len(h.Tags) > 0 {
-		it.t = &timing{written: h.Written.UnixNano(), staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
+		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
-		return 0, errTombstone
+		return 0, written, errTombstone
 	}
 	if h.Flags&envelope.FlagAbsent != 0 {
 		if len(payload) != 0 {
-			return 0, errors.New("hybrid: absence marker with a payload")
+			return 0, written, errors.New("hybrid: absence marker with a payload")
 		}
 		it.absent = true
-		return ttl, nil
+		return ttl, written, nil
 	}
 	if h.Flags&envelope.FlagCompressed != 0 {
 		if payload, err = c.decompress(payload); err != nil {
-			return 0, err
+			return 0, written, err
 		}
 	}
 	if err := c.codec.Unmarshal(payload, &it.v); err != nil {
-		return 0, err
+		return 0, written, err
 	}
-	return ttl, nil
+	return ttl, written, nil
 }
 
 // encodeTombstone returns the envelope a delete leaves behind. Its payload
@@ -77,6 +78,26 @@ func (c *Cache[V]) encodeTombstone(ttl time.Duration) []byte {
 	var nonce [8]byte
 	binary.LittleEndian.PutUint64(nonce[:], mrand.Uint64())
 	return envelope.Append(make([]byte, 0, envelope.HeaderLen+len(nonce)), h, nonce[:])
+}
+
+// expiredNow returns a copy of the envelope b whose logical expiry is now,
+// and the logical lifetime b had left (def, when b has no expiry); nil when
+// b holds nothing live to expire: a tombstone, bytes that do not decode, a
+// value already past its expiry.
+func expiredNow(b []byte, def time.Duration) ([]byte, time.Duration) {
+	h, payload, err := envelope.Decode(b)
+	if err != nil || h.Flags&envelope.FlagDeleted != 0 {
+		return nil, 0
+	}
+	now := time.Now()
+	left := def
+	if !h.Expires.IsZero() {
+		if left = h.Expires.Sub(now); left <= 0 {
+			return nil, 0
+		}
+	}
+	h.Expires = now
+	return envelope.Append(make([]byte, 0, len(b)), h, payload), left
 }
 
 // encodeAbsent returns the envelope of a remembered absence.

@@ -21,6 +21,11 @@ import (
 // records in tagState: filled from the bus, and read from the shared tier
 // the first time a value with an unknown tag is read. Losing the bus drops
 // that knowledge along with L1.
+//
+// Clear is DeleteByTag of a built-in tag that every value carries without
+// naming it, clearTag: its record (the time of the last Clear) is read and
+// known like any tag's, and a value read from the shared tier that was
+// written no later than it is a miss.
 
 // tagState is what an instance knows of tag records.
 type tagState struct {
@@ -84,10 +89,28 @@ func (s *tagState) clear() {
 	s.epoch++
 }
 
-// tagKey is the shared-tier key of tag's record. A NUL byte cannot start a
-// key of ours (check rejects it), so no key collides with it.
+// clearTag is the built-in tag every value carries, deleted by Clear. No
+// tag of WithTags is empty, so none collides with it.
+const clearTag = ""
+
+// tagKey is the shared-tier key of tag's record: Namespace:\x00tag:<tag>,
+// and Namespace:\x00clear for clearTag. A NUL byte cannot start a key of
+// ours (check rejects it), so no key collides with them.
 func (c *Cache[V]) tagKey(tag string) string {
+	if tag == clearTag {
+		return c.prefix + "\x00clear"
+	}
 	return c.prefix + "\x00tag:" + tag
+}
+
+// recordLife is how long tag's record is kept in the shared tier: the clear
+// record for ever (a value of any lifetime may predate it, and it is one
+// key per namespace), a tag's for tagLife.
+func recordLife(o *Options, tag string) time.Duration {
+	if tag == clearTag {
+		return 0
+	}
+	return tagLife(o)
 }
 
 // tagLife is how long tag records are kept in the shared tier: at least a
@@ -130,23 +153,47 @@ func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	return c.deleteTag(ctx, "delete_tag", tag)
+}
+
+// deleteTag records the time of a delete of tag (clearTag: a Clear) in the
+// shared tier, announces it with one message (a tag message naming tag,
+// which carries the record when signed) and drops what it covers from L1
+// here, even when the shared tier or the bus fails. op names the call.
+func (c *Cache[V]) deleteTag(ctx context.Context, op, tag string) error {
 	now := time.Now().UnixMilli()
 	record := encodeTagRecord(now)
 	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
-	err := c.writeAndPublish(ctx, "delete_tag", tag, c.tagKey(tag), record, tagLife(&c.o), m, false)
+	err := c.writeAndPublish(ctx, op, tag, c.tagKey(tag), record, recordLife(&c.o, tag), m, false)
 	// After the shared tier: a fill that read a tagged value meanwhile
 	// must not store it.
 	c.tags.learn(c.tags.currentEpoch(), tag, now)
 	c.dropTagged(tag)
+	// Return once the record's millisecond has passed: a value written then
+	// counts as deleted (see deletedSince), and one this instance writes
+	// after the call must not.
+	time.Sleep(time.Until(time.UnixMilli(now + 1)))
 	return err
 }
 
-// dropTagged makes L1 forget every value tagged with tag and every fill in
-// progress (which may have read one).
+// dropTagged makes L1 forget every value tagged with tag (every value, for
+// clearTag) and every fill in progress (which may have read one).
 func (c *Cache[V]) dropTagged(tag string) {
 	c.vers.bumpAll()
 	c.flights.ForgetAll()
+	if tag == clearTag {
+		c.local.Clear()
+		return
+	}
 	c.local.DeleteIf(func(_ string, it item[V]) bool { return it.hasTag(tag) })
+}
+
+// tags returns the tags it carries (WithTags).
+func (it item[V]) tags() []string {
+	if it.t == nil {
+		return nil
+	}
+	return it.t.tags
 }
 
 // hasTag reports whether it carries tag.
@@ -162,23 +209,32 @@ func (it item[V]) hasTag(tag string) bool {
 	return false
 }
 
-// tagDeleted reports whether a value with tags, written at written (Unix
-// nanoseconds), was deleted by a DeleteByTag, reading tag records it does
-// not know yet from the shared tier. When a record cannot be read, the
-// value counts as deleted: a miss is safe, a stale value is not.
+// tagDeleted reports whether a value read from the shared tier with tags,
+// written at written (Unix nanoseconds), was deleted by a Clear or a
+// DeleteByTag, reading records it does not know yet from the shared tier.
+// When a record cannot be read, the value counts as deleted: a miss is
+// safe, a stale value is not.
 func (c *Cache[V]) tagDeleted(ctx context.Context, tags []string, written int64) bool {
+	if c.recordDeleted(ctx, clearTag, written) {
+		return true
+	}
 	for _, tag := range tags {
-		t, ok := c.tags.lookup(tag)
-		if !ok {
-			if t, ok = c.readTag(ctx, tag); !ok {
-				return true
-			}
-		}
-		if deletedSince(t, written) {
+		if c.recordDeleted(ctx, tag, written) {
 			return true
 		}
 	}
 	return false
+}
+
+// recordDeleted is tagDeleted for one tag.
+func (c *Cache[V]) recordDeleted(ctx context.Context, tag string, written int64) bool {
+	t, ok := c.tags.lookup(tag)
+	if !ok {
+		if t, ok = c.readTag(ctx, tag); !ok {
+			return true
+		}
+	}
+	return deletedSince(t, written)
 }
 
 // deletedSince reports whether a value written at written (Unix
@@ -189,8 +245,13 @@ func deletedSince(t, written int64) bool {
 }
 
 // tagKnownDeleted is tagDeleted without reading the shared tier: it
-// reports true for a tag it does not know.
+// reports true for a tag it does not know. A Clear not known here does not
+// count: this instance dropped L1 when it heard of it (or of a bus loss),
+// and what L1 holds since was stored after it.
 func (c *Cache[V]) tagKnownDeleted(tags []string, written int64) bool {
+	if t, ok := c.tags.lookup(clearTag); ok && deletedSince(t, written) {
+		return true
+	}
 	for _, tag := range tags {
 		t, ok := c.tags.lookup(tag)
 		if !ok || deletedSince(t, written) {
@@ -205,8 +266,12 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	if c.remote == nil {
 		return 0, true
 	}
+	op := "get_tag"
+	if tag == clearTag {
+		op = "get_clear"
+	}
 	epoch := c.tags.currentEpoch()
-	b, found, err := c.readRecord(ctx, "get_tag", tag, c.tagKey(tag))
+	b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))
 	if err != nil {
 		return 0, false
 	}

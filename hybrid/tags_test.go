@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -221,5 +225,102 @@ func TestIntegrationDeleteByTag(t *testing.T) {
 				t.Errorf("new instance: y = %q, want a miss", v)
 			}
 		})
+	}
+}
+
+// TestClearRecordReadOncePerInstance: the clear record is the built-in
+// tag every value carries. An instance reads it at its first shared-tier
+// hit and then knows it: from a signed Clear's message, or by reading it
+// again after an unsigned one or a bus loss. Peers see a Clear as
+// invalidation "clear", and an Expire as "expire".
+func TestClearRecordReadOncePerInstance(t *testing.T) {
+	for _, m := range invalidationModes {
+		t.Run(m.name, func(t *testing.T) {
+			s := newSharedTier(t)
+			var reads atomic.Int64
+			s.remote.SetBeforeGet(func(key string) {
+				if key == testNS+":\x00clear" {
+					reads.Add(1)
+				}
+			})
+			var mu sync.Mutex
+			var events []string
+			o := s.options()
+			o.Secret = m.secret
+			a := newTestCache[string](t, o)
+			o.Events.Invalidated = func(op string, keys []string) {
+				mu.Lock()
+				defer mu.Unlock()
+				events = append(events, fmt.Sprint(op, " ", keys))
+			}
+			b := newTestCache[string](t, o)
+			ctx := context.Background()
+			wantReads := func(when string, want int64) {
+				t.Helper()
+				if got := reads.Load(); got != want {
+					t.Errorf("%s: clear record read %d times, want %d", when, got, want)
+				}
+			}
+
+			set(t, a, "k1", "v")
+			set(t, a, "k2", "v")
+			s.flush(t)
+			fillFromRemote(t, b, "k1", "v")
+			fillFromRemote(t, b, "k2", "v")
+			wantReads("two hits on B", 1)
+
+			if err := a.Clear(ctx); err != nil {
+				t.Fatal(err)
+			}
+			set(t, a, "k1", "w")
+			s.flush(t)
+			fillFromRemote(t, b, "k1", "w")
+			if _, ok := getString(t, b, "k2"); ok {
+				t.Error("B: k2 after Clear: got a hit, want a miss")
+			}
+			signed := int64(0)
+			if m.secret == nil {
+				signed = 1 // an unsigned message carries no record: read again
+			}
+			wantReads("after a Clear", 1+signed)
+
+			s.bus.SimulateLoss()
+			s.flush(t)
+			b.DropLocal("k1") // a loss keeps L1 (replayed): read k1 from the Remote
+			fillFromRemote(t, b, "k1", "w")
+			wantReads("after a bus loss", 2+signed)
+
+			if err := a.Expire(ctx, "k1"); err != nil {
+				t.Fatal(err)
+			}
+			s.flush(t)
+			mu.Lock()
+			defer mu.Unlock()
+			if want := []string{"set [k1]", "set [k2]", "clear []", "set [k1]", "expire [k1]"}; !slices.Equal(events, want) {
+				t.Errorf("B's invalidation events: %q, want %q", events, want)
+			}
+		})
+	}
+}
+
+// TestClearRecordUnreadable: a value whose clear record cannot be read is
+// a miss, as with a tag record: a stale value is never risked.
+func TestClearRecordUnreadable(t *testing.T) {
+	s := newSharedTier(t)
+	a := newTestCache[string](t, s.options())
+	set(t, a, "k", "v")
+	b := newTestCache[string](t, s.options())
+	s.remote.SetBeforeGet(func(key string) {
+		if key == testNS+":\x00clear" {
+			s.remote.SetBeforeGet(nil)
+			s.remote.FailWith(errors.New("down"))
+		}
+	})
+	if v, ok := getString(t, b, "k"); ok {
+		t.Errorf("clear record unreadable: got %q, want a miss", v)
+	}
+	s.remote.FailWith(nil)
+	if v, ok := getString(t, b, "k"); !ok || v != "v" {
+		t.Errorf("clear record readable again: got %q %v, want v", v, ok)
 	}
 }

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"math"
 	mrand "math/rand/v2"
 	"time"
 
@@ -56,6 +57,31 @@ func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (it
 	}
 	it.t = &t
 	return it, ttl + e.failSafe
+}
+
+// expireLocal makes key's L1 entry stale, as its expiry would: later
+// reads load anew, and fail-safe may fall back on it. An entry without a
+// schedule, a remembered absence, or any entry when this cache keeps
+// nothing for fail-safe, is dropped; a stale one stays as it is. Fills
+// under way that read key before the change store nothing, and later
+// callers do not join them.
+func (c *Cache[V]) expireLocal(key string) {
+	c.vers.bump(key)
+	c.flights.Forget(key)
+	c.local.Update(key, func(it item[V]) (item[V], uint32, time.Duration, bool) {
+		now := c.local.Now()
+		switch {
+		case it.absent || it.t == nil || it.t.expires == math.MaxInt64 || c.def.failSafe <= 0:
+			return it, 0, 0, true // drop
+		case it.t.expires <= now:
+			return it, 0, 0, false // stale already
+		}
+		t := *it.t // a new one: the old may be shared with another copy of it
+		t.expires, t.due = now, now
+		t.staleAt = min(t.staleAt, time.Now().UnixNano())
+		it.t = &t
+		return it, weight(key, t.size), c.def.failSafe, true
+	})
 }
 
 // getOrCreateDue handles an L1 hit whose timing asks for attention: a

@@ -8,8 +8,9 @@ import (
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
-// This file holds the write path: Set, Delete and Clear, which change the
-// shared tier, announce the change and then update L1.
+// This file holds the write path: Set, Delete, Expire and Clear, which
+// change the shared tier, announce the change and then update L1, and
+// ClearLocal, which leaves the shared tier as it is.
 
 // Set stores v under key in both tiers and tells other instances. After
 // Set returns nil, every Get on this instance sees v until it is changed
@@ -89,9 +90,59 @@ func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	return err
 }
 
-// Clear drops every L1 entry of this namespace, on this instance and, via
-// the bus, on every other. The shared tier is left as it is.
+// Expire ends key's logical lifetime now, on every instance and in the
+// shared tier, without removing the value: the next read of key on any
+// instance misses (GetOrCreate loads anew), and if that load fails,
+// fail-safe (FailSafeMaxAge) can still serve the old value, as after its
+// natural expiry. Without fail-safe, reads just load anew.
+//
+// In the shared tier the value's logical expiry is rewritten and its
+// physical lifetime (how long it stays for fail-safe) kept, in one atomic
+// step with the announcement when the Remote is a Replacer (l2.Store is);
+// a write that lands between Expire's read and that step is kept as it is,
+// as if it came after the Expire. L1, here and on every other instance,
+// keeps the entry as a stale fallback for FailSafeMaxAge, or drops it when
+// it has no fail-safe schedule. When the shared tier or the bus fails, L1
+// here is expired anyway and the error is returned.
+func (c *Cache[V]) Expire(ctx context.Context, key string) error {
+	if err := c.check(ctx, key); err != nil {
+		return err
+	}
+	err := c.expireShared(ctx, key)
+	// After the shared tier: a fill that read the old value meanwhile must
+	// not store it, and later callers must not join it.
+	c.expireLocal(key)
+	return err
+}
+
+// Clear removes every value of this namespace, on every instance and in
+// the shared tier: from then on, a value written to the shared tier before
+// the Clear is a miss on every instance, a new one included, and loads
+// anew; values written after it are not affected. It costs one write and
+// one message, whatever the number of keys (no SCAN, no DEL): like
+// DeleteByTag, it records the time of the Clear, under the reserved key
+// Namespace:\x00clear (kept without expiry), and a value read from the
+// shared tier is compared with it. Every instance drops its L1 when the
+// message arrives. Clocks should be in sync, as for DeleteByTag.
+//
+// The old values stay in the shared tier until their lifetimes end. When
+// the shared tier or the bus fails, L1 here is cleared anyway and the
+// error is returned. To drop L1 everywhere and keep the shared tier, use
+// ClearLocal.
 func (c *Cache[V]) Clear(ctx context.Context) error {
+	if c.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return c.deleteTag(ctx, "clear", clearTag)
+}
+
+// ClearLocal drops every L1 entry of this namespace, on this instance and,
+// via the bus, on every other. The shared tier is left as it is, so
+// instances read its values again.
+func (c *Cache[V]) ClearLocal(ctx context.Context) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -102,7 +153,7 @@ func (c *Cache[V]) Clear(ctx context.Context) error {
 		return nil
 	}
 	if err := c.publish(ctx, message.Message{Op: message.OpClear, Origin: c.origin, Namespace: c.o.Namespace}); err != nil {
-		return fmt.Errorf("hybrid: clear: announce: %w", err)
+		return fmt.Errorf("hybrid: clear local: announce: %w", err)
 	}
 	return nil
 }

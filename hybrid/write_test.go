@@ -12,7 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
 )
 
@@ -103,7 +106,7 @@ func TestBusPublishFails(t *testing.T) {
 }
 
 // TestIntegrationWritesFailRedisDown (promise 6, write path): with no Redis
-// to reach, Set and Delete return errors, and a failed Set leaves nothing
+// to reach, Set, Delete, Expire and Clear return errors, and a failed Set leaves nothing
 // behind in L1; GetOrCreate still answers from load, Get without error.
 func TestIntegrationWritesFailRedisDown(t *testing.T) {
 	ctx := context.Background()
@@ -158,6 +161,19 @@ func TestIntegrationWritesFailRedisDown(t *testing.T) {
 			t.Errorf("GetOrCreate after the failed Delete: got %q, %v, want \"loaded\"", v, err)
 		}
 	})
+	timed("Expire", func() {
+		if err := c.Expire(ctx, "k"); err == nil {
+			t.Error("Expire with Redis down: got nil, want an error")
+		}
+	})
+	if v, ok, err := c.Get(ctx, "k"); ok || err != nil {
+		t.Errorf("Get after the failed Expire: got %q, %v, %v; want a miss (L1 expired here anyway)", v, ok, err)
+	}
+	timed("Clear", func() {
+		if err := c.Clear(ctx); err == nil {
+			t.Error("Clear with Redis down: got nil, want an error")
+		}
+	})
 	st := c.Stats()
 	t.Logf("Redis unreachable: %d loads, L2Errors %d", loads.Load(), st.L2Errors)
 	if loads.Load() != 3 {
@@ -165,5 +181,372 @@ func TestIntegrationWritesFailRedisDown(t *testing.T) {
 	}
 	if st.L2Errors == 0 {
 		t.Error("L2Errors: got 0, want the failures counted")
+	}
+}
+
+// storedEnvelope reads ns:key straight from Redis and returns its header;
+// it fails t when the key is missing or does not decode.
+func storedEnvelope(t testing.TB, rdb redis.UniversalClient, ns, key string) envelope.Header {
+	t.Helper()
+	b, err := rdb.Get(context.Background(), ns+":"+key).Bytes()
+	if err != nil {
+		t.Fatalf("GET %s:%s: %v", ns, key, err)
+	}
+	h, _, err := envelope.Decode(b)
+	if err != nil {
+		t.Fatalf("GET %s:%s: %v", ns, key, err)
+	}
+	return h
+}
+
+// TestIntegrationExpire: after Expire returns, no instance serves the old
+// value as live: it is stale in Redis (kept for as long as before, for
+// fail-safe), reads miss, and GetOrCreate reloads.
+func TestIntegrationExpire(t *testing.T) {
+	eachTopology(t, func(t *testing.T, newClient clientFactory, secret []byte) {
+		ctx := context.Background()
+		ns := redistest.Prefix(t)
+		p := newInstances(t, 2, newClient, hybrid.Options{Namespace: ns, Secret: secret, FailSafeMaxAge: time.Hour})
+		a, b := p[0], p[1]
+		raw := newClient(t)
+		setStr(t, a, "k", "v1")
+		waitStat(t, b, "Received", statReceived, 1)
+		fill(t, b, "k", "v1")
+		before := raw.PTTL(ctx, ns+":k").Val()
+
+		if err := a.c.Expire(ctx, "k"); err != nil {
+			t.Fatalf("Expire: %v", err)
+		}
+		waitStat(t, b, "Received", statReceived, 2)
+		if h := storedEnvelope(t, raw, ns, "k"); h.Expires.After(time.Now()) {
+			t.Errorf("Redis: logical expiry %v after Expire, want now or earlier", h.Expires)
+		}
+		if v, ok := redisValue(t, raw, ns, "k"); !ok || v != "v1" {
+			t.Errorf("Redis holds %q, %v after Expire, want the old value kept for fail-safe", v, ok)
+		}
+		if after := raw.PTTL(ctx, ns+":k").Val(); after > before || after < before-time.Minute {
+			t.Errorf("Redis PTTL %v after Expire, %v before: want the physical lifetime kept", after, before)
+		}
+		if got := a.remote.calls().ReplaceAndPublish; got != 1 {
+			t.Errorf("A: ReplaceAndPublish calls: got %d, want 1 (rewrite and announce in one script)", got)
+		}
+		for _, in := range p {
+			if v, ok := getStr(t, in, "k"); ok {
+				t.Errorf("%s: Get after Expire: got %q, want a miss", in.name, v)
+			}
+		}
+
+		// B reloads; A, whose L1 also held v1, reads B's reload.
+		l := &counter{value: "v2"}
+		if v, err := b.c.GetOrCreate(ctx, "k", l.load); err != nil || v != "v2" {
+			t.Fatalf("B: GetOrCreate after Expire: got %q, %v, want the reload \"v2\"", v, err)
+		}
+		waitFor(t, 5*time.Second, "B's reload in Redis", func() bool {
+			v, ok := redisValue(t, raw, ns, "k")
+			return ok && v == "v2"
+		}, nil)
+		if v, err := a.c.GetOrCreate(ctx, "k", l.load); err != nil || v != "v2" {
+			t.Errorf("A: GetOrCreate after Expire: got %q, %v, want \"v2\" (B's reload)", v, err)
+		}
+		if got := l.calls.Load(); got != 1 {
+			t.Errorf("loads: got %d, want 1", got)
+		}
+		if h := storedEnvelope(t, raw, ns, "k"); !h.Expires.After(time.Now()) {
+			t.Errorf("Redis: the reload's expiry %v has passed", h.Expires)
+		}
+	})
+}
+
+// TestIntegrationExpireFailSafe: an expired value is kept for fail-safe,
+// in both tiers: when the reload fails, both instances, and a new one
+// with nothing in L1, serve it.
+func TestIntegrationExpireFailSafe(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, FailSafeMaxAge: time.Hour}
+	p := newInstances(t, 2, singleNode(nil), o)
+	a, b := p[0], p[1]
+	setStr(t, a, "k", "v1")
+	waitStat(t, b, "Received", statReceived, 1)
+	fill(t, b, "k", "v1")
+	if err := a.c.Expire(ctx, "k"); err != nil {
+		t.Fatalf("Expire: %v", err)
+	}
+	waitStat(t, b, "Received", statReceived, 2)
+	down := errors.New("database down")
+	p = append(p, newInstance(t, "C", singleNode(nil), o, invalidate.Options{}))
+	for _, in := range p {
+		l := &counter{err: down}
+		if v, err := in.c.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Errorf("%s: GetOrCreate with a failing load after Expire: got %q, %v, want the stale \"v1\"", in.name, v, err)
+		}
+		if got := l.calls.Load(); got != 1 {
+			t.Errorf("%s: loads: got %d, want 1 (the value expired)", in.name, got)
+		}
+		if got := in.c.Stats().StaleServed; got != 1 {
+			t.Errorf("%s: StaleServed: got %d, want 1", in.name, got)
+		}
+	}
+}
+
+// TestIntegrationExpireWithoutFailSafe: without fail-safe, an expired value
+// is never served again: a failing reload returns its error.
+func TestIntegrationExpireWithoutFailSafe(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
+	a, b := p[0], p[1]
+	setStr(t, a, "k", "v1")
+	waitStat(t, b, "Received", statReceived, 1)
+	fill(t, b, "k", "v1")
+	if err := b.c.Expire(ctx, "k"); err != nil {
+		t.Fatalf("Expire: %v", err)
+	}
+	waitStat(t, a, "Received", statReceived, 1)
+	down := errors.New("database down")
+	for _, in := range p {
+		if v, err := in.c.GetOrCreate(ctx, "k", (&counter{err: down}).load); !errors.Is(err, down) {
+			t.Errorf("%s: GetOrCreate with a failing load after Expire: got %q, %v, want an error wrapping %v", in.name, v, err, down)
+		}
+	}
+	for _, in := range p {
+		if v, err := in.c.GetOrCreate(ctx, "k", (&counter{value: "v2"}).load); err != nil || v != "v2" {
+			t.Errorf("%s: GetOrCreate after Expire: got %q, %v, want the reload \"v2\"", in.name, v, err)
+		}
+	}
+}
+
+// TestExpireKeepsL1ForFailSafe: L1 keeps an expired entry as fail-safe's
+// fallback, on the instance that expired it and on its peers, so that it
+// is served even when the shared tier cannot be read either.
+func TestExpireKeepsL1ForFailSafe(t *testing.T) {
+	s := newSharedTier(t)
+	p := newPeers(t, s, 2, failSafeOptions(s))
+	a, b := p[0], p[1]
+	ctx := context.Background()
+	set(t, a, "k", "v1")
+	s.flush(t)
+	fillFromRemote(t, b, "k", "v1")
+	if err := a.Expire(ctx, "k"); err != nil {
+		t.Fatalf("Expire: %v", err)
+	}
+	s.flush(t)
+	s.remote.FailWith(errors.New("redis down"))
+	for i, c := range p {
+		l := &counter{err: errors.New("database down")}
+		if v, err := c.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
+			t.Errorf("instance %d: GetOrCreate with nothing to read or load: got %q, %v, want the stale \"v1\" from L1", i, v, err)
+		}
+		if got := l.calls.Load(); got != 1 {
+			t.Errorf("instance %d: loads: got %d, want 1", i, got)
+		}
+	}
+}
+
+// TestExpireKeepsALaterWrite: a Set that lands between Expire's read and
+// its rewrite is kept, live: the Expire counts as made before it.
+func TestExpireKeepsALaterWrite(t *testing.T) {
+	s := newSharedTier(t)
+	p := newPeers(t, s, 2, hybrid.Options{FailSafeMaxAge: time.Hour})
+	a, b := p[0], p[1]
+	ctx := context.Background()
+	set(t, a, "k", "v1")
+	s.flush(t)
+	s.remote.SetAfterGet(func(key string) {
+		if key == testNS+":k" {
+			s.remote.SetAfterGet(nil)
+			set(t, b, "k", "v2")
+		}
+	})
+	if err := a.Expire(ctx, "k"); err != nil {
+		t.Fatalf("Expire: %v", err)
+	}
+	s.flush(t)
+	if got := s.remote.Calls().ReplaceAndPublish; got != 1 {
+		t.Errorf("ReplaceAndPublish calls: got %d, want 1", got)
+	}
+	b2, _ := s.remote.Peek(testNS + ":k")
+	if h, _, err := envelope.Decode(b2); err != nil || !h.Expires.After(time.Now()) {
+		t.Errorf("the Remote holds an envelope expiring %v (%v), want B's live write", h.Expires, err)
+	}
+	for _, c := range p {
+		fillFromRemote(t, c, "k", "v2")
+	}
+}
+
+// fakeClock is a settable time source for hybridtest.Remote.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// TestExpireWithoutReplacer: with a Remote that cannot replace in place,
+// Expire rewrites the value (with CompareAndSet where it can), for the
+// logical lifetime it had left plus FailSafeMaxAge, then announces it.
+func TestExpireWithoutReplacer(t *testing.T) {
+	tests := []struct {
+		name string
+		wrap func(*hybridtest.Remote) hybrid.Remote
+		cas  int
+	}{
+		{"compare and set", func(r *hybridtest.Remote) hybrid.Remote {
+			return struct {
+				hybrid.Remote
+				hybrid.CompareAndSetter
+			}{r, r}
+		}, 1},
+		{"plain set", func(r *hybridtest.Remote) hybrid.Remote { return struct{ hybrid.Remote }{r} }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSharedTier(t)
+			clk := &fakeClock{now: time.Now()}
+			s.remote.Now = clk.Now
+			o := failSafeOptions(s) // TTL 10 s, fail-safe 1 h
+			o.Remote = tt.wrap(s.remote)
+			p := newPeers(t, s, 2, o)
+			a, b := p[0], p[1]
+			ctx := context.Background()
+			set(t, a, "k", "v1")
+			s.flush(t)
+			fillFromRemote(t, b, "k", "v1")
+			if err := a.Expire(ctx, "k"); err != nil {
+				t.Fatalf("Expire: %v", err)
+			}
+			s.flush(t)
+			if c := s.remote.Calls(); c.CompareAndSet != tt.cas || c.ReplaceAndPublish != 0 {
+				t.Errorf("Remote calls: %+v, want %d CompareAndSet", c, tt.cas)
+			}
+			raw, _ := s.remote.Peek(testNS + ":k")
+			if h, _, err := envelope.Decode(raw); err != nil || h.Expires.After(time.Now()) {
+				t.Errorf("the Remote holds an envelope expiring %v (%v), want now or earlier", h.Expires, err)
+			}
+			for _, c := range p {
+				if v, err := c.GetOrCreate(ctx, "k", (&counter{err: errors.New("down")}).load); err != nil || v != "v1" {
+					t.Errorf("GetOrCreate with a failing load: got %q, %v, want the stale \"v1\"", v, err)
+				}
+			}
+			// Kept for what was left of its 10 s, plus the fail-safe hour.
+			clk.Advance(time.Hour + 5*time.Second)
+			if _, ok := s.remote.Peek(testNS + ":k"); !ok {
+				t.Error("the expired value is gone after 1h5s, want it kept for 10 s + 1 h")
+			}
+			clk.Advance(10 * time.Second)
+			if _, ok := s.remote.Peek(testNS + ":k"); ok {
+				t.Error("the expired value is still there after 1h15s, want it gone")
+			}
+		})
+	}
+}
+
+// TestIntegrationClear: Clear drops L1 on every instance, and what Redis
+// held before it is a miss for every instance, a new one included, until
+// written again; what is written after it is a hit.
+func TestIntegrationClear(t *testing.T) {
+	eachTopology(t, func(t *testing.T, newClient clientFactory, secret []byte) {
+		ctx := context.Background()
+		ns := redistest.Prefix(t)
+		o := hybrid.Options{Namespace: ns, Secret: secret}
+		p := newInstances(t, 2, newClient, o)
+		a, b := p[0], p[1]
+		raw := newClient(t)
+		for _, k := range []string{"k1", "k2"} {
+			setStr(t, a, k, "old-"+k)
+		}
+		waitStat(t, b, "Received", statReceived, 2)
+		fill(t, b, "k1", "old-k1")
+
+		if err := a.c.Clear(ctx); err != nil {
+			t.Fatalf("Clear: %v", err)
+		}
+		waitStat(t, b, "Received", statReceived, 3)
+		if pttl, err := raw.PTTL(ctx, ns+":\x00clear").Result(); err != nil || pttl != -1 {
+			t.Errorf("the clear record's PTTL: %v, %v; want -1 (kept without expiry)", pttl, err)
+		}
+		if v, ok := redisValue(t, raw, ns, "k1"); !ok || v != "old-k1" {
+			t.Errorf("Redis holds %q, %v for k1; want the old value left in place (no DEL)", v, ok)
+		}
+		c := newInstance(t, "C", newClient, o, invalidate.Options{})
+		p = append(p, c)
+		for _, in := range p {
+			if n := in.c.Stats().L1Entries; n != 0 {
+				t.Errorf("%s: L1Entries after Clear: got %d, want 0", in.name, n)
+			}
+			for _, k := range []string{"k1", "k2"} {
+				if v, ok := getStr(t, in, k); ok {
+					t.Errorf("%s: Get(%s) after Clear: got %q, want a miss", in.name, k, v)
+				}
+			}
+		}
+
+		// Written after the Clear: a hit everywhere. (Clear returns once
+		// its millisecond has passed, so no sleep is needed.)
+		setStr(t, a, "k3", "new")
+		waitStat(t, b, "Received", statReceived, 4)
+		waitStat(t, c, "Received", statReceived, 1)
+		l := &counter{value: "reloaded"}
+		if v, err := b.c.GetOrCreate(ctx, "k1", l.load); err != nil || v != "reloaded" {
+			t.Fatalf("B: GetOrCreate(k1) after Clear: got %q, %v, want a reload", v, err)
+		}
+		waitFor(t, 5*time.Second, "B's reload of k1 in Redis", func() bool {
+			v, ok := redisValue(t, raw, ns, "k1")
+			return ok && v == "reloaded"
+		}, nil)
+		for _, in := range p {
+			if v, ok := getStr(t, in, "k3"); !ok || v != "new" {
+				t.Errorf("%s: Get(k3), written after Clear: got %q, %v, want \"new\"", in.name, v, ok)
+			}
+			if v, ok := getStr(t, in, "k1"); !ok || v != "reloaded" {
+				t.Errorf("%s: Get(k1), reloaded after Clear: got %q, %v, want \"reloaded\"", in.name, v, ok)
+			}
+		}
+		if got := l.calls.Load(); got != 1 {
+			t.Errorf("loads: got %d, want 1", got)
+		}
+	})
+}
+
+// TestIntegrationClearLocal: ClearLocal drops L1 on every instance and
+// leaves Redis as it was: the values are read again, and no clear record
+// is written.
+func TestIntegrationClearLocal(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
+	a, b := p[0], p[1]
+	raw := srv.Client(t)
+	setStr(t, a, "k", "v")
+	waitStat(t, b, "Received", statReceived, 1)
+	fill(t, b, "k", "v")
+	if err := a.c.ClearLocal(ctx); err != nil {
+		t.Fatalf("ClearLocal: %v", err)
+	}
+	waitStat(t, b, "Received", statReceived, 2)
+	for _, in := range p {
+		if n := in.c.Stats().L1Entries; n != 0 {
+			t.Errorf("%s: L1Entries after ClearLocal: got %d, want 0", in.name, n)
+		}
+		gets := in.remote.calls().Get
+		if v, ok := getStr(t, in, "k"); !ok || v != "v" {
+			t.Errorf("%s: Get after ClearLocal: got %q, %v, want \"v\" from Redis", in.name, v, ok)
+		}
+		if got := in.remote.calls().Get - gets; got != 1 {
+			t.Errorf("%s: Redis GETs after ClearLocal: got %d, want 1", in.name, got)
+		}
+	}
+	if n, err := raw.Exists(ctx, ns+":\x00clear").Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS of the clear record after ClearLocal: %d, %v; want 0", n, err)
 	}
 }

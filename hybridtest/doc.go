@@ -3,10 +3,11 @@
 // Redis.
 //
 // A Remote is a byte store with lifetimes, and invalidation logs, that
-// implements hybrid.Remote, hybrid.BatchRemote, hybrid.Announcer and
-// hybrid.Journal; a Bus is a publish/subscribe pipe that implements
-// hybrid.Bus. Several caches given the same Remote and Bus behave like
-// several instances of a service sharing one Redis:
+// implements hybrid.Remote, hybrid.BatchRemote, hybrid.CompareAndSetter,
+// hybrid.Announcer, hybrid.Journal and hybrid.Replacer; a Bus is a
+// publish/subscribe pipe that implements hybrid.Bus. Several caches given
+// the same Remote and Bus behave like several instances of a service
+// sharing one Redis:
 //
 //	bus := new(hybridtest.Bus)
 //	defer bus.Close()

@@ -12,8 +12,9 @@ import (
 
 // Remote is an in-memory shared tier: a map of byte values with lifetimes,
 // and invalidation logs. It implements hybrid.Remote, hybrid.BatchRemote,
-// hybrid.CompareAndSetter, hybrid.Announcer and hybrid.Journal with the
-// semantics of l2.Store over one Redis server. The zero value is an empty store
+// hybrid.CompareAndSetter, hybrid.Announcer, hybrid.Journal and
+// hybrid.Replacer with the semantics of l2.Store over one Redis server. The
+// zero value is an empty store
 // that is ready to use; set Bus and Now before the first call. It is safe
 // for concurrent use.
 //
@@ -24,9 +25,9 @@ import (
 // FailWith; reads or writes; runs the AfterGet hook (Get and GetMany); and
 // counts its call (see Calls), failed or not, as it returns.
 type Remote struct {
-	// Bus receives the messages of SetAndPublish, SetPublishAndLog and
-	// DeleteAndPublish, in the order of their writes. nil: those methods
-	// fail.
+	// Bus receives the messages of SetAndPublish, SetPublishAndLog,
+	// DeleteAndPublish and ReplaceAndPublish, in the order of their writes.
+	// nil: those methods fail (ReplaceAndPublish only when given a channel).
 	Bus *Bus
 
 	// Now returns the time that lifetimes are measured against, so a test
@@ -55,16 +56,18 @@ type Calls struct {
 	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
 	SetAndPublish, DeleteAndPublish, CompareAndSet          int
 	SetPublishAndLog, OpenLog, ReadLog                      int
+	ReplaceAndPublish                                       int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
 	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
-		c.SetPublishAndLog + c.OpenLog + c.ReadLog
+		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish
 }
 
-// ErrNoBus is returned by SetAndPublish, SetPublishAndLog and
-// DeleteAndPublish of a Remote whose Bus is nil. Check it with errors.Is.
+// ErrNoBus is returned by SetAndPublish, SetPublishAndLog, DeleteAndPublish
+// and, given a channel, ReplaceAndPublish of a Remote whose Bus is nil.
+// Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
 // FailWith makes every later call return err, until FailWith(nil).
@@ -380,6 +383,36 @@ func (r *Remote) SetAndPublish(ctx context.Context, key string, value []byte, tt
 	}
 	r.setLocked(key, value, ttl, r.now())
 	return nil
+}
+
+// ReplaceAndPublish stores value under key only if key holds exactly old (a
+// missing or expired key holds nothing, which no old matches), keeping the
+// lifetime key has left, and publishes msg on channel of r.Bus whether or
+// not it replaced (nothing when channel is empty), as one step (see
+// SetAndPublish). It reports whether it replaced.
+func (r *Remote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (replaced bool, err error) {
+	defer r.count(func(c *Calls) { c.ReplaceAndPublish++ })
+	if r.Bus == nil && channel != "" {
+		return false, ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if channel != "" {
+		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+			return false, err
+		}
+	}
+	cur, ok := r.getLocked(key, r.now())
+	if !ok || !bytes.Equal(cur, old) {
+		return false, nil
+	}
+	it := r.items[key]
+	it.value = clone(value)
+	r.items[key] = it
+	return true, nil
 }
 
 // DeleteAndPublish removes key and publishes msg on channel of r.Bus, as

@@ -18,10 +18,12 @@ import (
 )
 
 var (
-	_ hybrid.Remote      = (*hybridtest.Remote)(nil)
-	_ hybrid.BatchRemote = (*hybridtest.Remote)(nil)
-	_ hybrid.Announcer   = (*hybridtest.Remote)(nil)
-	_ hybrid.Bus         = (*hybridtest.Bus)(nil)
+	_ hybrid.Remote           = (*hybridtest.Remote)(nil)
+	_ hybrid.BatchRemote      = (*hybridtest.Remote)(nil)
+	_ hybrid.Announcer        = (*hybridtest.Remote)(nil)
+	_ hybrid.Replacer         = (*hybridtest.Remote)(nil)
+	_ hybrid.CompareAndSetter = (*hybridtest.Remote)(nil)
+	_ hybrid.Bus              = (*hybridtest.Bus)(nil)
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -337,8 +339,56 @@ func TestRemoteNoBus(t *testing.T) {
 	if err := r.DeleteAndPublish(ctx, "k", "ch", nil); !errors.Is(err, hybridtest.ErrNoBus) {
 		t.Errorf("DeleteAndPublish without a Bus: got %v, want %v", err, hybridtest.ErrNoBus)
 	}
+	if _, err := r.ReplaceAndPublish(ctx, "k", nil, []byte("v"), "ch", nil); !errors.Is(err, hybridtest.ErrNoBus) {
+		t.Errorf("ReplaceAndPublish without a Bus: got %v, want %v", err, hybridtest.ErrNoBus)
+	}
+	if ok, err := r.ReplaceAndPublish(ctx, "k", nil, []byte("v"), "", nil); err != nil || ok {
+		t.Errorf("ReplaceAndPublish without a Bus or a channel: got %v, %v, want false, nil", ok, err)
+	}
 	if r.Len() != 0 {
 		t.Errorf("got %d keys, want 0", r.Len())
+	}
+}
+
+// TestRemoteReplaceAndPublish: a replace only where the old value is still
+// there, the lifetime kept, the message sent either way.
+func TestRemoteReplaceAndPublish(t *testing.T) {
+	clk := newClock()
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus, Now: clk.Now}
+	var got []string
+	var mu sync.Mutex
+	unsub, err := bus.Subscribe(t.Context(), "ch", func(m []byte) { mu.Lock(); got = append(got, string(m)); mu.Unlock() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	ctx := t.Context()
+	r.Put("k", []byte("old"), 10*time.Second)
+	if ok, err := r.ReplaceAndPublish(ctx, "k", []byte("other"), []byte("new"), "ch", []byte("m1")); err != nil || ok {
+		t.Fatalf("wrong old: got %v, %v, want false, nil", ok, err)
+	}
+	if ok, err := r.ReplaceAndPublish(ctx, "k", []byte("old"), []byte("new"), "ch", []byte("m2")); err != nil || !ok {
+		t.Fatalf("right old: got %v, %v, want true, nil", ok, err)
+	}
+	if v, _ := r.Peek("k"); string(v) != "new" {
+		t.Errorf("after the replace: got %q, want new", v)
+	}
+	clk.Advance(10 * time.Second)
+	if v, ok := r.Peek("k"); ok {
+		t.Errorf("10 s after the first write: got %q, want the key expired (lifetime kept)", v)
+	}
+	if err := bus.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"m1", "m2"}; !slices.Equal(got, want) {
+		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	if c := r.Calls(); c.ReplaceAndPublish != 2 || c.Total() != 2 {
+		t.Errorf("Calls: got %+v, want 2 ReplaceAndPublish", c)
 	}
 }
 

@@ -216,6 +216,31 @@ func (c *Cache[V]) Replace(key string, v V, weight uint32, ttl time.Duration) bo
 	return replaced
 }
 
+// Update changes the entry of key, if there is one: f gets its value and
+// returns the value to store instead, its weight and its lifetime from now
+// (<= 0: drop the entry), or ok false to leave the entry as it is. f runs
+// under the lock of key's entry, so no other write of key falls between
+// its reading and the store; it must be quick and must not call the cache.
+// Update counts neither a hit nor a miss, and reports whether key was
+// present.
+func (c *Cache[V]) Update(key string, f func(v V) (nv V, weight uint32, ttl time.Duration, ok bool)) bool {
+	c.tasks.begin()
+	defer c.tasks.done()
+	present := false
+	c.c.ComputeIfPresent(key, func(old cell[V]) (cell[V], otter.ComputeOp) {
+		present = true
+		v, weight, ttl, ok := f(old.v)
+		switch {
+		case !ok:
+			return old, otter.CancelOp
+		case ttl <= 0:
+			return old, otter.InvalidateOp
+		}
+		return newCell(v, weight, ttl), otter.WriteOp
+	})
+	return present
+}
+
 // Delete drops key.
 func (c *Cache[V]) Delete(key string) {
 	c.tasks.begin()

@@ -76,6 +76,35 @@ func TestReplaceOnlyWhenPresent(t *testing.T) {
 	}
 }
 
+func TestUpdate(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	called := false
+	if c.Update("k", func(v string) (string, uint32, time.Duration, bool) { called = true; return "x", 10, time.Minute, true }) || called {
+		t.Error("Update of an absent key reported true or called f")
+	}
+	if _, ok := c.Get("k"); ok {
+		t.Error("Update created an absent key")
+	}
+	c.Set("k", "old", 10, time.Minute)
+	if !c.Update("k", func(v string) (string, uint32, time.Duration, bool) { return v + "+", 10, time.Minute, true }) {
+		t.Error("Update of a present key reported false")
+	}
+	if v, _ := c.Get("k"); v != "old+" {
+		t.Errorf("Get after Update: got %q, want \"old+\"", v)
+	}
+	c.Update("k", func(v string) (string, uint32, time.Duration, bool) { return "ignored", 10, time.Minute, false })
+	if v, _ := c.Get("k"); v != "old+" {
+		t.Errorf("Get after an Update that kept the entry: got %q, want \"old+\"", v)
+	}
+	c.Update("k", func(v string) (string, uint32, time.Duration, bool) { return v, 10, 0, true })
+	if v, ok := c.Get("k"); ok {
+		t.Errorf("Get after an Update with lifetime 0: got %q, want a miss", v)
+	}
+	if s := c.Stats(); s.Hits != 2 || s.Misses != 2 {
+		t.Errorf("Stats: got %d hits %d misses, want 2 and 2 (Update counts neither)", s.Hits, s.Misses)
+	}
+}
+
 func TestExpiry(t *testing.T) {
 	c := newCache(t, l1.Options{MaxWeight: 1 << 20, Resolution: time.Millisecond})
 	c.Set("short", "v", 10, 30*time.Millisecond)

@@ -90,6 +90,10 @@ func ops() []op {
 		{"SetAndPublish", false, func(ctx context.Context, s *l2.Store) error {
 			return s.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil)
 		}},
+		{"ReplaceAndPublish", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.ReplaceAndPublish(ctx, "k", []byte("v"), []byte("v"), "t:l2:bound", nil)
+			return err
+		}},
 		{"SetPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
 			return s.SetPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
 		}},

@@ -4,7 +4,7 @@
 // caller creates, configures and closes: one server, a Sentinel-managed
 // primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
 // first tier; package hybrid takes a Store as its Remote, BatchRemote,
-// CompareAndSetter, Announcer and Journal.
+// CompareAndSetter, Announcer, Journal and Replacer.
 //
 // # Key layout
 //
@@ -37,9 +37,9 @@
 // modulo 16384) and sends one MGET per slot (a GET for a slot with one
 // key), all in one pipeline that go-redis splits by node and runs in
 // parallel. Keys that share a hash tag share a slot, and so a command.
-// Single-key commands and the scripts of SetAndPublish and CompareAndSet go
-// to the master of the key's slot, following MOVED and ASK redirections as
-// go-redis does.
+// Single-key commands and the scripts of SetAndPublish, CompareAndSet and
+// ReplaceAndPublish go to the master of the key's slot, following MOVED
+// and ASK redirections as go-redis does.
 //
 // With a go-redis Ring, which shards by key on the client side, each key of
 // a batch gets its own command in the pipeline.

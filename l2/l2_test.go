@@ -671,6 +671,9 @@ func TestScriptReloaded(t *testing.T) {
 		if ok, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
 			t.Errorf("CompareAndSet after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
+		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
+			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		}
 		if !srv.Real() {
 			continue
 		}

@@ -345,6 +345,41 @@ func (s *Store) SetAndPublish(ctx context.Context, key string, value []byte, ttl
 	return nil
 }
 
+// replaceAndPublish stores ARGV[2] under KEYS[1], keeping the key's
+// remaining lifetime (KEEPTTL), only if KEYS[1] holds exactly ARGV[1]; then,
+// whether or not it replaced, publishes ARGV[4] on channel ARGV[3] unless
+// ARGV[3] is empty. It returns 1 if it replaced.
+var replaceAndPublish = redis.NewScript(`
+local replaced = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+	replaced = 1
+end
+if ARGV[3] ~= '' then
+	redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
+return replaced
+`)
+
+// ReplaceAndPublish stores value under key only if key holds exactly old,
+// keeping the lifetime key has left, and, whether or not it replaced,
+// publishes msg on channel (nothing when channel is empty), in one Lua
+// script; it reports whether it replaced. Package hybrid's Expire uses it to
+// move a stored value's logical expiry without changing how long Redis
+// keeps it, and without overwriting a write that landed since it read the
+// value. It needs Redis 6.0 or later (SET KEEPTTL).
+//
+// NOTE: as with SetAndPublish, an error does not say the script did not run.
+func (s *Store) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
+	n, err := replaceAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, old, value, channel, msg).Int()
+	if err != nil {
+		return false, fmt.Errorf("l2: replace and publish %q: %w", key, withCause(ctx, err))
+	}
+	return n == 1, nil
+}
+
 // expiry turns a ttl into the expiration go-redis's Set takes: 0 for none
 // (a negative value would mean KEEPTTL to go-redis), otherwise whole
 // milliseconds, at least one.

@@ -236,14 +236,16 @@ func TestMetricsAndSpans(t *testing.T) {
 		want[point(w.name, "users", w.attr)] = w.users
 	}
 	// Durations (counts): the fill's get, load and set of k1, b's get of
-	// k1, the get and failed load of k2, the failed get of k3, a's Set.
+	// k1 (its first hit, which reads the clear record too), the get and
+	// failed load of k2, the failed get of k3, a's Set.
 	for k, n := range map[string]float64{
-		"op=get,outcome=ok":      3,
-		"op=get,outcome=error":   1,
-		"op=load,outcome=ok":     1,
-		"op=load,outcome=error":  1,
-		"op=set,outcome=ok":      2,
-		"op=open_log,outcome=ok": 2, // New of each cache
+		"op=get,outcome=ok":       3,
+		"op=get,outcome=error":    1,
+		"op=get_clear,outcome=ok": 1,
+		"op=load,outcome=ok":      1,
+		"op=load,outcome=error":   1,
+		"op=set,outcome=ok":       2,
+		"op=open_log,outcome=ok":  2, // New of each cache
 	} {
 		want["hybridcache.operation.duration{"+k+"}"] = n
 	}
@@ -275,6 +277,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	wantSpans := []string{
 		"hybridcache.get Error",
 		"hybridcache.get Unset", "hybridcache.get Unset", "hybridcache.get Unset",
+		"hybridcache.get_clear Unset",
 		"hybridcache.load Error", "hybridcache.load Unset",
 		"hybridcache.open_log Unset", "hybridcache.open_log Unset",
 		"hybridcache.set Unset", "hybridcache.set Unset",

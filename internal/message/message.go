@@ -5,7 +5,9 @@
 // Layout of version 1:
 //
 //	[0]       version, 1
-//	[1]       op: 1 set, 2 delete, 3 clear, 4 tag (the keys are tags)
+//	[1]       op: 1 set, 2 delete, 3 clear (the local tiers only), 4 tag
+//	          (the keys are tags; the empty tag is the namespace's clear
+//	          record, which every value carries), 5 expire
 //	[2]       flags: 1 carries a value, 2 signed
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
@@ -59,9 +61,11 @@ const (
 	OpDelete Op = 2 // keys were deleted
 	OpClear  Op = 3 // the whole namespace's local tier must go
 	OpTag    Op = 4 // entries with these tags (Keys holds the tags) were deleted
+	OpExpire Op = 5 // keys were expired; peers keep them only as fail-safe fallbacks
 )
 
-// String returns the op's name: "set", "delete", "clear" or "tag".
+// String returns the op's name: "set", "delete", "clear", "tag" or
+// "expire".
 func (op Op) String() string {
 	switch op {
 	case OpSet:
@@ -72,6 +76,8 @@ func (op Op) String() string {
 		return "clear"
 	case OpTag:
 		return "tag"
+	case OpExpire:
+		return "expire"
 	}
 	return "unknown"
 }
@@ -197,7 +203,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpTag {
+	if m.Op < OpSet || m.Op > OpExpire {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]

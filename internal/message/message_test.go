@@ -19,6 +19,10 @@ func TestRoundTrip(t *testing.T) {
 		{"delete unsigned", message.Message{Op: message.OpDelete, Origin: origin, Namespace: "ns", Keys: []string{"a"}}, nil},
 		{"set signed with value", message.Message{Op: message.OpSet, Origin: origin, Namespace: "ns", Keys: []string{"k"}, Value: []byte("env")}, secret},
 		{"clear", message.Message{Op: message.OpClear, Origin: origin, Namespace: "products"}, secret},
+		{"tag with its record", message.Message{Op: message.OpTag, Origin: origin, Namespace: "ns", Keys: []string{"t"}, Value: []byte("12345678")}, secret},
+		{"clear record (the empty tag)", message.Message{Op: message.OpTag, Origin: origin, Namespace: "ns", Keys: []string{""}, Value: []byte("12345678")}, secret},
+		{"expire unsigned", message.Message{Op: message.OpExpire, Origin: origin, Namespace: "ns", Keys: []string{"k"}}, nil},
+		{"expire signed", message.Message{Op: message.OpExpire, Origin: origin, Namespace: "ns", Keys: []string{"k"}}, secret},
 		{"many keys", message.Message{Op: message.OpDelete, Origin: origin, Namespace: "n", Keys: []string{"a", "", "ccc"}}, nil},
 	}
 	for _, tt := range tests {
@@ -76,6 +80,8 @@ func TestDecodeRejects(t *testing.T) {
 		"short":          valid[:10],
 		"version 9":      append([]byte{9}, valid[1:]...),
 		"op 0":           append([]byte{1, 0}, valid[2:]...),
+		"op 6":           append([]byte{1, 6}, valid[2:]...),
+		"expire, no key": message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
 		"value unsigned": append([]byte{1, 1, 1}, valid[3:]...),
 		"trailing":       append(bytes.Clone(valid), 0),
 		"truncated key":  valid[:len(valid)-1],
@@ -92,6 +98,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil))
 	f.Add(message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"a", "b"}}, nil))
+	f.Add(message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns", Keys: []string{"k"}}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{""}, Value: []byte("12345678")}, secret))
 	f.Add([]byte{1, 2, 0})
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
 	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
@@ -108,7 +116,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		if m.Op != message.OpClear && len(m.Keys) == 0 {
-			t.Fatal("decoded a set or delete with no key")
+			t.Fatal("decoded a set, delete, tag or expire with no key")
 		}
 		if m.Value != nil && !m.Authentic {
 			t.Fatal("value from an unauthentic message")
