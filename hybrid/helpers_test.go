@@ -318,6 +318,8 @@ var (
 	_ hybrid.BoundedReader    = (*countingRemote)(nil)
 	_ hybrid.Journal          = (*countingRemote)(nil)
 	_ hybrid.Journal          = (*l2.Store)(nil)
+	_ hybrid.JournalReplacer  = (*countingRemote)(nil)
+	_ hybrid.JournalReplacer  = (*l2.Store)(nil)
 	_ hybrid.BoundedReader    = (*l2.Store)(nil)
 )
 
@@ -426,6 +428,11 @@ func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, val
 func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
 	defer r.replaces.Add(1)
 	return r.s.ReplaceAndPublish(ctx, key, old, value, channel, msg)
+}
+
+func (r *countingRemote) ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (bool, error) {
+	defer r.replaces.Add(1)
+	return r.s.ReplacePublishAndLog(ctx, key, old, value, channel, msg, log, entry, maxLen)
 }
 
 // remoteCalls is a snapshot of a countingRemote's counters.

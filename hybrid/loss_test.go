@@ -75,6 +75,10 @@ func TestLossReplayKeepsL1(t *testing.T) {
 	for i := range changed {
 		setStr(t, a, lossKey(i), "v2")
 	}
+	expired := lossKey(changed) // and one expired, logged too
+	if err := a.c.Expire(context.Background(), expired); err != nil {
+		t.Fatal(err)
+	}
 	for i, r := range readers {
 		if got := r.c.Stats().Received; got != recv[i] {
 			t.Fatalf("%s received %d message(s) while its connection was down: the test did not make it miss A's writes", r.name, got-recv[i])
@@ -82,8 +86,14 @@ func TestLossReplayKeepsL1(t *testing.T) {
 		waitStat(t, r, "Replays", func(s hybrid.Stats) uint64 { return s.Replays }, 1)
 	}
 	for _, r := range readers {
+		if v, err := r.c.GetOrCreate(context.Background(), expired, func(context.Context, string) (string, error) { return "reloaded", nil }); err != nil || v != "reloaded" {
+			t.Errorf("%s: %s after its Expire was replayed: got %q, %v, want it reloaded", r.name, expired, v, err)
+		}
 		before, gets := r.c.Stats(), r.remote.gets.Load()
 		for i := range n {
+			if i == changed {
+				continue
+			}
 			want := "v1"
 			if i < changed {
 				want = "v2"
@@ -94,11 +104,13 @@ func TestLossReplayKeepsL1(t *testing.T) {
 		if got := r.remote.gets.Load() - gets; got != changed {
 			t.Errorf("%s: %d Redis GETs after the replay, want %d (only the keys changed during the loss)", r.name, got, changed)
 		}
-		if got := st.L1Hits - before.L1Hits; got != n-changed {
-			t.Errorf("%s: %d L1 hits after the replay, want %d", r.name, got, n-changed)
+		if got := st.L1Hits - before.L1Hits; got != n-changed-1 {
+			t.Errorf("%s: %d L1 hits after the replay, want %d", r.name, got, n-changed-1)
 		}
-		if st.Replays != 1 || st.ReplayFlushes != 0 || st.Replayed < changed || st.Loads != 0 {
-			t.Errorf("%s: Replays %d, ReplayFlushes %d, Replayed %d, Loads %d; want 1, 0, >= %d, 0", r.name, st.Replays, st.ReplayFlushes, st.Replayed, st.Loads, changed)
+		// At most the expired key is loaded (the other instance may have
+		// written its reload back already).
+		if st.Replays != 1 || st.ReplayFlushes != 0 || st.Replayed < changed+1 || st.Loads > 1 {
+			t.Errorf("%s: Replays %d, ReplayFlushes %d, Replayed %d, Loads %d; want 1, 0, >= %d, <= 1", r.name, st.Replays, st.ReplayFlushes, st.Replayed, st.Loads, changed+1)
 		}
 	}
 }

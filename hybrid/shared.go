@@ -73,6 +73,16 @@ type Replacer interface {
 	ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (replaced bool, err error)
 }
 
+// JournalReplacer is a Journal and a Replacer that can also log the
+// replacements it announces: ReplacePublishAndLog is ReplaceAndPublish that,
+// in the same atomic step, appends entry to log and publishes
+// message.Positioned(pos, msg), as SetPublishAndLog does. Expire uses it,
+// so that an expiry missed during a bus loss is replayed; with a Journal
+// that is not one, an expiry is not logged.
+type JournalReplacer interface {
+	ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (replaced bool, err error)
+}
+
 // Journal is an Announcer that also keeps a capped log of the writes it
 // announces (for Redis: a stream appended to by the same script), so that an
 // instance whose bus connection dropped can read the messages it missed
@@ -115,6 +125,7 @@ type shared struct {
 	ann       Announcer        // nil: write, then publish on the Bus (also nil without a Bus)
 	journal   Journal          // nil: no log to replay missed messages from
 	repl      Replacer         // nil: Expire rewrites with cas or a Set, then publishes
+	replLog   JournalReplacer  // nil: an Expire is not logged
 	readBound time.Duration    // 0: reads are not known to end in time
 }
 
@@ -126,6 +137,7 @@ func resolveShared(r Remote, withBus bool) shared {
 	if withBus {
 		s.ann, _ = r.(Announcer)
 		s.journal, _ = r.(Journal)
+		s.replLog, _ = r.(JournalReplacer)
 	}
 	if b, ok := r.(BoundedReader); ok {
 		s.readBound = max(b.ReadBound(), 0)
@@ -545,6 +557,10 @@ func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
 		}
 		if err := c.call(ctx, "expire", key, func(ctx context.Context) error {
 			c.sentOwn(key)
+			if c.journal != nil && c.replLog != nil {
+				_, err := c.replLog.ReplacePublishAndLog(ctx, c.prefix+key, old, expired, channel, msg, c.logKey(), message.Encode(m, c.o.Secret), c.o.ReplayLogLen)
+				return err
+			}
 			_, err := c.repl.ReplaceAndPublish(ctx, c.prefix+key, old, expired, channel, msg)
 			return err
 		}); err != nil {

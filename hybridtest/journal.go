@@ -1,6 +1,7 @@
 package hybridtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -94,6 +95,38 @@ func (r *Remote) SetPublishAndLog(ctx context.Context, key string, value []byte,
 	l.trim(maxLen)
 	r.setLocked(key, value, ttl, r.now())
 	return nil
+}
+
+// ReplacePublishAndLog is ReplaceAndPublish that also appends entry to the
+// log named log and publishes the entry's position before msg, as
+// SetPublishAndLog does, in one step.
+func (r *Remote) ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (bool, error) {
+	defer r.count(func(c *Calls) { c.ReplaceAndPublish++ })
+	if r.Bus == nil {
+		return false, ErrNoBus
+	}
+	if maxLen < 1 {
+		return false, fmt.Errorf("hybridtest: replace, publish and log %q: maxLen %d, want at least 1", key, maxLen)
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.Bus.Publish(ctx, channel, message.Positioned(pos(r.journal.seq+1), msg)); err != nil {
+		return false, err
+	}
+	l := r.journal.logLocked(log, true)
+	r.journal.appendLocked(l, entry, false)
+	l.trim(maxLen)
+	cur, ok := r.getLocked(key, r.now())
+	if !ok || !bytes.Equal(cur, old) {
+		return false, nil
+	}
+	it := r.items[key]
+	it.value = clone(value)
+	r.items[key] = it
+	return true, nil
 }
 
 // OpenLog returns the position of the newest entry of the log named log,

@@ -34,6 +34,20 @@ redis.call('PUBLISH', ARGV[3], string.char(2, #id) .. id .. ARGV[4])
 return id
 `)
 
+// replacePublishAndLog is replaceAndPublish that also appends ARGV[5] to
+// the stream KEYS[2] (MAXLEN ~ ARGV[6]) and publishes the entry's id, then
+// ARGV[4], as setPublishAndLog does. It returns 1 if it replaced.
+var replacePublishAndLog = redis.NewScript(`
+local replaced = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+	replaced = 1
+end
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'm', ARGV[5])
+redis.call('PUBLISH', ARGV[3], string.char(2, #id) .. id .. ARGV[4])
+return replaced
+`)
+
 // openLog returns the id of the newest entry of the stream KEYS[1], first
 // adding a marker entry (field "open") if the stream is missing or empty.
 var openLog = redis.NewScript(`
@@ -129,6 +143,29 @@ func (s *Store) SetPublishAndLog(ctx context.Context, key string, value []byte, 
 		return fmt.Errorf("l2: set, publish and log %q: %w", key, withCause(ctx, err))
 	}
 	return nil
+}
+
+// ReplacePublishAndLog is ReplaceAndPublish that, in the same script, also
+// appends entry to the invalidation log log and publishes the entry's
+// position before msg, as SetPublishAndLog does; it reports whether it
+// replaced. Package hybrid's Expire uses it, so that an expiry missed
+// during a bus loss is replayed. Not on Redis Cluster or a Ring
+// (errors.ErrUnsupported).
+func (s *Store) ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (bool, error) {
+	if err := s.logUnsupported("replace, publish and log", key); err != nil {
+		return false, err
+	}
+	if maxLen < 1 {
+		return false, fmt.Errorf("l2: replace, publish and log %q: maxLen %d, want at least 1", key, maxLen)
+	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
+	n, err := replacePublishAndLog.Run(ctx, s.rdb, []string{s.prefix + key, s.prefix + log},
+		old, value, channel, msg, entry, maxLen).Int()
+	if err != nil {
+		return false, fmt.Errorf("l2: replace, publish and log %q: %w", key, withCause(ctx, err))
+	}
+	return n == 1, nil
 }
 
 // OpenLog returns the position (stream id) of the newest entry of the

@@ -117,6 +117,45 @@ func TestSetPublishAndLog(t *testing.T) {
 	}
 }
 
+// TestReplacePublishAndLog: the value is replaced only if the key still
+// holds old, keeping its lifetime; either way the entry is logged and the
+// message published at its position.
+func TestReplacePublishAndLog(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 2)
+	if err := rdb.Set(ctx, prefix+"k", "old", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, tt := range []struct {
+		old, value string
+		replaced   bool
+	}{{"old", "new", true}, {"old", "newer", false}} {
+		got, err := s.ReplacePublishAndLog(ctx, "k", []byte(tt.old), []byte(tt.value), channel, []byte(fmt.Sprint("msg", i)), "log", []byte(fmt.Sprint("entry", i)), 100)
+		if err != nil || got != tt.replaced {
+			t.Fatalf("ReplacePublishAndLog %d = %v, %v; want %v, nil", i, got, err, tt.replaced)
+		}
+	}
+	if v, err := rdb.Get(ctx, prefix+"k").Result(); err != nil || v != "new" {
+		t.Errorf("value: %q, %v; want \"new\"", v, err)
+	}
+	if pttl, err := rdb.PTTL(ctx, prefix+"k").Result(); err != nil || pttl <= 50*time.Second {
+		t.Errorf("PTTL: %v, %v; want the minute kept", pttl, err)
+	}
+	log, err := rdb.XRange(ctx, prefix+"log", "-", "+").Result()
+	if err != nil || len(log) != 2 {
+		t.Fatalf("log: %v, %v; want 2 entries", log, err)
+	}
+	for i, p := range wait(t, msgs, 2) {
+		id := log[i].ID
+		want := append(append([]byte{2, byte(len(id))}, id...), fmt.Sprint("msg", i)...)
+		if log[i].Values["m"] != fmt.Sprint("entry", i) || !bytes.Equal([]byte(p), want) {
+			t.Errorf("entry %d: %v, message % x; want entry%d and % x", i, log[i].Values, p, i, want)
+		}
+	}
+}
+
 // TestSetPublishAndLogOrder: concurrent writers; messages, log entries and
 // writes come in one order, and positions only grow.
 func TestSetPublishAndLogOrder(t *testing.T) {
