@@ -25,6 +25,13 @@ import (
 // the map holds what was found before it and the error wraps load's. The
 // returned map is the caller's; the values in it are shared as with
 // GetOrCreate.
+//
+// The resilience options and EntryOptions work as in GetOrCreate, key by
+// key: with fail-safe, a key whose load fails, or is slower than the soft
+// timeout, or waits for a slot of MaxConcurrentLoads (a batch load takes
+// one), gets its stale value if it has one, and only the other keys get
+// load's error. Keys due for an eager refresh are returned at once and
+// reloaded in the background, by one call of load.
 func (c *Cache[V]) GetOrCreateMany(ctx context.Context, keys []string, load func(ctx context.Context, missing []string) (map[string]V, error), opts ...EntryOption) (map[string]V, error) {
 	return c.outMany(c.getOrCreateMany(ctx, keys, load, opts))
 }
@@ -40,7 +47,11 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	if err != nil {
 		return nil, err
 	}
-	out, misses, badKey := c.localMany(keys, false)
+	var due pastDue[V]
+	out, misses, badKey := c.localMany(keys, false, &due)
+	if len(due.refresh) > 0 {
+		c.refreshMany(ctx, due.refresh, due.held, load, e)
+	}
 	if len(misses) == 0 {
 		return out, badKey
 	}
@@ -51,10 +62,7 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	if len(lead) > 0 {
 		leadKeys, leadCalls := misses, calls
 		if len(lead) < len(misses) {
-			leadKeys, leadCalls = make([]string, len(lead)), make([]*flight.Call[V], len(lead))
-			for j, i := range lead {
-				leadKeys[j], leadCalls[j] = misses[i], calls[i]
-			}
+			leadKeys, leadCalls = pick(misses, lead), pick(calls, lead)
 		}
 		var pre *manyRead[V]
 		if c.leaderReads(ctx) {
@@ -63,10 +71,11 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 				pre = nil // the fill reads again, for the callers still waiting
 			}
 		}
-		if (pre == nil || len(pre.missIdx) > 0) && !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e, pre) }) {
+		stale := due.stale // not due itself, which would then move to the heap
+		if (pre == nil || len(pre.missIdx) > 0) && !c.run(func() { c.fillMany(ctx, leadKeys, leadCalls, load, e, pre, stale) }) {
 			var zero V
 			for i, key := range leadKeys {
-				if pre == nil || !pre.vals[i].ok {
+				if pre == nil || pre.vals[i].st != readHit {
 					c.flights.Finish(key, leadCalls[i], zero, ErrClosed)
 				}
 			}
@@ -111,14 +120,14 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
-	out, misses, badKey := c.localMany(keys, true)
+	out, misses, badKey := c.localMany(keys, true, nil)
 	if len(misses) > 0 {
 		if out == nil {
 			out = make(map[string]V, len(keys))
 		}
 		vals, _, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
 		for i, key := range misses {
-			if vals[i].ok && !vals[i].it.absent {
+			if vals[i].st == readHit && !vals[i].it.absent {
 				out[key] = vals[i].it.v
 			}
 		}
@@ -129,11 +138,22 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 	return out, badKey
 }
 
+// pastDue is what localMany found in L1 past a due time, for
+// GetOrCreateMany: entries due for an eager refresh (served; refresh and
+// held, by index) and values past their lifetime (misses; stale, by key),
+// which fail-safe may serve. Its fields stay nil when there are none.
+type pastDue[V any] struct {
+	refresh []string
+	held    []item[V]
+	stale   map[string]item[V]
+}
+
 // localMany answers what it can from L1 and returns the valid keys it
 // could not, and an error for the keys checkKey refuses. With distinct, a key
 // repeated in keys is returned once. out is nil when L1 held none of keys
-// and some are to be read.
-func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, misses []string, badKey error) {
+// and some are to be read. due, if not nil, gets what was due (see
+// pastDue); else entries due for a refresh are served as they are.
+func (c *Cache[V]) localMany(keys []string, distinct bool, due *pastDue[V]) (out map[string]V, misses []string, badKey error) {
 	var badKeys []error
 	var seen map[string]struct{}
 	for i, key := range keys {
@@ -141,16 +161,26 @@ func (c *Cache[V]) localMany(keys []string, distinct bool) (out map[string]V, mi
 			badKeys = append(badKeys, fmt.Errorf("hybrid: batch: %w", err))
 			continue
 		}
-		// An expired entry kept for fail-safe is a miss here: batches load it
-		// anew and do not fall back on it.
-		if it, ok := c.local.Get(key); ok && c.live(it) && (!c.held(it) || c.heldServable()) {
-			if !it.absent {
-				if out == nil {
-					out = make(map[string]V, len(keys))
+		if it, ok := c.local.Get(key); ok {
+			if c.live(it) && (!c.held(it) || c.heldServable()) {
+				if due != nil && it.t != nil && !it.absent && c.local.Now() >= it.t.due {
+					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
 				}
-				out[key] = it.v
+				if !it.absent {
+					if out == nil {
+						out = make(map[string]V, len(keys))
+					}
+					out[key] = it.v
+				}
+				continue
 			}
-			continue
+			// Kept past its lifetime for fail-safe: a miss, and a fallback.
+			if due != nil && !it.absent {
+				if due.stale == nil {
+					due.stale = make(map[string]item[V])
+				}
+				due.stale[key] = it
+			}
 		}
 		if misses == nil {
 			misses = make([]string, 0, len(keys)-i)
@@ -227,7 +257,7 @@ func (c *Cache[V]) readMany(ctx context.Context, keys []string, calls []*flight.
 	r.vals, r.replace, r.cut = c.readRemoteMany(ctx, keys, r.toks, e)
 	hits := make([]int, 0, len(keys))
 	for i := range keys {
-		if r.vals[i].ok {
+		if r.vals[i].st == readHit {
 			hits = append(hits, i)
 		} else {
 			r.missIdx = append(r.missIdx, i)
@@ -259,8 +289,9 @@ func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*fli
 
 // fillMany is the batch form of fill: one shared-tier read for all keys
 // (unless pre holds what the leader read itself), one load for what it did
-// not hold, one write back.
-func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy, pre *manyRead[V]) {
+// not hold, one write back. stale holds, by key, the L1 entries past their
+// lifetime that fail-safe may serve (see fill).
+func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy, pre *manyRead[V], stale map[string]item[V]) {
 	defer c.abandonedMany(keys, calls)
 	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
@@ -275,12 +306,30 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		return
 	}
 	var zero V
-	missing := make([]string, len(missIdx))
-	for j, i := range missIdx {
-		missing[j] = keys[i]
+	missing := pick(keys, missIdx)
+	var fbs []fallback[V]
+	for _, i := range missIdx {
+		var held, read *item[V]
+		if it, ok := stale[keys[i]]; ok {
+			held = &it
+		}
+		if vals[i].st == readStale {
+			read = &vals[i].it
+		}
+		if s := c.staleFor(held, read, &e); s != nil {
+			fbs = append(fbs, fallback[V]{key: keys[i], call: calls[i], tok: toks[i], it: *s})
+		}
 	}
-	loaded, loadErr := c.runLoadMany(ctx, missing, load)
+
+	var loaded map[string]V
+	loadErr := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
+		loaded, err = c.runLoadMany(ctx, missing, load, queued)
+		return err
+	})
 	if loadErr != nil {
+		if failSafe(loadErr) {
+			c.serveStale(fbs, loadErr, &e)
+		}
 		finish(missIdx, func(int) (V, error) { return zero, loadErr })
 		return
 	}
@@ -333,12 +382,32 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 
 // abandonedMany is abandoned for a batch fill's calls.
 func (c *Cache[V]) abandonedMany(keys []string, calls []*flight.Call[V]) {
+	var zero V
 	for i, call := range calls {
-		if !call.Done() {
-			var zero V
-			c.flights.Finish(keys[i], call, zero, fmt.Errorf("%w: batch load called runtime.Goexit", ErrPanic))
+		if call.Done() {
+			c.flights.Finish(keys[i], call, zero, nil) // keeps its result
+			continue
 		}
+		c.flights.Finish(keys[i], call, zero, fmt.Errorf("%w: batch: %w", ErrPanic, errGoexit))
 	}
+}
+
+// pick returns the elements of s at the indexes idx.
+func pick[T any](s []T, idx []int) []T {
+	out := make([]T, len(idx))
+	for j, i := range idx {
+		out[j] = s[i]
+	}
+	return out
+}
+
+// all returns the indexes of a slice of n elements.
+func all(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
 }
 
 // dedupe joins errors, keeping one of each identical message (a failed

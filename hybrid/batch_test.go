@@ -7,6 +7,7 @@ import (
 	"maps"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -49,7 +50,7 @@ func TestGetOrCreateManyWithDoubles(t *testing.T) {
 		if w := []string{"absent", "new1", "new2"}; !slices.Equal(asked, w) {
 			t.Errorf("load asked for %q, want %q", asked, w)
 		}
-		s.waitWrites(t, before.Set+before.SetIfAbsent+before.SetAndPublish+1)
+		s.waitWrites(t, writes(before)+1)
 		after := s.remote.Calls()
 		if n := after.GetMany - before.GetMany; n != 1 {
 			t.Errorf("GetMany calls: got %d, want 1", n)
@@ -380,30 +381,335 @@ func TestNegativeCachingInBatch(t *testing.T) {
 	})
 }
 
-// A batch read does not serve a value past its lifetime that L1 keeps for
-// fail-safe: it loads anew.
-func TestBatchSkipsExpiredFailSafeEntries(t *testing.T) {
+// Batches are as resilient as single reads: fail-safe, soft timeout, eager
+// refresh, negative caching and the load bound, with the same per-call
+// options.
+
+// TestBatchFailSafe: a batch whose load fails serves the stale values it
+// has, kept in L1 past their lifetime or stale in the shared tier, and the
+// load's error for the other keys; they are served again without a load
+// during the throttle, and a load that works replaces them. (It replaces
+// TestBatchSkipsExpiredFailSafeEntries: batches used to load such keys
+// anew and never fall back on them.)
+func TestBatchFailSafe(t *testing.T) {
+	t.Run("background", func(t *testing.T) { testBatchFailSafe(t, false) })
+	t.Run("cancelable", func(t *testing.T) { testBatchFailSafe(t, true) })
+}
+
+// testBatchFailSafe reads with a ctx that can end if cancelable (see
+// eachCtx; the ctx is made in the bubble, as synctest wants).
+func testBatchFailSafe(t *testing.T, cancelable bool) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		p := newPeers(t, s, 2, failSafeOptions(s))
+		a, b := p[0], p[1]
+		ctx := context.Background()
+		if cancelable {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+		}
+		set(t, a, "inL1", "old1")
+		set(t, a, "inRemote", "old2") // b never reads it: only the shared tier has it
+		s.flush(t)
+		fillFromRemote(t, b, "inL1", "old1")
+		time.Sleep(11 * time.Second) // past the lifetime, within FailSafeMaxAge
+
+		dbDown := errors.New("db down")
+		var asked [][]string
+		fail := func(_ context.Context, missing []string) (map[string]string, error) {
+			asked = append(asked, slices.Sorted(slices.Values(missing)))
+			return nil, dbDown
+		}
+		keys := []string{"inL1", "inRemote", "none"}
+		want := map[string]string{"inL1": "old1", "inRemote": "old2"}
+		got, err := b.GetOrCreateMany(ctx, keys, fail)
+		if !errors.Is(err, dbDown) || !maps.Equal(got, want) {
+			t.Fatalf("failing load: got %v, %v; want %v and the load's error for \"none\"", got, err, want)
+		}
+		if st := b.Stats(); st.StaleServed != 2 {
+			t.Errorf("StaleServed: got %d, want 2", st.StaleServed)
+		}
+		// Throttled: only the key without a stale value is loaded again.
+		got, err = b.GetOrCreateMany(ctx, keys, fail)
+		if !errors.Is(err, dbDown) || !maps.Equal(got, want) {
+			t.Errorf("during the throttle: got %v, %v; want %v and the load's error", got, err, want)
+		}
+		if w := [][]string{{"inL1", "inRemote", "none"}, {"none"}}; !slices.EqualFunc(asked, w, slices.Equal) {
+			t.Errorf("loads asked for %q, want %q", asked, w)
+		}
+		time.Sleep(6 * time.Second) // past the throttle: loads are tried again
+		works := func(_ context.Context, missing []string) (map[string]string, error) {
+			m := make(map[string]string, len(missing))
+			for _, k := range missing {
+				m[k] = "new"
+			}
+			return m, nil
+		}
+		want = map[string]string{"inL1": "new", "inRemote": "new", "none": "new"}
+		if got, err := b.GetOrCreateMany(ctx, keys, works); err != nil || !maps.Equal(got, want) {
+			t.Errorf("after the throttle, a load that works: got %v, %v; want %v", got, err, want)
+		}
+		if got, err := b.GetMany(ctx, keys); err != nil || !maps.Equal(got, want) {
+			t.Errorf("GetMany: got %v, %v; want %v", got, err, want)
+		}
+	})
+}
+
+// TestBatchWithFailSafeZero: WithFailSafe(0) turns fail-safe off for one
+// batch: its failing load is an error for every key.
+func TestBatchWithFailSafeZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSharedTier(t)
 		c := newTestCache[string](t, failSafeOptions(s))
-		ctx := context.Background()
-		if err := c.Set(ctx, "k", "v1"); err != nil {
+		set(t, c, "k", "old")
+		time.Sleep(11 * time.Second)
+		dbDown := errors.New("db down")
+		fail := func(context.Context, []string) (map[string]string, error) { return nil, dbDown }
+		got, err := c.GetOrCreateMany(t.Context(), []string{"k"}, fail, hybrid.WithFailSafe(0))
+		if !errors.Is(err, dbDown) || len(got) != 0 {
+			t.Errorf("WithFailSafe(0): got %v, %v; want no value and the load's error", got, err)
+		}
+		got, err = c.GetOrCreateMany(t.Context(), []string{"k"}, fail)
+		if err != nil || got["k"] != "old" {
+			t.Errorf("without the option: got %v, %v; want the stale value", got, err)
+		}
+	})
+}
+
+// TestIntegrationBatchFailSafe: on Redis, an instance that never held the
+// keys serves the stale values its batch read found in Redis (one MGET)
+// when its load fails, and writes nothing over them.
+func TestIntegrationBatchFailSafe(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	const ttl = 200 * time.Millisecond
+	o := hybrid.Options{Namespace: ns, TTL: ttl, LocalTTL: ttl, FailSafeMaxAge: time.Minute}
+	p := newInstances(t, 2, singleNode(nil), o)
+	a, b := p[0], p[1]
+	keys := keysOf("s", 10)
+	for _, k := range keys {
+		setStr(t, a, k, "old:"+k)
+	}
+	time.Sleep(ttl + 100*time.Millisecond)
+	dbDown := errors.New("db down")
+	before := b.remote.calls()
+	got, err := b.c.GetOrCreateMany(ctx, append(slices.Clone(keys), "none"), func(context.Context, []string) (map[string]string, error) {
+		return nil, dbDown
+	})
+	if !errors.Is(err, dbDown) {
+		t.Errorf("GetOrCreateMany: got error %v, want the load's error for \"none\"", err)
+	}
+	if len(got) != len(keys) {
+		t.Errorf("GetOrCreateMany: got %d values, want the %d stale ones", len(got), len(keys))
+	}
+	for _, k := range keys {
+		if got[k] != "old:"+k {
+			t.Errorf("[%s] = %q, want the stale %q", k, got[k], "old:"+k)
+		}
+	}
+	c := b.remote.calls()
+	if c.GetMany-before.GetMany != 1 || c.Get != before.Get {
+		t.Errorf("reads: %d GetMany, %d Get; want 1 and 0", c.GetMany-before.GetMany, c.Get-before.Get)
+	}
+	if st := b.c.Stats(); st.StaleServed != uint64(len(keys)) {
+		t.Errorf("StaleServed: got %d, want %d", st.StaleServed, len(keys))
+	}
+	for _, k := range keys {
+		if v, ok := redisValue(t, b.rdb, ns, k); !ok || v != "old:"+k {
+			t.Errorf("Redis holds %q, %v for %s, want the stale value kept", v, ok, k)
+		}
+	}
+}
+
+// TestBatchSoftTimeout: with stale values at hand, a batch whose load is
+// slower than its soft timeout (here a per-call WithSoftTimeout) gets them
+// after that timeout, and so does a GetOrCreate of one of its keys that
+// comes meanwhile, without a load; the load goes on and stores its values.
+func TestBatchSoftTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		c := newTestCache[string](t, failSafeOptions(s))
+		set(t, c, "a", "old")
+		set(t, c, "b", "old")
+		time.Sleep(11 * time.Second)
+		slow := func(ctx context.Context, missing []string) (map[string]string, error) {
+			select {
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return map[string]string{"a": "new", "b": "new"}, nil
+		}
+		soft := hybrid.WithSoftTimeout(100 * time.Millisecond)
+		start := time.Now()
+		got, err := c.GetOrCreateMany(t.Context(), []string{"a", "b"}, slow, soft)
+		if want := map[string]string{"a": "old", "b": "old"}; err != nil || !maps.Equal(got, want) {
+			t.Fatalf("got %v, %v; want %v after the soft timeout", got, err, want)
+		}
+		if d := time.Since(start); d != 100*time.Millisecond {
+			t.Errorf("the batch waited %v, want the soft timeout, 100ms", d)
+		}
+		if v, err := c.GetOrCreate(t.Context(), "a", neverLoad(t)); err != nil || v != "old" {
+			t.Errorf("GetOrCreate during the slow load: got %q, %v; want the stale value at once", v, err)
+		}
+		time.Sleep(2 * time.Second) // the load finishes in the background
+		synctest.Wait()
+		if got, err := c.GetMany(t.Context(), []string{"a", "b"}); err != nil || got["a"] != "new" || got["b"] != "new" {
+			t.Errorf("after the slow load: got %v, %v; want its values", got, err)
+		}
+		if st := c.Stats(); st.SoftTimeouts != 1 || st.StaleServed != 2 || st.Loads != 1 {
+			t.Errorf("Stats: SoftTimeouts %d, StaleServed %d, Loads %d; want 1, 2, 1", st.SoftTimeouts, st.StaleServed, st.Loads)
+		}
+	})
+}
+
+// TestBatchEagerRefresh: a batch that hits entries due for an eager refresh
+// (written with a per-call WithEagerRefresh) returns them at once and
+// refreshes them in the background with one batch load, once per key at a
+// time; the new values are written to the shared tier.
+func TestBatchEagerRefresh(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.TTL, o.LocalTTL = 10*time.Second, 10*time.Second
+		c := newTestCache[string](t, o)
+		eager := hybrid.WithEagerRefresh(0.5)
+		var mu sync.Mutex
+		var asked [][]string
+		version := "v1"
+		hold, release := gate(t)
+		var holding atomic.Bool
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			mu.Lock()
+			asked = append(asked, slices.Sorted(slices.Values(missing)))
+			v := version
+			mu.Unlock()
+			if holding.Load() {
+				<-hold
+			}
+			m := make(map[string]string, len(missing))
+			for _, k := range missing {
+				m[k] = v + ":" + k
+			}
+			return m, nil
+		}
+		if _, err := c.GetOrCreateMany(t.Context(), []string{"a", "b"}, load, eager); err != nil {
 			t.Fatal(err)
 		}
+		synctest.Wait()
+		time.Sleep(6 * time.Second) // past half the lifetime
+		mu.Lock()
+		version = "v2"
+		mu.Unlock()
+		holding.Store(true)
+		for i := range 2 { // the second call finds the refresh in hand
+			start := time.Now()
+			got, err := c.GetOrCreateMany(t.Context(), []string{"a", "b"}, load, eager)
+			if want := map[string]string{"a": "v1:a", "b": "v1:b"}; err != nil || !maps.Equal(got, want) || time.Since(start) != 0 {
+				t.Errorf("due hit %d: got %v, %v after %v; want %v at once", i, got, err, time.Since(start), want)
+			}
+			synctest.Wait()
+		}
+		release()
+		synctest.Wait()
+		if w := [][]string{{"a", "b"}, {"a", "b"}}; !slices.EqualFunc(asked, w, slices.Equal) {
+			t.Errorf("loads asked for %q, want %q (one load, one batch refresh)", asked, w)
+		}
+		if got, err := c.GetOrCreateMany(t.Context(), []string{"a", "b"}, load, eager); err != nil || got["a"] != "v2:a" || got["b"] != "v2:b" {
+			t.Errorf("after the refresh: got %v, %v; want the v2 values", got, err)
+		}
+		if v, _ := s.stored(t, "a"); v != "v2:a" {
+			t.Errorf("shared tier: got %q, want the refreshed v2:a", v)
+		}
+		if st := c.Stats(); st.Refreshes != 2 {
+			t.Errorf("Refreshes: got %d, want 2 (one per key)", st.Refreshes)
+		}
+	})
+}
+
+// TestBatchWithNegativeTTL: a per-call WithNegativeTTL makes a batch
+// remember the keys its load did not return, in both tiers; WithNegativeTTL(0)
+// remembers nothing.
+func TestBatchWithNegativeTTL(t *testing.T) {
+	eachCtx(t, func(t *testing.T, ctx context.Context) {
+		s := newSharedTier(t)
+		p := newPeers(t, s, 2, hybrid.Options{}) // NegativeTTL off by default
+		a, b := p[0], p[1]
+		var loads atomic.Int64
+		load := func(_ context.Context, missing []string) (map[string]string, error) {
+			loads.Add(1)
+			return map[string]string{"a": "A"}, nil // "b" and "c" do not exist
+		}
+		for i := range 2 {
+			got, err := a.GetOrCreateMany(ctx, []string{"a", "b"}, load, hybrid.WithNegativeTTL(time.Minute))
+			if err != nil || !maps.Equal(got, map[string]string{"a": "A"}) {
+				t.Fatalf("call %d: got %v, %v; want only a=A", i, got, err)
+			}
+		}
+		if n := loads.Load(); n != 1 {
+			t.Errorf("loads: got %d, want 1 (b's absence is remembered)", n)
+		}
+		s.waitWrites(t, 1)
+		noLoad := func(_ context.Context, missing []string) (map[string]string, error) {
+			t.Errorf("peer loaded %q, want b's absence from the shared tier", missing)
+			return nil, nil
+		}
+		if got, err := b.GetOrCreateMany(ctx, []string{"b"}, noLoad); err != nil || len(got) != 0 {
+			t.Errorf("peer: got %v, %v; want no value and no error", got, err)
+		}
+		for range 2 {
+			if _, err := a.GetOrCreateMany(ctx, []string{"c"}, load, hybrid.WithNegativeTTL(0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := loads.Load(); n != 3 {
+			t.Errorf("loads: got %d, want 3 (WithNegativeTTL(0) remembers nothing)", n)
+		}
+	})
+}
+
+// TestBatchLoadTakesOneSlot: a batch load takes one slot of
+// MaxConcurrentLoads whatever its number of keys, and a batch whose load
+// waits for a slot serves its stale values at once.
+func TestBatchLoadTakesOneSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		o.MaxConcurrentLoads = 2
+		c := newTestCache[string](t, o)
+		set(t, c, "s", "old")
 		time.Sleep(11 * time.Second)
-		load := func(context.Context, []string) (map[string]string, error) {
-			return map[string]string{"k": "v2"}, nil
+		batch := newBlockingMany("v")
+		many := goGetOrCreateMany(t.Context(), c, []string{"a", "b", "c"}, batch.load)
+		single := newSlowLoads()
+		one := goGetOrCreate(t.Context(), c, "d", single.load)
+		synctest.Wait()
+		if n := batch.calls.Load() + single.calls.Load(); n != 2 {
+			t.Fatalf("loads running: %d, want 2 (the batch of 3 keys takes one slot)", n)
 		}
-		m, err := c.GetOrCreateMany(ctx, []string{"k"}, load)
-		if err != nil || m["k"] != "v2" {
-			t.Errorf("GetOrCreateMany: got %v %v, want the new v2", m, err)
+		<-batch.asked
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // fails the test, not hangs it
+		defer cancel()
+		start := time.Now()
+		got, err := c.GetOrCreateMany(ctx, []string{"s"}, batch.load)
+		if err != nil || got["s"] != "old" || time.Since(start) != 0 {
+			t.Errorf("batch beyond the bound: got %v, %v after %v; want the stale value at once", got, err, time.Since(start))
 		}
-		if m, _ := c.GetMany(ctx, []string{"k"}); m["k"] != "v2" {
-			t.Errorf("GetMany: got %v, want v2", m)
+		if st := c.Stats(); st.LoadsQueued != 1 || st.StaleServed != 1 {
+			t.Errorf("LoadsQueued %d, StaleServed %d; want 1 and 1", st.LoadsQueued, st.StaleServed)
 		}
-		// The entry past its lifetime was a miss; v2 then was a hit.
-		if st := c.Stats(); st.L1Hits != 1 || st.L1Misses != 1 {
-			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 1 and 1", st.L1Hits, st.L1Misses)
+		close(batch.release)
+		single.release <- struct{}{}
+		if r := await(t, many); r.err != nil || len(r.m) != 3 {
+			t.Errorf("first batch: got %v, %v; want 3 values", r.m, r.err)
+		}
+		if r := await(t, one); r.err != nil {
+			t.Errorf("GetOrCreate(d): %v", r.err)
+		}
+		synctest.Wait() // the queued batch has loaded s
+		if got, _ := c.GetMany(t.Context(), []string{"s"}); got["s"] != "v" {
+			t.Errorf("after the queued load: got %v, want s = v", got)
 		}
 	})
 }

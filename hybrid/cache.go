@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/hybridcache/hybridcache/internal/flight"
 	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/l1"
@@ -69,6 +71,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	loss    lossState
+	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
 	vers    *versions
 	echo    *echoes
 	tags    tagState
@@ -106,6 +109,9 @@ func New[V any](o Options) (*Cache[V], error) {
 		jobs:   make(chan func()),
 		log:    limitedLog{l: o.Logger, every: o.LogEvery},
 		br:     breaker{threshold: int64(o.BreakerThreshold), openFor: o.BreakerOpenFor},
+	}
+	if o.MaxConcurrentLoads > 0 {
+		c.slots = semaphore.NewWeighted(int64(o.MaxConcurrentLoads))
 	}
 	if _, err := rand.Read(c.origin[:]); err != nil {
 		return nil, fmt.Errorf("hybrid: instance id: %w", err)

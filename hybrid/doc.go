@@ -90,6 +90,19 @@
 // WithEagerRefresh, WithNegativeTTL, WithTTLJitter); those that shape a
 // stored value apply to the values that call writes.
 //
+// MaxConcurrentLoads bounds the loads running at once in a cache (a batch
+// load takes one slot). A fill beyond it waits for a slot within its
+// LoadTimeout, its callers each with their own ctx; with a stale value at
+// hand, its callers get that at once, as after a soft timeout, and the fill
+// loads when a slot frees (Stats.LoadsQueued counts the waits).
+//
+// GetOrCreateMany takes the same steps for each of its keys, with the same
+// EntryOptions: keys whose batch load fails, is slow or waits for a slot
+// get their stale values (from L1, or stale in the shared tier), absences
+// are remembered, and entries due for eager refresh are reloaded by one
+// batch load in the background. A batch returns once every key has its
+// answer: a key without a stale value waits for the load.
+//
 // # Tags
 //
 // WithTags tags the values a call writes; DeleteByTag(tag) removes them

@@ -30,8 +30,9 @@ type Events struct {
 	// "publish", "delete_tag", "get_tag", "clear", "get_clear".
 	L2Error func(op string, err error)
 
-	// StaleServed is called when fail-safe or a soft timeout serves a stale
-	// value for key. cause is the load's error, or nil after a soft timeout.
+	// StaleServed is called when fail-safe serves a stale value for key:
+	// cause is the load's error, or nil when the load goes on (it passed
+	// SoftTimeout, or waits for a slot of MaxConcurrentLoads).
 	StaleServed func(key string, cause error)
 }
 

@@ -37,14 +37,13 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		}
 	}
 	tok, it, st, raw := pre.tok, pre.it, pre.st, pre.raw
-	switch st {
-	case readStale:
-		if stale == nil || it.writtenAt() > stale.writtenAt() {
-			stale = &it
-		}
+	var read *item[V]
+	if st == readStale {
+		read = &it
 	}
-	if !c.usable(stale, &e) {
-		stale = nil
+	var fbs []fallback[V]
+	if s := c.staleFor(stale, read, &e); s != nil {
+		fbs = []fallback[V]{{key: key, call: call, tok: tok, it: *s}}
 	}
 	// Replace what the shared tier holds when it is stale, corrupt or a
 	// tombstone, if it still holds that; otherwise write only if absent.
@@ -53,7 +52,11 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		old = raw
 	}
 
-	v, err := c.loadSoftly(ctx, key, load, stale, call, &e)
+	var v V
+	err := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
+		v, err = c.runLoad(ctx, key, load, queued)
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
 			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
@@ -63,10 +66,8 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
 			return
 		}
-		if stale != nil && !errors.Is(err, ErrNotFound) {
-			c.serveStale(key, *stale, tok, err, &e)
-			finish(stale.v, nil)
-			return
+		if failSafe(err) {
+			c.serveStale(fbs, err, &e)
 		}
 		finish(v, err)
 		return
@@ -87,13 +88,20 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 
 // abandoned ends call with an error wrapping ErrPanic if its fill returns
 // without having ended it: a load that calls runtime.Goexit skips all but
-// deferred calls, and its waiters must still get an answer.
+// deferred calls, and its waiters must still get an answer. A call that
+// only answered with a stale value (see serveStale) ends here too.
 func (c *Cache[V]) abandoned(key string, call *flight.Call[V]) {
-	if !call.Done() {
-		var zero V
-		c.flights.Finish(key, call, zero, fmt.Errorf("%w: %q: load called runtime.Goexit", ErrPanic, key))
+	var zero V
+	if call.Done() {
+		c.flights.Finish(key, call, zero, nil) // keeps its result
+		return
 	}
+	c.flights.Finish(key, call, zero, fmt.Errorf("%w: %q: %w", ErrPanic, key, errGoexit))
 }
+
+// errGoexit is the cause of the error a load that calls runtime.Goexit
+// leaves its waiters.
+var errGoexit = errors.New("load called runtime.Goexit")
 
 // notStored counts and logs a loaded value that could not be encoded or
 // was too large.
@@ -129,8 +137,8 @@ type fillCtx struct {
 func (f fillCtx) Value(key any) any { return f.values.Value(key) }
 
 // runLoad calls load for key (see guard).
-func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error)) (v V, err error) {
-	err = c.guard(ctx, key, 0, func(ctx context.Context) (err error) {
+func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error), queued func()) (v V, err error) {
+	err = c.guard(ctx, key, 0, queued, func(ctx context.Context) (err error) {
 		v, err = load(ctx, key)
 		return err
 	})
@@ -139,8 +147,8 @@ func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Co
 
 // runLoadMany calls a batch load for keys (see guard). The loader gets its
 // own copy of keys: it may keep or change the slice.
-func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error)) (m map[string]V, err error) {
-	err = c.guard(ctx, "", len(keys), func(ctx context.Context) (err error) {
+func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error), queued func()) (m map[string]V, err error) {
+	err = c.guard(ctx, "", len(keys), queued, func(ctx context.Context) (err error) {
 		m, err = load(ctx, append([]string(nil), keys...))
 		return err
 	})
@@ -151,10 +159,17 @@ func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(con
 }
 
 // guard runs one call of a load function, f, for key or for a batch of n
-// keys, as every such call runs: counted, inside a span, a panic turned
+// keys, as every such call runs: within MaxConcurrentLoads (see slot, which
+// calls queued if it has to wait), counted, inside a span, a panic turned
 // into an error wrapping ErrPanic, an error wrapped with what it loaded
 // (errors.Is still sees the load's own).
-func (c *Cache[V]) guard(ctx context.Context, key string, n int, f func(ctx context.Context) error) (err error) {
+func (c *Cache[V]) guard(ctx context.Context, key string, n int, queued func(), f func(ctx context.Context) error) (err error) {
+	if c.slots != nil {
+		if err := c.slot(ctx, queued); err != nil {
+			return fmt.Errorf("hybrid: load %s: waiting for a load slot: %w", loaded(key, n), err)
+		}
+		defer c.slots.Release(1)
+	}
 	c.n.loads.Add(1)
 	op := "load"
 	if n > 0 {
@@ -174,6 +189,25 @@ func (c *Cache[V]) guard(ctx context.Context, key string, n int, f func(ctx cont
 		return fmt.Errorf("hybrid: load %s: %w", loaded(key, n), err)
 	}
 	return nil
+}
+
+// slot takes one of the MaxConcurrentLoads slots, waiting for one with
+// ctx (the fill's: LoadTimeout and Close end it) if none is free. A wait is
+// counted, and queued, if not nil, is called first: a fill with stale
+// values at hand lets its callers have them instead of waiting too.
+func (c *Cache[V]) slot(ctx context.Context, queued func()) error {
+	if c.slots.TryAcquire(1) {
+		return nil
+	}
+	c.n.loadsQueued.Add(1)
+	if queued != nil {
+		queued()
+	}
+	err := c.slots.Acquire(ctx, 1)
+	if err != nil && c.closed.Load() {
+		return ErrClosed
+	}
+	return err
 }
 
 // loaded names what a load was for, in errors.

@@ -256,6 +256,225 @@ func TestLoadErrorNotCached(t *testing.T) {
 	}
 }
 
+// The load bound (Options.MaxConcurrentLoads).
+
+// slowLoads is a load function that counts the loads running at once and
+// the most seen, and waits for one value on release per call.
+type slowLoads struct {
+	running, most, calls atomic.Int64
+	release              chan struct{}
+}
+
+func newSlowLoads() *slowLoads { return &slowLoads{release: make(chan struct{})} }
+
+func (l *slowLoads) load(ctx context.Context, key string) (string, error) {
+	l.calls.Add(1)
+	n := l.running.Add(1)
+	defer l.running.Add(-1)
+	for m := l.most.Load(); n > m && !l.most.CompareAndSwap(m, n); m = l.most.Load() {
+	}
+	select {
+	case <-l.release:
+		return "v:" + key, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// TestMaxConcurrentLoads: 5 fills of distinct keys, two callers each, with
+// a bound of 2: never more than 2 loads at once, the other 3 fills wait
+// (Stats.LoadsQueued) and load as slots free; every caller gets its value.
+func TestMaxConcurrentLoads(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.MaxConcurrentLoads = 2
+		c := newTestCache[string](t, o)
+		l := newSlowLoads()
+		const keys = 5
+		var results []<-chan result
+		for i := range keys {
+			for range 2 {
+				results = append(results, goGetOrCreate(t.Context(), c, fmt.Sprint(i), l.load))
+			}
+		}
+		synctest.Wait()
+		if n := l.running.Load(); n != 2 {
+			t.Fatalf("%d loads running with 5 fills and a bound of 2, want 2", n)
+		}
+		if st := c.Stats(); st.LoadsQueued != 3 || st.Loads != 2 {
+			t.Errorf("Stats: LoadsQueued %d, Loads %d, want 3 and 2", st.LoadsQueued, st.Loads)
+		}
+		for range keys {
+			l.release <- struct{}{}
+			synctest.Wait()
+			if n := l.running.Load(); n > 2 {
+				t.Errorf("%d loads running, want at most 2", n)
+			}
+		}
+		for i, ch := range results {
+			if r := <-ch; r.err != nil || r.v != "v:"+fmt.Sprint(i/2) {
+				t.Errorf("caller %d: got %q, %v, want %q", i, r.v, r.err, "v:"+fmt.Sprint(i/2))
+			}
+		}
+		if m, n := l.most.Load(), l.calls.Load(); m != 2 || n != keys {
+			t.Errorf("loads: %d in all, at most %d at once; want %d and 2", n, m, keys)
+		}
+		if st := c.Stats(); st.LoadsQueued != 3 || st.Loads != keys {
+			t.Errorf("Stats: LoadsQueued %d, Loads %d, want 3 and %d", st.LoadsQueued, st.Loads, keys)
+		}
+	})
+}
+
+// TestMaxConcurrentLoadsWaiterLeaves: a caller whose fill waits for a slot
+// leaves when its own ctx ends; the fill goes on waiting for the others,
+// then loads.
+func TestMaxConcurrentLoadsWaiterLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.MaxConcurrentLoads = 1
+		c := newTestCache[string](t, o)
+		l := newSlowLoads()
+		busy := goGetOrCreate(t.Context(), c, "busy", l.load)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		short := goGetOrCreate(ctx, c, "k", l.load)
+		patient := goGetOrCreate(t.Context(), c, "k", l.load)
+		if r := <-short; !errors.Is(r.err, context.DeadlineExceeded) || time.Since(start) != time.Second {
+			t.Errorf("queued caller with a 1s deadline: got %q, %v after %v, want DeadlineExceeded after 1s", r.v, r.err, time.Since(start))
+		}
+		if st := c.Stats(); st.LoadsQueued != 1 || l.calls.Load() != 1 {
+			t.Errorf("LoadsQueued %d, loads %d, want 1 and 1 (k waits for the slot)", st.LoadsQueued, l.calls.Load())
+		}
+		l.release <- struct{}{} // busy's load ends; k's takes the slot
+		l.release <- struct{}{}
+		for name, ch := range map[string]<-chan result{"busy": busy, "k": patient} {
+			if r := <-ch; r.err != nil || r.v != "v:"+name {
+				t.Errorf("%s: got %q, %v, want %q", name, r.v, r.err, "v:"+name)
+			}
+		}
+	})
+}
+
+// TestMaxConcurrentLoadsWaitEnds: a fill's wait for a slot ends with its
+// LoadTimeout, and with Close (ErrClosed).
+func TestMaxConcurrentLoadsWaitEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.MaxConcurrentLoads = 1
+		c := newTestCache[string](t, o)
+		l := newSlowLoads()
+		busy := goGetOrCreate(t.Context(), c, "busy", l.load)
+		synctest.Wait()
+		start := time.Now()
+		_, err := c.GetOrCreate(t.Context(), "k", l.load, hybrid.WithLoadTimeout(time.Second))
+		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) != time.Second {
+			t.Errorf("queued fill with a 1s load timeout: got %v after %v, want DeadlineExceeded after 1s", err, time.Since(start))
+		}
+		queued := goGetOrCreate(t.Context(), c, "k", l.load)
+		synctest.Wait()
+		c.Close()
+		if r := <-queued; !errors.Is(r.err, hybrid.ErrClosed) {
+			t.Errorf("queued fill at Close: got %q, %v, want ErrClosed", r.v, r.err)
+		}
+		if r := <-busy; !errors.Is(r.err, context.Canceled) {
+			t.Errorf("running load at Close: got %q, %v, want context.Canceled", r.v, r.err)
+		}
+		if n := l.calls.Load(); n != 1 {
+			t.Errorf("loads: got %d, want 1 (the queued fills never loaded)", n)
+		}
+	})
+}
+
+// TestMaxConcurrentLoadsServesStale: with fail-safe, a fill beyond the bound
+// that has a stale value lets its callers have it at once, and callers
+// that come while it waits too; it then loads and stores the new value.
+func TestMaxConcurrentLoadsServesStale(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		o.MaxConcurrentLoads = 1
+		c := newTestCache[string](t, o)
+		set(t, c, "k", "old")
+		time.Sleep(11 * time.Second) // past the lifetime, within FailSafeMaxAge
+		l := newSlowLoads()
+		busy := goGetOrCreate(t.Context(), c, "busy", l.load)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // fails the test, not hangs it
+		defer cancel()
+		start := time.Now()
+		for i := range 3 {
+			v, err := c.GetOrCreate(ctx, "k", l.load)
+			if err != nil || v != "old" || time.Since(start) != 0 {
+				t.Fatalf("caller %d beyond the bound: got %q, %v after %v, want the stale value at once", i, v, err, time.Since(start))
+			}
+		}
+		synctest.Wait()
+		if st := c.Stats(); st.StaleServed != 1 || st.LoadsQueued != 1 || l.calls.Load() != 1 {
+			t.Errorf("StaleServed %d, LoadsQueued %d, loads %d; want 1, 1, 1 (one fill for k, waiting)", st.StaleServed, st.LoadsQueued, l.calls.Load())
+		}
+		l.release <- struct{}{} // busy ends; k's fill loads
+		if r := <-busy; r.err != nil {
+			t.Fatal(r.err)
+		}
+		l.release <- struct{}{}
+		synctest.Wait()
+		if v, err := c.GetOrCreate(t.Context(), "k", neverLoad(t)); err != nil || v != "v:k" {
+			t.Errorf("after the queued load: got %q, %v, want its value", v, err)
+		}
+		if v, _ := s.stored(t, "k"); v != "v:k" {
+			t.Errorf("shared tier: got %q, want the queued load's value", v)
+		}
+	})
+}
+
+// TestIntegrationMaxConcurrentLoads: on Redis, 40 callers over 20 keys and
+// a bound of 3: at most 3 loads at once, one per key, all written back.
+func TestIntegrationMaxConcurrentLoads(t *testing.T) {
+	ns := redistest.Prefix(t)
+	in := newInstance(t, "A", singleNode(nil), hybrid.Options{Namespace: ns, MaxConcurrentLoads: 3}, invalidate.Options{})
+	var running, most, calls atomic.Int64
+	load := func(_ context.Context, key string) (string, error) {
+		calls.Add(1)
+		n := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond)
+		return "v:" + key, nil
+	}
+	const keys = 20
+	var wg sync.WaitGroup
+	var fails failures
+	for i := range 2 * keys {
+		wg.Go(func() {
+			key := fmt.Sprint(i % keys)
+			if r := <-goGet(in, key, load); r.err != nil || r.v != "v:"+key {
+				fails.addf("GetOrCreate(%s): got %q, %v", key, r.v, r.err)
+			}
+		})
+	}
+	wg.Wait()
+	fails.report(t)
+	if m, n := most.Load(), calls.Load(); m > 3 || n != keys {
+		t.Errorf("loads: %d in all, at most %d at once; want %d and at most 3", n, m, keys)
+	}
+	if st := in.c.Stats(); st.LoadsQueued == 0 {
+		t.Error("LoadsQueued is 0: no fill waited for a slot")
+	}
+	waitFor(t, 5*time.Second, "the write-backs", func() bool { return in.remote.setIfAbsents.Load() >= keys }, nil)
+	for i := range keys {
+		key := fmt.Sprint(i)
+		if v, ok := redisValue(t, in.rdb, ns, key); !ok || v != "v:"+key {
+			t.Errorf("Redis holds %s = %q (%v), want %q", key, v, ok, "v:"+key)
+		}
+	}
+}
+
 func TestNegativeCaching(t *testing.T) {
 	eachCtx(t, func(t *testing.T, ctx context.Context) {
 		s := newSharedTier(t)

@@ -88,11 +88,16 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.remote.WaitCalls(ctx, func(c hybridtest.Calls) bool {
-		return c.Set+c.SetIfAbsent+c.SetManyIfAbsent+c.SetAndPublish+c.SetPublishAndLog+c.Delete+c.DeleteAndPublish+c.CompareAndSet+c.ReplaceAndPublish >= n
+		return writes(c) >= n
 	})
 	if err != nil {
 		t.Fatalf("waiting for %d writes to the Remote (have %+v): %v", n, s.remote.Calls(), err)
 	}
+}
+
+// writes is the number of write calls in c.
+func writes(c hybridtest.Calls) int {
+	return c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.SetPublishAndLog + c.Delete + c.DeleteAndPublish + c.CompareAndSet + c.ReplaceAndPublish
 }
 
 // stored returns the string value the Remote holds for key (namespaced

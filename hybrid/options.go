@@ -98,8 +98,8 @@ type Options struct {
 	// FailSafeMaxAge turns fail-safe on: values are kept this long past
 	// their lifetime (in both tiers), and when load fails or times out for
 	// a key whose value has expired less than FailSafeMaxAge ago, that stale
-	// value is returned instead of the error (Stats.StaleServed).
-	// Default: 0, off.
+	// value is returned instead of the error (Stats.StaleServed); in a
+	// batch, for each key that has one. Default: 0, off.
 	FailSafeMaxAge time.Duration
 
 	// FailSafeThrottle is how long a stale value served by fail-safe is
@@ -107,16 +107,29 @@ type Options struct {
 	FailSafeThrottle time.Duration
 
 	// SoftTimeout, with fail-safe, bounds how long callers wait for a load
-	// when a stale value is at hand: past it they get the stale value while
-	// the load goes on and updates the cache when it finishes. LoadTimeout
-	// is the hard bound that cancels the load. Default: 0, none.
+	// when a stale value is at hand: past it they get the stale value, as do
+	// callers that come meanwhile, while the load goes on and updates the
+	// cache when it finishes. LoadTimeout is the hard bound that cancels the
+	// load. Default: 0, none.
 	SoftTimeout time.Duration
 
 	// EagerRefresh, in (0, 1), turns eager refresh on: a hit on an entry
 	// older than this fraction of its L1 lifetime returns it at once and
 	// reloads it in the background, once per key, writing and announcing
-	// the new value like Set. Default: 0, off.
+	// the new value like Set (a batch reloads its due keys with one call of
+	// its load). Default: 0, off.
 	EagerRefresh float64
+
+	// MaxConcurrentLoads bounds the load calls that run at once in this
+	// cache (fills, batch fills and eager refreshes alike; a batch load
+	// takes one slot, as it is one call to the database however many keys
+	// it asks for). A fill beyond the bound waits for a slot, within its
+	// LoadTimeout and until Close, while each of its callers waits with its
+	// own ctx; when a fail-safe stale value is at hand, its callers get that
+	// at once (Stats.StaleServed) and the fill goes on waiting, then loads
+	// and stores the result. Waits are counted in Stats.LoadsQueued.
+	// Shared-tier reads are not bounded. Default: 0, no bound.
+	MaxConcurrentLoads int
 
 	// LossGrace is how long, after the bus lost its connection, entries
 	// stored in L1 before the loss are served as they are. Past it, such an
@@ -204,6 +217,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.FailSafeThrottle == 0 {
 		o.FailSafeThrottle = 30 * time.Second
+	}
+	if o.MaxConcurrentLoads < 0 {
+		return o, fmt.Errorf("hybrid: Options.MaxConcurrentLoads is negative (%d)", o.MaxConcurrentLoads)
 	}
 	if o.BreakerThreshold < 0 {
 		return o, fmt.Errorf("hybrid: Options.BreakerThreshold is negative (%d)", o.BreakerThreshold)

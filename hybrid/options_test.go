@@ -43,6 +43,8 @@ func TestNewValidatesOptions(t *testing.T) {
 		{"negative MaxValueBytes", hybrid.Options{MaxValueBytes: -1}, "MaxValueBytes"},
 		{"negative InlineMaxBytes means never inline", hybrid.Options{InlineMaxBytes: -1}, ""},
 		{"negative MaxKeyBytes", hybrid.Options{MaxKeyBytes: -1}, "MaxKeyBytes"},
+		{"negative MaxConcurrentLoads", hybrid.Options{MaxConcurrentLoads: -1}, "MaxConcurrentLoads"},
+		{"MaxConcurrentLoads", hybrid.Options{MaxConcurrentLoads: 4}, ""},
 		// "X" with key "v2:1" and "X:v2" with key "1" would be one Redis key.
 		{"namespace with the separator", hybrid.Options{Namespace: "X:v2", Remote: remote}, "Namespace"},
 		{"namespace with other punctuation", hybrid.Options{Namespace: "app.v2-products/eu", Remote: remote}, ""},

@@ -311,10 +311,11 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 	return readHit
 }
 
-// found is one key's result of a batch read.
+// found is one key's result of a batch read: what it found (st) and the
+// value, if it found one (live, or stale for fail-safe).
 type found[V any] struct {
 	it item[V]
-	ok bool
+	st readState
 }
 
 // readRemoteMany reads keys from the shared tier in one round trip where
@@ -342,7 +343,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			if st == readCut {
 				return make([]found[V], len(keys)), nil, true // nothing finished: the fill reads all again
 			}
-			res[i] = found[V]{it, st == readHit}
+			res[i] = found[V]{it, st}
 			keep(key, raw, st)
 		}
 		return res, replace, false
@@ -369,9 +370,8 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		st := c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p)
-		res[i].ok = st == readHit
-		keep(keys[i], b, st)
+		res[i].st = c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p)
+		keep(keys[i], b, res[i].st)
 	}
 	return res, replace, false
 }

@@ -38,9 +38,10 @@ type Stats struct {
 	WriteRetries  uint64 // background shared-tier writes tried again
 	WritesDropped uint64 // background shared-tier writes given up (value kept in L1)
 
-	StaleServed  uint64 // stale values served by fail-safe or after a soft timeout
+	StaleServed  uint64 // stale values served by fail-safe: load failed, passed SoftTimeout or waited for a slot
 	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
-	Refreshes    uint64 // eager refreshes started
+	Refreshes    uint64 // eager refreshes started (one per key)
+	LoadsQueued  uint64 // loads that waited for a slot (MaxConcurrentLoads)
 
 	Replays       uint64 // bus losses caught up on by reading the log of missed messages
 	Replayed      uint64 // messages applied from that log
@@ -54,7 +55,7 @@ type counters struct {
 	published, publishErrors, received, ownIgnored, swapped                              atomic.Uint64
 	invalid, unauthentic, busLosses, fillsDiscarded                                      atomic.Uint64
 	l2Skipped, writeRetries, writesDropped                                               atomic.Uint64
-	staleServed, softTimeouts, refreshes                                                 atomic.Uint64
+	staleServed, softTimeouts, refreshes, loadsQueued                                    atomic.Uint64
 	// pastLife counts L1 lookups that found an entry past its lifetime,
 	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
 	pastLife                                     atomic.Uint64
@@ -100,6 +101,7 @@ func (c *Cache[V]) Stats() Stats {
 		Replayed:       c.n.replayed.Load(),
 		ReplayFlushes:  c.n.replayFlushes.Load(),
 		HeldServed:     c.n.heldServed.Load(),
+		LoadsQueued:    c.n.loadsQueued.Load(),
 		Namespace:      c.o.Namespace,
 	}
 }

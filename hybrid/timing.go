@@ -2,8 +2,11 @@ package hybrid
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	mrand "math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -89,7 +92,7 @@ func (c *Cache[V]) expireLocal(key string) {
 // (a miss, with it as the fail-safe fallback).
 func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], load func(context.Context, string) (V, error), opts []EntryOption) (V, error) {
 	if c.local.Now() < it.t.expires {
-		c.refresh(ctx, key, load, opts)
+		c.refresh(ctx, key, it, load, opts)
 		if it.absent {
 			return it.v, ErrNotFound
 		}
@@ -99,58 +102,121 @@ func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], l
 	return c.getOrCreateSlow(ctx, key, load, opts, &it)
 }
 
+// fallback is a stale value that fail-safe may serve to the callers of a
+// fill, single or batch, for key: tok is the token the fill took before its
+// shared-tier read, call what its callers wait on.
+type fallback[V any] struct {
+	key  string
+	call *flight.Call[V]
+	tok  token
+	it   item[V]
+}
+
+// staleFor returns the value fail-safe may serve for a key whose fill
+// found held (an L1 entry past its lifetime) and read (a stale value in
+// the shared tier), either nil: the newer of the two, if usable as e says.
+func (c *Cache[V]) staleFor(held, read *item[V], e *policy) *item[V] {
+	if read != nil && (held == nil || read.writtenAt() > held.writtenAt()) {
+		held = read
+	}
+	if !c.usable(held, e) {
+		return nil
+	}
+	return held
+}
+
 // usable reports whether stale may still be served by fail-safe as e says.
 func (c *Cache[V]) usable(stale *item[V], e *policy) bool {
 	return stale != nil && !stale.absent && stale.t != nil && e.failSafe > 0 &&
 		time.Now().UnixNano()-stale.t.staleAt <= int64(e.failSafe)
 }
 
-// serveStale puts stale back in L1 for the fail-safe throttle, so the
-// loader that just failed is not called again on every request, and counts
-// it.
-func (c *Cache[V]) serveStale(key string, stale item[V], tok token, cause error, e *policy) {
-	c.staleServed(key, cause)
-	c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", key, "err", cause)
-	c.storeLocal(nil, key, stale, stale.t.size, e.failSafeThrottle, tok, e)
+// failSafe reports whether a load that failed with err may be answered
+// with a stale value: not when it found that the key has no value.
+func failSafe(err error) bool { return err != nil && !errors.Is(err, ErrNotFound) }
+
+// serveStale gives the callers of each of fbs its stale value, counted
+// (Stats.StaleServed) once per call, before its callers wake.
+//
+// With a cause, the load failed: the value is put back in L1 for the
+// fail-safe throttle, so that the loader that just failed is not called
+// again on every request, and the call ends. Without one, the load goes on
+// (it is slower than the soft timeout, or waits for a load slot): the call
+// answers its waiters with the stale value, and callers that join it until
+// the load ends, whose result is then stored as usual.
+//
+// The fill owns the calls of fbs and ends them one step at a time (see
+// loadBeside), so a call not done here is not ended by anyone else meanwhile.
+func (c *Cache[V]) serveStale(fbs []fallback[V], cause error, e *policy) {
+	if cause != nil && len(fbs) > 0 {
+		c.log.log(logStale, "hybrid: load failed; serving a stale value (fail-safe)", "namespace", c.o.Namespace, "key", fbs[0].key, "err", cause)
+	}
+	for _, fb := range fbs {
+		if !fb.call.Done() {
+			c.staleServed(fb.key, cause)
+		}
+		if cause == nil {
+			c.flights.Answer(fb.call, fb.it.v, nil)
+			continue
+		}
+		c.storeLocal(nil, fb.key, fb.it, fb.it.t.size, e.failSafeThrottle, fb.tok, e)
+		c.flights.Finish(fb.key, fb.call, fb.it.v, nil)
+	}
 }
 
-// loadSoftly calls load. With a usable stale value and a soft timeout, a
-// load slower than that lets the waiters have the stale value (ending call)
-// while it goes on; its result is then stored as usual.
-func (c *Cache[V]) loadSoftly(ctx context.Context, key string, load func(context.Context, string) (V, error), stale *item[V], call *flight.Call[V], e *policy) (V, error) {
-	if stale == nil || e.softTimeout <= 0 {
-		return c.runLoad(ctx, key, load)
+// loadSoftly runs load, which calls runLoad or runLoadMany with the queued
+// it is given. With stale values at hand (fbs), their callers get them at
+// once if the load has to wait for a slot (MaxConcurrentLoads), or once it
+// is slower than the soft timeout; the load goes on either way, and the
+// fill stores its result as usual.
+func (c *Cache[V]) loadSoftly(fbs []fallback[V], e *policy, load func(queued func()) error) error {
+	if len(fbs) == 0 {
+		return load(nil)
 	}
-	type result struct {
-		v   V
-		err error
+	return c.loadBeside(fbs, *e, load)
+}
+
+// loadBeside is loadSoftly with stale values at hand. It takes a copy of
+// the policy, so that a fill's own does not move to the heap.
+func (c *Cache[V]) loadBeside(fbs []fallback[V], p policy, load func(queued func()) error) error {
+	// The stale values are served early once: on a wait for a slot (on the
+	// load's goroutine) or at the soft timeout (on the fill's), not both.
+	var early atomic.Bool
+	queued := func() {
+		if early.CompareAndSwap(false, true) {
+			c.serveStale(fbs, nil, &p)
+		}
 	}
-	done := make(chan result, 1)
+	if p.softTimeout <= 0 {
+		return load(queued)
+	}
+	done := make(chan error, 1)
 	if !c.run(func() {
-		v, err := c.runLoad(ctx, key, load)
-		done <- result{v, err}
+		err := fmt.Errorf("%w: %w", ErrPanic, errGoexit) // unless load returns
+		defer func() { done <- err }()
+		err = load(queued)
 	}) {
-		var zero V
-		return zero, ErrClosed
+		return ErrClosed
 	}
-	t := time.NewTimer(e.softTimeout)
+	t := time.NewTimer(p.softTimeout)
 	defer t.Stop()
 	select {
-	case r := <-done:
-		return r.v, r.err
+	case err := <-done:
+		return err
 	case <-t.C:
-		c.n.softTimeouts.Add(1)
-		c.staleServed(key, nil)
-		c.flights.Finish(key, call, stale.v, nil)
-		r := <-done
-		return r.v, r.err
+		if early.CompareAndSwap(false, true) {
+			c.n.softTimeouts.Add(1)
+			c.serveStale(fbs, nil, &p)
+		}
+		return <-done
 	}
 }
 
-// refresh reloads key in the background, once per key at a time, while
-// its current value goes on being served. The new value is written and
-// announced like a Set, unless the shared tier already holds a newer one.
-func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Context, string) (V, error), opts []EntryOption) {
+// refresh reloads key, whose L1 entry held is due, in the background, once
+// per key at a time, while held goes on being served. The new value is
+// written and announced like a Set, unless the shared tier already holds a
+// newer one.
+func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load func(context.Context, string) (V, error), opts []EntryOption) {
 	e, err := c.o.policy(&c.def, opts)
 	if err != nil || load == nil {
 		return
@@ -160,13 +226,13 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, load func(context.Co
 		return
 	}
 	c.n.refreshes.Add(1)
-	if !c.run(func() { c.refreshFill(ctx, key, load, e, call) }) {
+	if !c.run(func() { c.refreshFill(ctx, key, held, load, e, call) }) {
 		var zero V
 		c.flights.Finish(key, call, zero, ErrClosed)
 	}
 }
 
-func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(context.Context, string) (V, error), e policy, call *flight.Call[V]) {
+func (c *Cache[V]) refreshFill(caller context.Context, key string, held item[V], load func(context.Context, string) (V, error), e policy, call *flight.Call[V]) {
 	var zero V
 	result, resultErr := zero, error(ErrClosed)
 	defer func() { c.flights.Finish(key, call, result, resultErr) }()
@@ -174,19 +240,89 @@ func (c *Cache[V]) refreshFill(caller context.Context, key string, load func(con
 	defer cancel()
 
 	// Another instance may have refreshed it already.
-	if it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &e); st == readHit && !it.absent {
-		if held, ok := c.local.Get(key); !ok || it.writtenAt() > held.writtenAt() {
-			result, resultErr = it.v, nil
-			return
-		}
+	if it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &e); refreshed(it, st, held) {
+		result, resultErr = it.v, nil
+		return
 	}
-	v, err := c.runLoad(ctx, key, load)
+	v, err := c.runLoad(ctx, key, load, nil)
 	if err != nil {
 		result, resultErr = zero, err
 		return // the current value stays until it expires (and fail-safe)
 	}
 	result, resultErr = v, nil
-	if err := c.set(ctx, key, v, &e); err != nil {
+	c.setRefreshed(ctx, key, v, &e)
+}
+
+// refreshMany is refresh for the keys of a batch whose L1 entries (held,
+// by index) are due: one batch load for those that no other fill or
+// refresh has in hand.
+func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V], load func(context.Context, []string) (map[string]V, error), e policy) {
+	calls := make([]*flight.Call[V], len(keys))
+	lead := c.flights.JoinMany(keys, calls, make([]int, 0, len(keys)))
+	if len(lead) == 0 {
+		return
+	}
+	if len(lead) < len(keys) {
+		keys, held, calls = pick(keys, lead), pick(held, lead), pick(calls, lead)
+	}
+	c.n.refreshes.Add(uint64(len(keys)))
+	if !c.run(func() { c.refreshFillMany(ctx, keys, held, calls, load, e) }) {
+		var zero V
+		c.flights.FinishMany(keys, calls, all(len(keys)), func(int) (V, error) { return zero, ErrClosed })
+	}
+}
+
+// refreshFillMany is refreshFill for a batch: one shared-tier read, one
+// load for what no other instance has refreshed, and a write of each value.
+func (c *Cache[V]) refreshFillMany(caller context.Context, keys []string, held []item[V], calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy) {
+	var zero V
+	defer c.abandonedMany(keys, calls)
+	ctx, cancel := c.fillContext(caller, e.loadTimeout)
+	defer cancel()
+
+	vals, _, _ := c.readRemoteMany(ctx, keys, c.tokens(keys), &e)
+	var done, todo []int
+	for i := range keys {
+		if refreshed(vals[i].it, vals[i].st, held[i]) {
+			done = append(done, i)
+		} else {
+			todo = append(todo, i)
+		}
+	}
+	c.flights.FinishMany(keys, calls, done, func(i int) (V, error) { return vals[i].it.v, nil })
+	if len(todo) == 0 {
+		return
+	}
+	missing := pick(keys, todo)
+	loaded, err := c.runLoadMany(ctx, missing, load, nil)
+	if err != nil {
+		// The current values stay until they expire (and fail-safe).
+		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
+		return
+	}
+	for _, i := range todo {
+		if v, ok := loaded[keys[i]]; ok {
+			c.setRefreshed(ctx, keys[i], v, &e)
+		}
+	}
+	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
+		if v, ok := loaded[keys[i]]; ok {
+			return v, nil
+		}
+		return zero, ErrNotFound // the current value stays until it expires
+	})
+}
+
+// refreshed reports whether a refresh's read of the shared tier found a
+// value (it, st) written after held, the L1 entry that was due: another
+// instance refreshed it, and the read stored it in L1.
+func refreshed[V any](it item[V], st readState, held item[V]) bool {
+	return st == readHit && !it.absent && it.writtenAt() > held.writtenAt()
+}
+
+// setRefreshed writes and announces v, the result of a refresh, like Set.
+func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy) {
+	if err := c.set(ctx, key, v, e); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -143,6 +144,11 @@ func TestSoftTimeoutServesStaleThenUpdates(t *testing.T) {
 		if waited := time.Since(start); waited != o.SoftTimeout {
 			t.Errorf("caller waited %v, want the soft timeout %v", waited, o.SoftTimeout)
 		}
+		// A caller that comes while the load goes on gets the stale value at
+		// once, without a load of its own.
+		if v, err := c.GetOrCreate(ctx, "k", neverLoad(t)); err != nil || v != "old" {
+			t.Errorf("during the slow load: got %q %v, want the stale value at once", v, err)
+		}
 		time.Sleep(2 * time.Second) // the load finishes in the background
 		synctest.Wait()
 		if v, _ := getString(t, c, "k"); v != "new" {
@@ -195,6 +201,71 @@ func TestEagerRefresh(t *testing.T) {
 		}
 		if st := c.Stats(); st.Refreshes != 1 {
 			t.Errorf("Refreshes: got %d, want 1", st.Refreshes)
+		}
+	})
+}
+
+// TestSoftTimeoutLoadGoexit: a load that calls runtime.Goexit while a soft
+// timeout is armed (the load then runs on a goroutine of its own) fails
+// like a panic, so fail-safe answers at once, and leaves no fill behind:
+// Close returns.
+func TestSoftTimeoutLoadGoexit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := failSafeOptions(s)
+		o.SoftTimeout = time.Second
+		c := newTestCache[string](t, o)
+		set(t, c, "k", "old")
+		time.Sleep(11 * time.Second)
+		start := time.Now()
+		v, err := c.GetOrCreate(t.Context(), "k", func(context.Context, string) (string, error) {
+			runtime.Goexit()
+			return "", nil
+		})
+		if err != nil || v != "old" || time.Since(start) != 0 {
+			t.Errorf("got %q, %v after %v; want the stale value at once", v, err, time.Since(start))
+		}
+		closed := make(chan struct{})
+		go func() {
+			c.Close()
+			close(closed)
+		}()
+		await(t, closed)
+	})
+}
+
+// TestEagerRefreshFindsNewerValue: a refresh that finds in the shared tier
+// a value written after the one it refreshes (another instance refreshed
+// it) takes that value and does not load.
+func TestEagerRefreshFindsNewerValue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSharedTier(t)
+		o := s.options()
+		o.TTL, o.LocalTTL, o.EagerRefresh = 10*time.Second, 10*time.Second, 0.5
+		c := newTestCache[string](t, o)
+		ctx := context.Background()
+		var calls atomic.Int64
+		load := func(context.Context, string) (string, error) {
+			return fmt.Sprint("v", calls.Add(1)), nil
+		}
+		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v1" {
+			t.Fatalf("first: got %q", v)
+		}
+		synctest.Wait()
+		time.Sleep(6 * time.Second) // past half the lifetime
+		// Written behind the cache's back, as by a peer whose message is late.
+		if err := s.remote.Set(ctx, testNS+":k", envelopeOf(t, "peer", 10*time.Second), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v1" {
+			t.Fatalf("due hit: got %q, want v1 at once", v)
+		}
+		synctest.Wait()
+		if n := calls.Load(); n != 1 {
+			t.Errorf("loads: got %d, want 1 (the refresh found the newer value)", n)
+		}
+		if v, _ := c.GetOrCreate(ctx, "k", load); v != "peer" {
+			t.Errorf("after the refresh: got %q, want the newer value it found", v)
 		}
 	})
 }

@@ -17,6 +17,7 @@
 //	loads                     counter  {load}
 //	load.errors               counter  {error}
 //	load.soft_timeouts        counter  {load}
+//	load.queued               counter  {load}
 //	refreshes                 counter  {refresh}
 //	errors                    counter  {error}    kind: l2, decode, encode, oversized, publish
 //	stale.served              counter  {value}

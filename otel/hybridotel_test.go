@@ -205,6 +205,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"loads", "", 2, 0},
 		{"load.errors", "", 1, 0},
 		{"load.soft_timeouts", "", 0, 0},
+		{"load.queued", "", 0, 0},
 		{"refreshes", "", 0, 0},
 		{"errors", "kind=l2", 1, 0},
 		{"errors", "kind=decode", 0, 0},

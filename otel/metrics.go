@@ -142,6 +142,8 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.LoadErrors })},
 		{name: "load.soft_timeouts", unit: "{load}", desc: "Loads that passed SoftTimeout while a stale value was served.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.SoftTimeouts })},
+		{name: "load.queued", unit: "{load}", desc: "Loads that waited for a slot (MaxConcurrentLoads).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.LoadsQueued })},
 		{name: "refreshes", unit: "{refresh}", desc: "Eager refreshes started.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Refreshes })},
 		{name: "errors", unit: "{error}", desc: "Errors the cache absorbed, by kind.", series: []series{

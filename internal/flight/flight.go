@@ -25,11 +25,12 @@ type Group[T any] struct {
 // before anyone waits on it, as most calls of a batch do for the batch's
 // own caller, costs no channel.
 type Call[T any] struct {
-	done atomic.Bool // set, under mu, once val and err hold the result
-	mu   sync.Mutex
-	wake chan struct{} // made by the first waiter that blocks; closed by Finish
-	val  T
-	err  error
+	done     atomic.Bool // set, under mu, once val and err hold the result
+	answered atomic.Bool // ended by Answer: still key's call until Finish
+	mu       sync.Mutex
+	wake     chan struct{} // made by the first waiter that blocks; closed by Finish
+	val      T
+	err      error
 }
 
 // Join returns the call in progress for key, or starts one and reports
@@ -77,10 +78,11 @@ func (g *Group[T]) JoinMany(keys []string, calls []*Call[T], lead []int) []int {
 }
 
 // Finish ends c, the call for key, with its result and wakes its waiters,
-// and reports true; if c has already ended, it changes nothing and reports
-// false. Later Joins of key start a new call.
+// and reports true; if c has already ended, it keeps the result c has and
+// reports false (removing c if Answer ended it). Later Joins of key start a
+// new call.
 func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) bool {
-	if c.done.Load() {
+	if c.done.Load() && !c.answered.Load() {
 		return false
 	}
 	g.mu.Lock()
@@ -88,7 +90,7 @@ func (g *Group[T]) Finish(key string, c *Call[T], v T, err error) bool {
 		delete(g.calls, key)
 	}
 	g.mu.Unlock()
-	wake, first := c.settle(v, err)
+	wake, first := c.settle(v, err, false)
 	if wake != nil {
 		close(wake)
 	}
@@ -117,7 +119,7 @@ func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result
 			continue
 		}
 		v, err := result(i)
-		if wake, _ := calls[i].settle(v, err); wake != nil {
+		if wake, _ := calls[i].settle(v, err, false); wake != nil {
 			wakes = append(wakes, wake)
 		}
 	}
@@ -126,15 +128,35 @@ func (g *Group[T]) FinishMany(keys []string, calls []*Call[T], idx []int, result
 	}
 }
 
+// Answer gives c's result, v and err, to its waiters now, while c stays
+// the call in progress for its key: a caller that joins it later gets that
+// result at once instead of starting a new call, until Finish or Forget.
+// It reports false, and changes nothing, if c has ended already. Use it to
+// answer with a fallback while the work goes on; Finish then only removes
+// c (its result stays the one answered).
+func (g *Group[T]) Answer(c *Call[T], v T, err error) bool {
+	if c.done.Load() {
+		return false
+	}
+	wake, first := c.settle(v, err, true)
+	if wake != nil {
+		close(wake)
+	}
+	return first
+}
+
 // settle stores c's result, unless it has one (first is false), and
 // returns the channel to close to wake its waiters, if any is blocked.
-func (c *Call[T]) settle(v T, err error) (wake chan struct{}, first bool) {
+// answered marks a result given by Answer, before done is set, so that
+// whoever sees done also sees it.
+func (c *Call[T]) settle(v T, err error, answered bool) (wake chan struct{}, first bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.done.Load() {
 		return nil, false
 	}
 	c.val, c.err = v, err
+	c.answered.Store(answered)
 	c.done.Store(true)
 	return c.wake, true
 }
@@ -155,7 +177,7 @@ func (g *Group[T]) ForgetAll() {
 	g.mu.Unlock()
 }
 
-// Done reports whether the call has ended.
+// Done reports whether the call has a result (from Finish or Answer).
 func (c *Call[T]) Done() bool { return c.done.Load() }
 
 // Wait returns the call's result, or ctx's error if ctx ends first. A

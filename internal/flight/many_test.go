@@ -126,3 +126,64 @@ func TestFinishTwice(t *testing.T) {
 	}
 	g.Finish("k", fresh, 4, nil)
 }
+
+// TestAnswer: Answer gives the waiters a result at once and keeps the call
+// in progress, so that a later Join gets that result instead of leading,
+// until Finish, which does not change the result.
+func TestAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var g flight.Group[string]
+		c, _ := g.Join("k")
+		waited := make(chan string, 1)
+		go func() {
+			v, _ := c.Wait(context.Background())
+			waited <- v
+		}()
+		synctest.Wait()
+		if !g.Answer(c, "stale", nil) {
+			t.Fatal("the first Answer reported false, want true")
+		}
+		if v := <-waited; v != "stale" {
+			t.Errorf("waiter: got %q, want the answer \"stale\"", v)
+		}
+		if g.Answer(c, "again", nil) {
+			t.Error("a second Answer reported true, want false")
+		}
+		joined, lead := g.Join("k")
+		if lead || joined != c {
+			t.Fatal("Join after Answer led a new call, want it to join the answered one")
+		}
+		if v, err := joined.Wait(context.Background()); err != nil || v != "stale" {
+			t.Errorf("Join after Answer: got %q, %v, want \"stale\" at once", v, err)
+		}
+		if g.Finish("k", c, "fresh", nil) {
+			t.Error("Finish after Answer reported true, want false")
+		}
+		if v, _ := c.Wait(context.Background()); v != "stale" {
+			t.Errorf("after Finish: got %q, want the answer kept", v)
+		}
+		next, lead := g.Join("k")
+		if !lead {
+			t.Error("Join after Finish of an answered call joined it, want a new call")
+		}
+		g.Finish("k", next, "", nil)
+	})
+}
+
+// TestAnswerThenFinishMany: FinishMany removes an answered call too.
+func TestAnswerThenFinishMany(t *testing.T) {
+	var g flight.Group[int]
+	keys := []string{"a", "b"}
+	calls := make([]*flight.Call[int], 2)
+	lead := g.JoinMany(keys, calls, nil)
+	g.Answer(calls[0], 1, nil)
+	g.FinishMany(keys, calls, lead, func(i int) (int, error) { return 10 + i, nil })
+	for i, want := range []int{1, 11} {
+		if v, _ := calls[i].Wait(context.Background()); v != want {
+			t.Errorf("key %q: got %d, want %d", keys[i], v, want)
+		}
+		if _, lead := g.Join(keys[i]); !lead {
+			t.Errorf("Join(%q) after FinishMany joined an ended call", keys[i])
+		}
+	}
+}
