@@ -56,6 +56,10 @@ func (b *breaker) record(ctx context.Context, err error) {
 	}
 }
 
+// neutral ends a call that allow let through whose outcome says nothing
+// about the shared tier.
+func (b *breaker) neutral() { b.probing.Store(false) }
+
 // callerDone reports whether ctx has ended, counting a deadline that has
 // passed even if ctx's own timer has not fired yet (a network deadline set
 // from it can fire first).

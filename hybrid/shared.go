@@ -161,7 +161,11 @@ func (c *Cache[V]) do(ctx context.Context, op, name string, f func(ctx context.C
 	sctx, end := c.span(ctx, op, name)
 	err := f(sctx)
 	end(err)
-	c.br.record(ctx, err)
+	if errors.Is(err, errors.ErrUnsupported) {
+		c.br.neutral() // the Remote cannot do it: nothing learnt of Redis
+	} else {
+		c.br.record(ctx, err)
+	}
 	if err != nil && callerDone(ctx) {
 		return fmt.Errorf("%w: %w", errCallerDone, err)
 	}
@@ -179,9 +183,10 @@ func (c *Cache[V]) call(ctx context.Context, op, name string, f func(ctx context
 }
 
 // failed reports whether err is a failure of the shared tier, not a call
-// skipped by the breaker or cut short by its caller.
+// skipped by the breaker, cut short by its caller, or one the Remote does
+// not support.
 func failed(err error) bool {
-	return err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errCallerDone)
+	return err != nil && !errors.Is(err, ErrUnavailable) && !errors.Is(err, errCallerDone) && !errors.Is(err, errors.ErrUnsupported)
 }
 
 // writeRetries are the pauses before the second and third attempt of a
