@@ -88,6 +88,7 @@ const (
 	logBus
 	logOversize
 	logStale
+	logQueue
 	logKinds
 )
 
