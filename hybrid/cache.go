@@ -75,6 +75,7 @@ type Cache[V any] struct {
 	vers    *versions
 	echo    *echoes
 	tags    tagState
+	queue   *writeQueue // nil: failed writes are not queued
 	br      breaker
 	n       counters
 	log     limitedLog
@@ -133,6 +134,9 @@ func New[V any](o Options) (*Cache[V], error) {
 		return nil, fmt.Errorf("hybrid: %w", err)
 	}
 	c.stop, c.cancel = context.WithCancel(context.Background())
+	if o.QueueWrites > 0 && c.remote != nil {
+		c.queue = newWriteQueue(o.QueueWrites)
+	}
 	if c.journal != nil && (o.StrictLoss || o.ReplayLogLen < 0) {
 		c.journal = nil
 	}
@@ -198,7 +202,8 @@ func (c *Cache[V]) worker(job func()) {
 }
 
 // Close unsubscribes from the bus, cancels fills in progress and waits for
-// them, and stops L1's goroutines. It does not close the Remote or the Bus,
+// them, stops the replay of queued writes (see Options.QueueWrites; writes
+// still queued are dropped) and waits for it, and stops L1's goroutines. It does not close the Remote or the Bus,
 // which the caller owns and may share. Later calls return ErrClosed.
 func (c *Cache[V]) Close() error {
 	c.mu.Lock()

@@ -74,6 +74,25 @@
 // BreakerOpenFor the shared tier is not called at all (reads go to L1 and
 // load, writes return ErrUnavailable), then one call probes it.
 //
+// With Options.QueueWrites, a Set, Delete, DeleteByTag or Clear whose
+// shared-tier write fails (unreachable, timed out, breaker open; not bad
+// input nor a call its own ctx cut short) is applied to L1 here (Set
+// stores the value, so read-your-writes holds on this instance), queued
+// (newest per key, at most QueueWrites; a full queue refuses and the call
+// returns its error as before) and replayed in order by a goroutine of the
+// cache, retrying from 100 ms up to every 5 s and at once when the bus
+// comes back; the call returns an error wrapping ErrQueued. A replay
+// writes only over an older value (clocks in sync, as for tags): with
+// l2.Store (a NewerSetter, and a NewerJournal where it keeps the log) the
+// write times are compared inside the script that writes, logs and
+// announces, so a write another instance made meanwhile wins
+// (Stats.QueueDroppedStale, and the outdated value leaves L1 here) and a
+// write that timed out but landed (a stalled Redis runs it when it
+// resumes) is found as it is and not written again. A Remote without those
+// capabilities is read, compared and then written as Set writes: a write
+// landing between that read and that write is overwritten. Close drops
+// what is still queued.
+//
 // # Resilience options
 //
 // All off by default. FailSafeMaxAge keeps values that long past their

@@ -33,6 +33,14 @@ var ErrPanic = errors.New("hybrid: load panicked")
 // whose load function did not return. Check it with errors.Is.
 var ErrNotFound = errors.New("hybrid: not found")
 
+// ErrQueued is wrapped, with Options.QueueWrites, by the error of a Set,
+// Delete, DeleteByTag or Clear whose write to the shared tier failed and
+// was queued for replay: L1 here has the change, other instances and the
+// shared tier do not yet. The error wraps the original failure too. Check
+// it with errors.Is(err, ErrQueued); a caller for whom a queued write is
+// good enough may treat it as success.
+var ErrQueued = errors.New("hybrid: write queued for replay")
+
 // ErrUnavailable is returned by Set and Delete while the circuit breaker
 // (Options.BreakerThreshold) keeps calls away from a failing shared tier.
 // Check it with errors.Is.

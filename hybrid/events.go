@@ -89,6 +89,7 @@ const (
 	logBus
 	logOversize
 	logStale
+	logQueue
 	logKinds
 )
 

@@ -322,6 +322,8 @@ var (
 	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
 	_ hybrid.BoundedReader    = (*countingRemote)(nil)
 	_ hybrid.Journal          = (*countingRemote)(nil)
+	_ hybrid.NewerSetter      = (*countingRemote)(nil)
+	_ hybrid.NewerJournal     = (*countingRemote)(nil)
 	_ hybrid.Journal          = (*l2.Store)(nil)
 	_ hybrid.JournalReplacer  = (*countingRemote)(nil)
 	_ hybrid.JournalReplacer  = (*l2.Store)(nil)
@@ -330,7 +332,8 @@ var (
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
 // test can tell how often an instance went to Redis. It implements Remote,
-// BatchRemote, CompareAndSetter, Announcer and Replacer by delegating to
+// BatchRemote, CompareAndSetter, Announcer, Replacer, NewerSetter and
+// NewerJournal (both counted as newerSets) by delegating to
 // the Store. A call is counted when it returns, so a count seen means the
 // call is over. Gets of the cache's own records (keys "ns:\x00...": the
 // clear record, tag records) are counted apart from Gets of values, which
@@ -341,6 +344,7 @@ type countingRemote struct {
 	gets, getManys, getManyKeys                      atomic.Int64
 	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
 	setAndPublishes, compareAndSets, replaces        atomic.Int64
+	newerSets                                        atomic.Int64
 	recordGets                                       atomic.Int64
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
@@ -428,6 +432,16 @@ func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int
 func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
 	defer r.compareAndSets.Add(1)
 	return r.s.CompareAndSet(ctx, key, old, value, ttl)
+}
+
+func (r *countingRemote) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (bool, error) {
+	defer r.newerSets.Add(1)
+	return r.s.SetIfNewerAndPublish(ctx, key, value, ttl, channel, msg, stampOffset)
+}
+
+func (r *countingRemote) SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (bool, error) {
+	defer r.newerSets.Add(1)
+	return r.s.SetIfNewerPublishAndLog(ctx, key, value, ttl, channel, msg, stampOffset, log, entry, maxLen)
 }
 
 func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {

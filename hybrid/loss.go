@@ -130,6 +130,9 @@ const heldRecheck = time.Second
 // way). It runs on the bus's goroutine, so a replay runs on a worker. Each
 // call is counted (Stats.BusLosses) once L1 reflects it.
 func (c *Cache[V]) onLoss(restored bool) {
+	if restored && c.queue != nil {
+		c.queue.nudge() // Redis may be back: replay queued writes now
+	}
 	if c.o.StrictLoss {
 		c.flush()
 		c.n.busLosses.Add(1)

@@ -153,6 +153,27 @@ type Options struct {
 	// back).
 	ReplayLogLen int
 
+	// QueueWrites turns on the queue of failed writes, holding at most this
+	// many: a Set, Delete, DeleteByTag or Clear whose write fails because
+	// the shared tier cannot be reached (a network error or timeout, a bus
+	// that cannot publish, ErrUnavailable from the breaker) is applied to
+	// L1 here (Set stores the value, so read-your-writes holds on this
+	// instance), queued, and replayed in order in the background once the
+	// shared tier answers (retried after 100 ms, doubling to 5 s, and at
+	// once when the bus comes back); the call returns an error wrapping
+	// ErrQueued and the failure. The queue keeps the newest write per key
+	// (and per tag); when it is full, a failed write of a key not queued is
+	// refused (Stats.QueueFull) and its error returned as without a
+	// queue. Bad input, encoding errors and a call cut short by its own
+	// ctx are never queued. Close drops what is still queued.
+	//
+	// A replay writes only over an older value (write times compared in
+	// Redis, see NewerSetter; clocks in sync, as for tags), so a write
+	// another instance made meanwhile wins (Stats.QueueDroppedStale), and
+	// a write that timed out but landed is not written twice.
+	// Default: 0, off: failed writes return their error.
+	QueueWrites int
+
 	// BreakerThreshold is how many shared-tier failures in a row open the
 	// circuit breaker. While open, reads skip the shared tier (L1 and load
 	// answer), background writes are skipped, and Set, Delete, Expire,
@@ -223,6 +244,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.BreakerThreshold < 0 {
 		return o, fmt.Errorf("hybrid: Options.BreakerThreshold is negative (%d)", o.BreakerThreshold)
+	}
+	if o.QueueWrites < 0 {
+		return o, fmt.Errorf("hybrid: Options.QueueWrites is negative (%d)", o.QueueWrites)
 	}
 	if o.LossGrace == 0 {
 		o.LossGrace = time.Second

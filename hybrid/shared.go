@@ -106,6 +106,40 @@ type Journal interface {
 	ReadLog(ctx context.Context, log, after string, max int) (entries [][]byte, positions []string, complete bool, err error)
 }
 
+// NewerSetter is a Remote that can write a value only over an older one:
+// SetIfNewerAndPublish stores value under key for ttl only if key holds
+// nothing or a value whose write time is not after value's, and, when it
+// stored, publishes msg on channel (nothing when channel is empty), in one
+// atomic step (for Redis: a Lua script). Write times are 8 bytes,
+// big-endian, at byte offset stampOffset of the stored bytes and of value
+// (the cache passes 3 for its envelopes and tombstones, 0 for its tag and
+// clear records); a stored value too short to hold one counts as older.
+// stored is true when key holds value afterwards: written now, or found
+// exactly (a write that landed although its call failed; then nothing is
+// written or published). It is false when key holds a newer value. Of two
+// values with the same write time, value wins (an instance's queued write
+// may follow its previous one within the same millisecond).
+//
+// Options.QueueWrites replays queued writes with it, so that a replay never
+// overwrites a write another instance made meanwhile. Without it, a replay
+// reads the key, compares write times, and writes and announces as Set
+// does: a write that lands between that read and that write is lost.
+type NewerSetter interface {
+	SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (stored bool, err error)
+}
+
+// NewerJournal is a Journal that can replay a queued write as NewerSetter
+// does and log it: SetIfNewerPublishAndLog is SetIfNewerAndPublish that,
+// when it stores, also appends entry to the log named log (trimmed to
+// about maxLen entries) and publishes message.Positioned(pos, msg) instead
+// of msg, in the same atomic step, as Journal.SetPublishAndLog does. When
+// the cache keeps a log, replays go through it (without it, as without a
+// NewerSetter), so that an instance whose bus dropped meanwhile finds them
+// in the log.
+type NewerJournal interface {
+	SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (stored bool, err error)
+}
+
 // BoundedReader is a Remote that bounds how long a read (Get, GetMany) can
 // block, whatever the ctx it is given: ReadBound returns that bound, or 0
 // when there is none (for *l2.Store: its ReadTimeout when the client applies
@@ -126,6 +160,8 @@ type shared struct {
 	journal   Journal          // nil: no log to replay missed messages from
 	repl      Replacer         // nil: Expire rewrites with cas or a Set, then publishes
 	replLog   JournalReplacer  // nil: an Expire is not logged
+	newer     NewerSetter      // nil: a queued write is replayed by read, compare, write
+	newerLog  NewerJournal     // nil: likewise when there is a journal
 	readBound time.Duration    // 0: reads are not known to end in time
 }
 
@@ -134,10 +170,12 @@ func resolveShared(r Remote, withBus bool) shared {
 	s.batch, _ = r.(BatchRemote)
 	s.cas, _ = r.(CompareAndSetter)
 	s.repl, _ = r.(Replacer)
+	s.newer, _ = r.(NewerSetter)
 	if withBus {
 		s.ann, _ = r.(Announcer)
 		s.journal, _ = r.(Journal)
 		s.replLog, _ = r.(JournalReplacer)
+		s.newerLog, _ = r.(NewerJournal)
 	}
 	if b, ok := r.(BoundedReader); ok {
 		s.readBound = max(b.ReadBound(), 0)

@@ -47,6 +47,12 @@ type Stats struct {
 	Replayed      uint64 // messages applied from that log
 	ReplayFlushes uint64 // losses the log could not cover: L1 flushed instead
 	HeldServed    uint64 // entries from before a bus loss served because the shared tier could not be reached
+
+	WritesQueued      uint64 // failed writes queued for replay (Options.QueueWrites)
+	QueueFull         uint64 // failed writes not queued because the queue was full (their error returned)
+	QueueReplayed     uint64 // queued writes replayed (or found already applied: the original landed)
+	QueueDroppedStale uint64 // queued writes dropped at replay because the shared tier held a newer value
+	Queued            int    // writes in the queue now
 }
 
 type counters struct {
@@ -58,50 +64,60 @@ type counters struct {
 	staleServed, softTimeouts, refreshes, loadsQueued                                    atomic.Uint64
 	// pastLife counts L1 lookups that found an entry past its lifetime,
 	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
-	pastLife                                     atomic.Uint64
-	replays, replayed, replayFlushes, heldServed atomic.Uint64
+	pastLife                                                  atomic.Uint64
+	replays, replayed, replayFlushes, heldServed              atomic.Uint64
+	writesQueued, queueFull, queueReplayed, queueDroppedStale atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
 func (c *Cache[V]) Stats() Stats {
 	ls := c.local.Stats()
+	queued := 0
+	if c.queue != nil {
+		queued = c.queue.len()
+	}
 	past := min(c.n.pastLife.Load(), ls.Hits)
 	return Stats{
-		L1Hits:         ls.Hits - past,
-		L1Misses:       ls.Misses + past,
-		L2Hits:         c.n.l2Hits.Load(),
-		L2Misses:       c.n.l2Misses.Load(),
-		Loads:          c.n.loads.Load(),
-		LoadErrors:     c.n.loadErrors.Load(),
-		L2Errors:       c.n.l2Errors.Load(),
-		DecodeErrors:   c.n.decodeErrors.Load(),
-		Oversized:      c.n.oversized.Load(),
-		EncodeErrors:   c.n.encodeErrors.Load(),
-		L1Evictions:    c.n.evictions.Load(),
-		L1Expirations:  c.n.expirations.Load(),
-		L1Entries:      c.local.Len(),
-		L1Bytes:        c.local.Weight(),
-		Published:      c.n.published.Load(),
-		PublishErrors:  c.n.publishErrors.Load(),
-		Received:       c.n.received.Load(),
-		OwnIgnored:     c.n.ownIgnored.Load(),
-		Swapped:        c.n.swapped.Load(),
-		Invalid:        c.n.invalid.Load(),
-		Unauthentic:    c.n.unauthentic.Load(),
-		BusLosses:      c.n.busLosses.Load(),
-		FillsDiscarded: c.n.fillsDiscarded.Load(),
-		L2Skipped:      c.n.l2Skipped.Load(),
-		BreakerOpens:   c.br.opens.Load(),
-		WriteRetries:   c.n.writeRetries.Load(),
-		WritesDropped:  c.n.writesDropped.Load(),
-		StaleServed:    c.n.staleServed.Load(),
-		SoftTimeouts:   c.n.softTimeouts.Load(),
-		Refreshes:      c.n.refreshes.Load(),
-		Replays:        c.n.replays.Load(),
-		Replayed:       c.n.replayed.Load(),
-		ReplayFlushes:  c.n.replayFlushes.Load(),
-		HeldServed:     c.n.heldServed.Load(),
-		LoadsQueued:    c.n.loadsQueued.Load(),
-		Namespace:      c.o.Namespace,
+		L1Hits:            ls.Hits - past,
+		L1Misses:          ls.Misses + past,
+		L2Hits:            c.n.l2Hits.Load(),
+		L2Misses:          c.n.l2Misses.Load(),
+		Loads:             c.n.loads.Load(),
+		LoadErrors:        c.n.loadErrors.Load(),
+		L2Errors:          c.n.l2Errors.Load(),
+		DecodeErrors:      c.n.decodeErrors.Load(),
+		Oversized:         c.n.oversized.Load(),
+		EncodeErrors:      c.n.encodeErrors.Load(),
+		L1Evictions:       c.n.evictions.Load(),
+		L1Expirations:     c.n.expirations.Load(),
+		L1Entries:         c.local.Len(),
+		L1Bytes:           c.local.Weight(),
+		Published:         c.n.published.Load(),
+		PublishErrors:     c.n.publishErrors.Load(),
+		Received:          c.n.received.Load(),
+		OwnIgnored:        c.n.ownIgnored.Load(),
+		Swapped:           c.n.swapped.Load(),
+		Invalid:           c.n.invalid.Load(),
+		Unauthentic:       c.n.unauthentic.Load(),
+		BusLosses:         c.n.busLosses.Load(),
+		FillsDiscarded:    c.n.fillsDiscarded.Load(),
+		L2Skipped:         c.n.l2Skipped.Load(),
+		BreakerOpens:      c.br.opens.Load(),
+		WriteRetries:      c.n.writeRetries.Load(),
+		WritesDropped:     c.n.writesDropped.Load(),
+		StaleServed:       c.n.staleServed.Load(),
+		SoftTimeouts:      c.n.softTimeouts.Load(),
+		Refreshes:         c.n.refreshes.Load(),
+		Replays:           c.n.replays.Load(),
+		Replayed:          c.n.replayed.Load(),
+		ReplayFlushes:     c.n.replayFlushes.Load(),
+		HeldServed:        c.n.heldServed.Load(),
+		LoadsQueued:       c.n.loadsQueued.Load(),
+		WritesQueued:      c.n.writesQueued.Load(),
+		QueueFull:         c.n.queueFull.Load(),
+		QueueReplayed:     c.n.queueReplayed.Load(),
+		QueueDroppedStale: c.n.queueDroppedStale.Load(),
+		Queued:            queued,
+		Namespace:         c.o.Namespace,
 	}
 }

@@ -142,7 +142,9 @@ func decodeTagRecord(b []byte) (int64, bool) {
 //
 // Values written later with the tag are not affected. When the shared tier
 // or the bus fails, L1 here is cleared of the tag anyway and the error is
-// returned; other instances may keep their copies until their LocalTTL.
+// returned; other instances may keep their copies until their LocalTTL,
+// unless Options.QueueWrites queued the delete (the error wraps ErrQueued)
+// and its replay reaches them first.
 func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -164,7 +166,8 @@ func (c *Cache[V]) deleteTag(ctx context.Context, op, tag string) error {
 	now := time.Now().UnixMilli()
 	record := encodeTagRecord(now)
 	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
-	err := c.writeAndPublish(ctx, op, tag, c.tagKey(tag), record, recordLife(&c.o, tag), m, false)
+	w := &pendingWrite{op: op, name: tag, rkey: c.tagKey(tag), b: record, life: recordLife(&c.o, tag), m: m, stamp: stampRecord}
+	err := c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
 	// After the shared tier: a fill that read a tagged value meanwhile
 	// must not store it.
 	c.tags.learn(c.tags.currentEpoch(), tag, now)

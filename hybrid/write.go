@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -14,7 +15,9 @@ import (
 
 // Set stores v under key in both tiers and tells other instances. After
 // Set returns nil, every Get on this instance sees v until it is changed
-// again or expires. Errors from the shared tier or the bus are returned.
+// again or expires. Errors from the shared tier or the bus are returned;
+// with Options.QueueWrites, one wrapping ErrQueued says the write was
+// queued for replay, and this instance sees v meanwhile.
 func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption) error {
 	if err := c.check(ctx, key); err != nil {
 		return err
@@ -37,11 +40,13 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 		return err
 	}
 	tok := c.vers.bumpToken(key)
-	if err := c.writeAndAnnounce(ctx, key, b, e.physical(ttl)); err != nil {
+	err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl))
+	if err != nil && !errors.Is(err, ErrQueued) {
 		c.vers.bump(key)
 		c.local.Delete(key)
 		return err
 	}
+	// Written, or queued for replay: either way L1 here holds the value.
 	// Bump again: a fill that read the old value before our write must not
 	// store it after us. Anyone else's bump since tok means a newer change
 	// may exist, so we drop instead of store.
@@ -55,28 +60,30 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	// it. Forgotten after L1 holds the new value, so that no caller in
 	// between, finding the old entry due for a refresh, starts another.
 	c.flights.Forget(key)
-	return nil
+	return err
 }
 
 // writeAndAnnounce writes b (nil: delete) to the shared tier for life and
-// announces it.
+// announces it. A write that fails is queued when Options.QueueWrites
+// says so (see enqueue).
 func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
-	op := "set"
-	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
+	w := &pendingWrite{op: "set", name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
+		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}}
 	if b == nil {
 		// A delete leaves a tombstone for TTL rather than nothing, so that a
 		// fill that read the key before the delete cannot write its outdated
 		// value back (its write-if-absent finds the tombstone).
-		op, m.Op = "delete", message.OpDelete
-		b, life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
+		w.op, w.m.Op = "delete", message.OpDelete
+		w.b, w.life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
 	} else if c.ann != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
-		m.Value = b
+		w.m.Value = b
 	}
-	return c.writeAndPublish(ctx, op, key, c.prefix+key, b, life, m, true)
+	return c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
 }
 
 // Delete removes key from both tiers and tells other instances to drop it.
-// L1 drops it even when the shared tier fails, whose error is returned.
+// L1 drops it even when the shared tier fails, whose error is returned
+// (wrapping ErrQueued when Options.QueueWrites queued the delete).
 func (c *Cache[V]) Delete(ctx context.Context, key string) error {
 	if err := c.check(ctx, key); err != nil {
 		return err

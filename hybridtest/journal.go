@@ -231,3 +231,40 @@ func (r *Remote) TrimLog(log string, keep int) {
 		l.trim(max(keep, 0))
 	}
 }
+
+// SetIfNewerPublishAndLog is SetIfNewerAndPublish that, when it stores,
+// also appends entry to the log named log and publishes msg positioned at
+// the new entry, as SetPublishAndLog does, as one step. It is l2.Store's
+// SetIfNewerPublishAndLog.
+func (r *Remote) SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (stored bool, err error) {
+	defer r.count(func(c *Calls) { c.SetIfNewerPublishAndLog++ })
+	if r.Bus == nil {
+		return false, ErrNoBus
+	}
+	if maxLen < 1 {
+		return false, fmt.Errorf("hybridtest: set if newer, publish and log %q: maxLen %d, want at least 1", key, maxLen)
+	}
+	if stampOffset < 0 {
+		return false, fmt.Errorf("hybridtest: set if newer, publish and log %q: negative stamp offset %d", key, stampOffset)
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	switch r.newerLocked(key, value, stampOffset, now) {
+	case holdsValue:
+		return true, nil
+	case holdsNewer:
+		return false, nil
+	}
+	if err := r.Bus.Publish(ctx, channel, message.Positioned(pos(r.journal.seq+1), msg)); err != nil {
+		return false, err
+	}
+	l := r.journal.logLocked(log, true)
+	r.journal.appendLocked(l, entry, false)
+	l.trim(maxLen)
+	r.setLocked(key, value, ttl, now)
+	return true, nil
+}

@@ -2,6 +2,7 @@ package hybridtest_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -294,5 +295,55 @@ func TestRemoteLogOrder(t *testing.T) {
 	}
 	if v, _ := r.Peek("k"); !bytes.Equal(v, entries[len(entries)-1]) {
 		t.Errorf("the Remote holds %q but the last entry is %q", v, entries[len(entries)-1])
+	}
+}
+
+func TestRemoteSetIfNewerPublishAndLog(t *testing.T) {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus}
+	var got received
+	unsub, err := bus.Subscribe(t.Context(), "ch", got.add, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	ctx := t.Context()
+	at := func(ms uint64) []byte { return binary.BigEndian.AppendUint64(nil, ms) }
+	for _, c := range []struct {
+		value      []byte
+		wantStored bool
+	}{
+		{at(10), true}, // missing
+		{at(5), false}, // older than what is stored
+		{at(10), true}, // the same value: found, not written again
+		{at(20), true}, // newer
+	} {
+		stored, err := r.SetIfNewerPublishAndLog(ctx, "k", c.value, 0, "ch", []byte("m"), 0, "log", c.value, 10)
+		if err != nil || stored != c.wantStored {
+			t.Fatalf("value %x: got %v, %v; want %v, nil", c.value, stored, err, c.wantStored)
+		}
+	}
+	if v, _ := r.Peek("k"); !bytes.Equal(v, at(20)) {
+		t.Errorf("key holds %x, want %x", v, at(20))
+	}
+	entries, positions := r.PeekLog("log")
+	if len(entries) != 2 || !bytes.Equal(entries[0], at(10)) || !bytes.Equal(entries[1], at(20)) {
+		t.Fatalf("log: got %x, want the two writes that stored", entries)
+	}
+	if err := bus.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs := got.all()
+	if len(msgs) != 2 {
+		t.Fatalf("got %d messages, want 2", len(msgs))
+	}
+	for i, msg := range msgs {
+		if want := message.Positioned(positions[i], []byte("m")); !bytes.Equal(msg, want) {
+			t.Errorf("message %d: got %q, want %q", i, msg, want)
+		}
+	}
+	if _, err := r.SetIfNewerPublishAndLog(ctx, "k", at(30), 0, "ch", nil, 0, "log", nil, 0); err == nil {
+		t.Error("maxLen 0: got nil error")
 	}
 }

@@ -3,6 +3,7 @@ package hybridtest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,7 +14,7 @@ import (
 // Remote is an in-memory shared tier: a map of byte values with lifetimes,
 // and invalidation logs. It implements hybrid.Remote, hybrid.BatchRemote,
 // hybrid.CompareAndSetter, hybrid.Announcer, hybrid.Journal and
-// hybrid.Replacer with the semantics of l2.Store over one Redis server. The
+// hybrid.Replacer, hybrid.NewerSetter and hybrid.NewerJournal with the semantics of l2.Store over one Redis server. The
 // zero value is an empty store
 // that is ready to use; set Bus and Now before the first call. It is safe
 // for concurrent use.
@@ -56,13 +57,15 @@ type Calls struct {
 	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
 	SetAndPublish, DeleteAndPublish, CompareAndSet          int
 	SetPublishAndLog, OpenLog, ReadLog                      int
-	ReplaceAndPublish                                       int
+	ReplaceAndPublish, SetIfNewerAndPublish                 int
+	SetIfNewerPublishAndLog                                 int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
 	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
-		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish
+		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish + c.SetIfNewerAndPublish +
+		c.SetIfNewerPublishAndLog
 }
 
 // ErrNoBus is returned by SetAndPublish, SetPublishAndLog, DeleteAndPublish
@@ -383,6 +386,69 @@ func (r *Remote) SetAndPublish(ctx context.Context, key string, value []byte, tt
 	}
 	r.setLocked(key, value, ttl, r.now())
 	return nil
+}
+
+// SetIfNewerAndPublish stores value under key for ttl, as Set does, only
+// if key holds nothing or a value whose write time (8 bytes big-endian at
+// byte offset stampOffset; a value too short to hold one counts as older)
+// is not newer than value's, and then publishes msg on channel of r.Bus
+// (nothing when channel is empty), as one step (see SetAndPublish). stored
+// is true when it wrote, and when key already held exactly value (then
+// nothing is written or published); false when key holds a newer value.
+// It is l2.Store's SetIfNewerAndPublish.
+func (r *Remote) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (stored bool, err error) {
+	defer r.count(func(c *Calls) { c.SetIfNewerAndPublish++ })
+	if stampOffset < 0 {
+		return false, fmt.Errorf("hybridtest: set if newer %q: negative stamp offset %d", key, stampOffset)
+	}
+	if r.Bus == nil && channel != "" {
+		return false, ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	switch r.newerLocked(key, value, stampOffset, now) {
+	case holdsValue:
+		return true, nil
+	case holdsNewer:
+		return false, nil
+	}
+	if channel != "" {
+		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+			return false, err
+		}
+	}
+	r.setLocked(key, value, ttl, now)
+	return true, nil
+}
+
+// What key holds, as SetIfNewerAndPublish sees it.
+const (
+	holdsOlder = iota // nothing, or a value not written after the new one
+	holdsValue        // the new value itself
+	holdsNewer        // a value written after the new one
+)
+
+// newerLocked compares what key holds with value, by their write times at
+// offset off (8 bytes big-endian; a value too short counts as older).
+func (r *Remote) newerLocked(key string, value []byte, off int, now time.Time) int {
+	cur, ok := r.getLocked(key, now)
+	if !ok {
+		return holdsOlder
+	}
+	if bytes.Equal(cur, value) {
+		return holdsValue
+	}
+	if len(cur) < off+8 || len(value) < off+8 {
+		return holdsOlder
+	}
+	if binary.BigEndian.Uint64(cur[off:]) > binary.BigEndian.Uint64(value[off:]) {
+		return holdsNewer
+	}
+	return holdsOlder
 }
 
 // ReplaceAndPublish stores value under key only if key holds exactly old (a

@@ -3,6 +3,7 @@ package hybridtest_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,6 +23,8 @@ var (
 	_ hybrid.BatchRemote      = (*hybridtest.Remote)(nil)
 	_ hybrid.Announcer        = (*hybridtest.Remote)(nil)
 	_ hybrid.Replacer         = (*hybridtest.Remote)(nil)
+	_ hybrid.NewerSetter      = (*hybridtest.Remote)(nil)
+	_ hybrid.NewerJournal     = (*hybridtest.Remote)(nil)
 	_ hybrid.CompareAndSetter = (*hybridtest.Remote)(nil)
 	_ hybrid.Bus              = (*hybridtest.Bus)(nil)
 )
@@ -389,6 +392,59 @@ func TestRemoteReplaceAndPublish(t *testing.T) {
 	}
 	if c := r.Calls(); c.ReplaceAndPublish != 2 || c.Total() != 2 {
 		t.Errorf("Calls: got %+v, want 2 ReplaceAndPublish", c)
+	}
+}
+
+func TestRemoteSetIfNewerAndPublish(t *testing.T) {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus}
+	var got []string
+	var mu sync.Mutex
+	unsub, err := bus.Subscribe(t.Context(), "ch", func(m []byte) { mu.Lock(); got = append(got, string(m)); mu.Unlock() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	ctx := t.Context()
+	at := func(t uint64, tail string) []byte {
+		return append(binary.BigEndian.AppendUint64([]byte{9}, t), tail...)
+	}
+	for _, c := range []struct {
+		name       string
+		value      []byte
+		msg        string
+		wantStored bool
+		want       []byte
+	}{
+		{"missing", at(10, "a"), "m1", true, at(10, "a")},
+		{"older stored", at(20, "b"), "m2", true, at(20, "b")},
+		{"newer stored", at(15, "c"), "x1", false, at(20, "b")},
+		{"the same value again", at(20, "b"), "x2", true, at(20, "b")},
+		{"same write time, another value", at(20, "d"), "m3", true, at(20, "d")},
+	} {
+		stored, err := r.SetIfNewerAndPublish(ctx, "k", c.value, time.Minute, "ch", []byte(c.msg), 1)
+		if err != nil || stored != c.wantStored {
+			t.Fatalf("%s: got %v, %v; want %v, nil", c.name, stored, err, c.wantStored)
+		}
+		if v, _ := r.Peek("k"); !bytes.Equal(v, c.want) {
+			t.Fatalf("%s: key holds %x, want %x", c.name, v, c.want)
+		}
+	}
+	r.Put("short", []byte("x"), 0)
+	if stored, err := r.SetIfNewerAndPublish(ctx, "short", at(1, ""), 0, "", nil, 1); err != nil || !stored {
+		t.Fatalf("over a value too short for a write time: got %v, %v; want true, nil", stored, err)
+	}
+	if err := bus.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
+		t.Errorf("messages: got %q, want %q (only writes that stored publish)", got, want)
+	}
+	if c := r.Calls(); c.SetIfNewerAndPublish != 6 || c.Total() != 6 {
+		t.Errorf("Calls: got %+v, want 6 SetIfNewerAndPublish", c)
 	}
 }
 

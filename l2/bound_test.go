@@ -94,6 +94,14 @@ func ops() []op {
 			_, err := s.ReplaceAndPublish(ctx, "k", []byte("v"), []byte("v"), "t:l2:bound", nil)
 			return err
 		}},
+		{"SetIfNewerAndPublish", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.SetIfNewerAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0)
+			return err
+		}},
+		{"SetIfNewerPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.SetIfNewerPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0, "log", nil, 10)
+			return err
+		}},
 		{"SetPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
 			return s.SetPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
 		}},

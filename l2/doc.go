@@ -4,7 +4,8 @@
 // caller creates, configures and closes: one server, a Sentinel-managed
 // primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
 // first tier; package hybrid takes a Store as its Remote, BatchRemote,
-// CompareAndSetter, Announcer, Journal and Replacer.
+// CompareAndSetter, Announcer, Journal, Replacer, NewerSetter and
+// NewerJournal.
 //
 // # Key layout
 //
@@ -102,7 +103,8 @@
 // The log needs Redis 6.2 or later (exclusive XRANGE), and 7.0 to tell
 // that a log read from its start is whole. It is kept on one server or a
 // Sentinel-managed primary only: a script runs on one node, so on Redis
-// Cluster (and with a go-redis Ring) SetPublishAndLog, OpenLog and ReadLog
+// Cluster (and with a go-redis Ring) SetPublishAndLog,
+// SetIfNewerPublishAndLog, OpenLog and ReadLog
 // return an error wrapping errors.ErrUnsupported without a round trip, by
 // which package hybrid knows to keep to SetAndPublish and to flush its
 // first tier when messages may have been lost.

@@ -352,3 +352,77 @@ func parseUint(s string) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	return n, err == nil
 }
+
+// setIfNewerPublishAndLog is setIfNewerAndPublish (see store.go) that, when
+// it stores, first appends an entry with field m = ARGV[6] to the stream
+// KEYS[2], trimmed to about ARGV[7] entries, and publishes ARGV[4]
+// positioned at the new entry's id, as setPublishAndLog does. It returns 1
+// if it stored, 2 if KEYS[1] already holds ARGV[1], 0 if it holds a newer
+// value (nothing written, logged or published).
+var setIfNewerPublishAndLog = redis.NewScript(`
+local off = tonumber(ARGV[5])
+local function stamp(s)
+	if #s < off + 8 then
+		return nil
+	end
+	local t = 0
+	for i = off + 1, off + 8 do
+		t = t * 256 + string.byte(s, i)
+	end
+	return t
+end
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+	return 2
+end
+local new = stamp(ARGV[1])
+if cur and new then
+	local old = stamp(cur)
+	if old and old > new then
+		return 0
+	end
+end
+local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'm', ARGV[6])
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+else
+	redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', ARGV[3], string.char(2, #id) .. id .. ARGV[4])
+return 1
+`)
+
+// SetIfNewerPublishAndLog is SetIfNewerAndPublish that, when it stores,
+// also appends entry to the invalidation log log and publishes msg
+// positioned at the new entry's id, as SetPublishAndLog does, all in one
+// Lua script; when it does not store (key holds value already, or a newer
+// value), nothing is written, logged or published. Package hybrid replays
+// queued writes with it when it keeps a log, so that the log holds the
+// replayed writes too.
+//
+// maxLen must be at least 1, and stampOffset not negative. On Redis
+// Cluster or a go-redis Ring it makes no round trip and returns an error
+// wrapping errors.ErrUnsupported.
+//
+// NOTE: as with SetAndPublish, an error does not say the write was not
+// made.
+func (s *Store) SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (stored bool, err error) {
+	if err := s.logUnsupported("set if newer, publish and log", key); err != nil {
+		return false, err
+	}
+	if maxLen < 1 {
+		return false, fmt.Errorf("l2: set if newer, publish and log %q: maxLen %d, want at least 1", key, maxLen)
+	}
+	if stampOffset < 0 {
+		return false, fmt.Errorf("l2: set if newer, publish and log %q: negative stamp offset %d", key, stampOffset)
+	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
+	n, err := setIfNewerPublishAndLog.Run(ctx, s.rdb, []string{s.prefix + key, s.prefix + log},
+		value, int64(expiry(ttl)/time.Millisecond), channel, msg, stampOffset, entry, maxLen).Int()
+	if err != nil {
+		return false, fmt.Errorf("l2: set if newer, publish and log %q: %w", key, withCause(ctx, err))
+	}
+	return n != 0, nil
+}

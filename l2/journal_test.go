@@ -2,10 +2,12 @@ package l2_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -523,6 +525,9 @@ func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
 	if err := s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
+	if _, err := s.SetIfNewerPublishAndLog(ctx, "k", nil, 0, "ch", nil, 0, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("SetIfNewerPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	}
 	if nodes != nil {
 		if cmds, pipelines := nodes.counts(); cmds+pipelines != 0 {
 			t.Errorf("unsupported log calls sent %v", nodes)
@@ -680,4 +685,56 @@ func positionOf(t *testing.T, b []byte) string {
 		t.Fatalf("Decode(% x) = position %q, %v; want a position", b, m.Position, err)
 	}
 	return m.Position
+}
+
+// TestSetIfNewerPublishAndLog: a write that stores is logged and published
+// positioned at its entry; one that finds its value, or a newer one, writes,
+// logs and publishes nothing.
+func TestSetIfNewerPublishAndLog(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 2)
+	at := func(ms uint64, tail string) []byte {
+		return append(binary.BigEndian.AppendUint64([]byte{1, 2, 0}, ms), tail...)
+	}
+	for _, c := range []struct {
+		name       string
+		value      []byte
+		wantStored bool
+		want       []byte
+	}{
+		{"missing", at(10, "a"), true, at(10, "a")},
+		{"newer stored", at(5, "b"), false, at(10, "a")},
+		{"the same value", at(10, "a"), true, at(10, "a")},
+		{"older stored", at(20, "c"), true, at(20, "c")},
+	} {
+		stored, err := s.SetIfNewerPublishAndLog(ctx, "k", c.value, time.Minute, channel, []byte("msg-"+c.name), 3, "log", []byte("entry-"+c.name), 100)
+		if err != nil || stored != c.wantStored {
+			t.Fatalf("%s: got %v, %v; want %v, nil", c.name, stored, err, c.wantStored)
+		}
+		if got, _, _ := s.Get(ctx, "k"); !bytes.Equal(got, c.want) {
+			t.Fatalf("%s: key holds %x, want %x", c.name, got, c.want)
+		}
+	}
+	log, err := rdb.XRange(ctx, prefix+"log", "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []string
+	for _, e := range log {
+		entries = append(entries, fmt.Sprint(e.Values["m"]))
+	}
+	if want := []string{"entry-missing", "entry-older stored"}; !slices.Equal(entries, want) {
+		t.Fatalf("log: got %q, want %q", entries, want)
+	}
+	for i, p := range wait(t, msgs, 2) {
+		id := log[i].ID
+		if want := string(append([]byte{2, byte(len(id))}, id...)); !strings.HasPrefix(p, want) {
+			t.Errorf("message %d: got %q, want it positioned at %s", i, p, id)
+		}
+	}
+	if _, err := s.SetIfNewerPublishAndLog(ctx, "k", at(30, ""), 0, channel, nil, 3, "log", nil, 0); err == nil {
+		t.Error("maxLen 0: got nil error")
+	}
 }

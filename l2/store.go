@@ -46,8 +46,8 @@ type Options struct {
 	ReadTimeout time.Duration
 
 	// WriteTimeout bounds each write (Set, SetIfAbsent, SetManyIfAbsent,
-	// CompareAndSet, SetAndPublish, SetPublishAndLog, OpenLog) as
-	// ReadTimeout bounds reads.
+	// CompareAndSet, SetAndPublish, SetIfNewerAndPublish, SetPublishAndLog,
+	// SetIfNewerPublishAndLog, OpenLog) as ReadTimeout bounds reads.
 	//
 	// default (0): 1 second, longer than reads: a failed write is returned
 	// to the caller and may have been applied all the same, a script may
@@ -78,8 +78,9 @@ const (
 )
 
 // Store is a byte store over Redis: the second tier of a hybrid cache. It
-// implements the Remote, BatchRemote, CompareAndSetter, Announcer and
-// Journal interfaces of package hybrid (the Journal's log on one server or
+// implements the Remote, BatchRemote, CompareAndSetter, Announcer,
+// Journal, Replacer, NewerSetter and NewerJournal interfaces of package
+// hybrid (the Journal's log on one server or
 // a Sentinel-managed primary only). Create it with New; it is safe for
 // concurrent use.
 //
@@ -482,4 +483,84 @@ func fill(out [][]byte, idx []int, vals []any) error {
 		}
 	}
 	return nil
+}
+
+// setIfNewerAndPublish stores ARGV[1] under KEYS[1] (with expiry ARGV[2]
+// milliseconds unless it is 0) only if KEYS[1] is missing, or its value's
+// write time is not newer than ARGV[1]'s (both read as 8 bytes big-endian
+// at byte offset ARGV[5]; a value too short to hold one counts as older)
+// and it is not ARGV[1] itself. When it stored, it publishes ARGV[4] on
+// channel ARGV[3] unless ARGV[3] is empty. It returns 1 if it stored, 2 if
+// the key already holds ARGV[1] (nothing written or published), 0 if it
+// holds a newer value.
+var setIfNewerAndPublish = redis.NewScript(`
+local off = tonumber(ARGV[5])
+local function stamp(s)
+	if #s < off + 8 then
+		return nil
+	end
+	local t = 0
+	for i = off + 1, off + 8 do
+		t = t * 256 + string.byte(s, i)
+	end
+	return t
+end
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+	return 2
+end
+local new = stamp(ARGV[1])
+if cur and new then
+	local old = stamp(cur)
+	if old and old > new then
+		return 0
+	end
+end
+local ttl = tonumber(ARGV[2])
+if ttl > 0 then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+else
+	redis.call('SET', KEYS[1], ARGV[1])
+end
+if ARGV[3] ~= '' then
+	redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
+return 1
+`)
+
+// SetIfNewerAndPublish stores value under key for ttl, as Set does, only if
+// key holds nothing or a value not written after value, and then publishes
+// msg on channel (nothing when channel is empty), in one Lua script. A
+// value's write time is read by the script from its own bytes: 8 bytes,
+// big-endian, at byte offset stampOffset (the caller's format decides
+// where; package hybrid passes 3 for its envelopes and 0 for its 8-byte
+// records). A stored value too short to hold one counts as older; so does
+// any stored value when value itself is too short.
+//
+// stored reports whether key holds value when the call returns: true if
+// the script wrote it, and true also, with nothing written or published,
+// when key already held exactly value (a retry of a write that landed
+// although its call failed). It is false, with nothing written or
+// published, when key holds a newer value. Of two different values with
+// the same write time, value wins: one writer's later write in the same
+// millisecond must not lose to its earlier one. Package
+// hybrid replays queued writes with it (hybrid.Options.QueueWrites), so
+// that a replay never overwrites a newer write of another instance.
+//
+// Write times are compared as the numbers they are (the script reads them
+// into Lua numbers, exact up to 2^53: Unix milliseconds fit).
+//
+// NOTE: as with SetAndPublish, an error does not say the write was not
+// made.
+func (s *Store) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (stored bool, err error) {
+	if stampOffset < 0 {
+		return false, fmt.Errorf("l2: set if newer %q: negative stamp offset %d", key, stampOffset)
+	}
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
+	n, err := setIfNewerAndPublish.Run(ctx, s.rdb, []string{s.prefix + key}, value, int64(expiry(ttl)/time.Millisecond), channel, msg, stampOffset).Int()
+	if err != nil {
+		return false, fmt.Errorf("l2: set if newer and publish %q: %w", key, withCause(ctx, err))
+	}
+	return n != 0, nil
 }

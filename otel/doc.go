@@ -37,8 +37,12 @@
 //	bus.replays               counter  {replay}   result: replayed, flushed
 //	bus.replayed              counter  {message}
 //	held.served               counter  {value}
+//	queue.writes              counter  {write}    result: queued, refused, replayed, stale
+//	queue.length              gauge    {write}
 //
-// Each is the Stats field of the same meaning; see hybrid.Stats. A miss in
+// Each is the Stats field of the same meaning; see hybrid.Stats
+// (queue.writes: WritesQueued, QueueFull, QueueReplayed and
+// QueueDroppedStale; queue.length: Queued). A miss in
 // L1 that a fill answers from L2 counts as an l1 miss and an l2 hit, so
 // the share of requests answered without load is
 // (hits{l1} + hits{l2}) / (hits{l1} + misses{l1}).

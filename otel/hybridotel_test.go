@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -232,6 +233,11 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"bus.replays", "result=flushed", 0, 0},
 		{"bus.replayed", "", 0, 0},
 		{"held.served", "", 0, 0},
+		{"queue.writes", "result=queued", 0, 0},
+		{"queue.writes", "result=refused", 0, 0},
+		{"queue.writes", "result=replayed", 0, 0},
+		{"queue.writes", "result=stale", 0, 0},
+		{"queue.length", "", 0, 0},
 	} {
 		want[point(w.name, "catalog", w.attr)] = w.catalog
 		want[point(w.name, "users", w.attr)] = w.users
@@ -323,6 +329,63 @@ func attrValue(attrs []attribute.KeyValue, key attribute.Key) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestMetricsQueue checks the series of the queue of failed writes with a
+// write queued, one refused and one replayed.
+func TestMetricsQueue(t *testing.T) {
+	tel := newTelemetry(t)
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	c, err := hybrid.New[string](hybrid.Options{Namespace: "q", Remote: remote, Bus: bus, QueueWrites: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg, err := hybridotel.RegisterMetrics(tel.mp.Meter("test"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	errRedis := errors.New("redis down")
+	remote.FailWith(errRedis)
+	if err := c.Set(ctx, "a", "v"); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set: got %v, want ErrQueued", err)
+	}
+	if err := c.Set(ctx, "b", "v"); !errors.Is(err, errRedis) || errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set with the queue full: got %v, want the failure", err)
+	}
+	got := tel.collect(t)
+	for k, want := range map[string]float64{
+		point("queue.writes", "q", "result=queued"):   1,
+		point("queue.writes", "q", "result=refused"):  1,
+		point("queue.writes", "q", "result=replayed"): 0,
+		point("queue.length", "q", ""):                1,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+	remote.FailWith(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Stats().QueueReplayed != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the queued write was not replayed")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	got = tel.collect(t)
+	for k, want := range map[string]float64{
+		point("queue.writes", "q", "result=replayed"): 1,
+		point("queue.writes", "q", "result=stale"):    0,
+		point("queue.length", "q", ""):                0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
 }
 
 func TestTracerKeysAndNotFound(t *testing.T) {

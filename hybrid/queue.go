@@ -1,0 +1,288 @@
+package hybrid
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
+
+// This file holds the queue of failed writes (Options.QueueWrites): a Set,
+// Delete, DeleteByTag or Clear that fails because the shared tier cannot
+// be reached is queued, newest per key, and replayed in order by a
+// goroutine of the cache once the shared tier answers again. A replay
+// writes only over an older value (see NewerSetter), so that it never
+// overwrites a write another instance made meanwhile, and is harmless when
+// the original write landed after all (a timed-out write may have).
+
+// pendingWrite is one write to the shared tier and its announcement, as
+// writeAndPublish takes it, kept whole so that it can be queued.
+type pendingWrite struct {
+	op   string // names the call: "set", "delete", "delete_tag", "clear"
+	name string // the key, or the tag ("" for a Clear)
+	rkey string // the shared-tier key
+	b    []byte // the envelope, tombstone or tag record
+	life time.Duration
+	m    message.Message
+	own  bool // a write of key name, whose message comes back (see echoes)
+	// stamp is the offset of the write time in b (8 bytes big-endian):
+	// stampEnvelope or stampRecord.
+	stamp int
+	at    time.Time // when it was queued
+}
+
+// Where the write time sits in what the cache stores: an envelope's
+// bytes [3:11] (see package envelope), a tag or clear record's [0:8].
+const (
+	stampEnvelope = 3
+	stampRecord   = 0
+)
+
+// The replay's pauses after a failed attempt: queueRetryMin, doubling up
+// to queueRetryMax. A bus restore cuts the pause short.
+const (
+	queueRetryMin = 100 * time.Millisecond
+	queueRetryMax = 5 * time.Second
+	// queueCallTimeout bounds one replayed write (the Remote's own bound,
+	// such as l2's WriteTimeout, is usually shorter).
+	queueCallTimeout = 10 * time.Second
+)
+
+// writeQueue holds the queued writes, oldest first, one per shared-tier
+// key (a newer write of a key replaces the queued one and goes last).
+type writeQueue struct {
+	max  int
+	wake chan struct{} // a nudge to the replay: the shared tier may be back
+
+	mu      sync.Mutex
+	order   list.List // of *pendingWrite
+	byKey   map[string]*list.Element
+	running bool // a replay goroutine is running
+}
+
+func newWriteQueue(max int) *writeQueue {
+	return &writeQueue{max: max, wake: make(chan struct{}, 1), byKey: make(map[string]*list.Element)}
+}
+
+// put queues w, replacing a queued write of the same key. It reports
+// false when the queue is full, and start when no replay is running (the
+// caller starts one).
+func (q *writeQueue) put(w *pendingWrite) (ok, start bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byKey[w.rkey]; e != nil {
+		q.order.Remove(e)
+	} else if q.order.Len() >= q.max {
+		return false, false
+	}
+	q.byKey[w.rkey] = q.order.PushBack(w)
+	start = !q.running
+	q.running = true
+	return true, start
+}
+
+// front returns the oldest queued write; when there is none, it reports
+// false and the replay ends.
+func (q *writeQueue) front() (*pendingWrite, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.order.Front()
+	if e == nil {
+		q.running = false
+		return nil, false
+	}
+	return e.Value.(*pendingWrite), true
+}
+
+// done removes w, unless a newer write of its key replaced it meanwhile.
+func (q *writeQueue) done(w *pendingWrite) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byKey[w.rkey]; e != nil && e.Value.(*pendingWrite) == w {
+		q.order.Remove(e)
+		delete(q.byKey, w.rkey)
+	}
+}
+
+// len is the number of queued writes.
+func (q *writeQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.order.Len()
+}
+
+// nudge wakes a replay waiting to try again, without blocking.
+func (q *writeQueue) nudge() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queueable reports whether a write that failed with err is queued: a
+// failure of the shared tier or the bus (network errors, timeouts,
+// ErrUnavailable from the breaker), not a call its caller's ctx cut short
+// (the caller gave up on it).
+func queueable(err error) bool {
+	return err != nil && !errors.Is(err, errCallerDone) && !errors.Is(err, ErrClosed) &&
+		(errors.Is(err, ErrUnavailable) || failed(err))
+}
+
+// enqueue queues w after its write failed with err, when queueing is on
+// and err is a failure worth a replay, and returns what the call returns:
+// err wrapped with ErrQueued when queued; err itself otherwise, also when
+// the queue is full (counted). A nil err is returned as it is.
+func (c *Cache[V]) enqueue(w *pendingWrite, err error) error {
+	if c.queue == nil || !queueable(err) {
+		return err
+	}
+	w.at = time.Now()
+	ok, start := c.queue.put(w)
+	if !ok {
+		c.n.queueFull.Add(1)
+		c.log.log(logQueue, "hybrid: write queue full; failed write not queued", "namespace", c.o.Namespace, "max", c.o.QueueWrites, "err", err)
+		return err
+	}
+	c.n.writesQueued.Add(1)
+	if start {
+		c.mu.RLock()
+		if !c.closed.Load() {
+			c.wg.Add(1)
+			go c.replayQueue()
+		}
+		c.mu.RUnlock()
+	}
+	return fmt.Errorf("%w: %w", ErrQueued, err)
+}
+
+// replayQueue replays the queue in order until it is empty or the cache
+// closes, pausing after a failure (queueRetryMin doubling to
+// queueRetryMax, cut short by a nudge).
+func (c *Cache[V]) replayQueue() {
+	defer c.wg.Done()
+	wait := queueRetryMin
+	for {
+		w, ok := c.queue.front()
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.stop, queueCallTimeout)
+		stored, err := c.replayWrite(ctx, w)
+		cancel()
+		if c.stop.Err() != nil {
+			return // closed: what is queued is dropped
+		}
+		if err != nil {
+			c.log.log(logQueue, "hybrid: replay of a queued write failed; will retry", "namespace", c.o.Namespace, "queued", c.queue.len(), "retry_in", wait, "err", err)
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-c.queue.wake:
+			case <-c.stop.Done():
+				t.Stop()
+				return
+			}
+			t.Stop()
+			wait = min(2*wait, queueRetryMax)
+			continue
+		}
+		wait = queueRetryMin
+		c.queue.done(w)
+		if stored {
+			c.n.queueReplayed.Add(1)
+			continue
+		}
+		c.n.queueDroppedStale.Add(1)
+		if w.own {
+			// Our value is outdated: L1 must not keep serving it.
+			c.vers.bump(w.name)
+			c.flights.Forget(w.name)
+			c.local.Delete(w.name)
+		}
+	}
+}
+
+// replayWrite makes the queued write w unless the shared tier holds a
+// newer value (see NewerSetter), and announces it if it wrote. stored
+// reports whether the shared tier holds w afterwards (written now, or
+// found: the original landed).
+//
+// It is one atomic step with a NewerSetter, or with a NewerJournal when
+// the cache keeps a log (which then records the write too). Otherwise the
+// key is read, the write times compared, and w written and announced as
+// Set does: a write by another instance that lands between the read and
+// the write is overwritten.
+func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored bool, err error) {
+	life := w.life
+	if w.m.Op == message.OpSet {
+		// The value's lifetime runs from its write; past it, a replay
+		// still replaces the older value, for a moment.
+		life = max(life-time.Since(w.at), time.Millisecond)
+	}
+	logged := c.journal != nil && c.newerLog != nil
+	if logged || (c.journal == nil && c.newer != nil) {
+		channel, msg, entry := "", []byte(nil), []byte(nil)
+		if c.bus != nil {
+			channel, msg = c.o.Channel, message.Encode(w.m, c.o.Secret)
+		}
+		if logged {
+			m := w.m
+			m.Value = nil // the message as the log keeps it
+			entry = message.Encode(m, c.o.Secret)
+		}
+		err = c.call(ctx, "replay_"+w.op, w.name, func(ctx context.Context) (err error) {
+			if w.own && c.bus != nil {
+				c.sentOwn(w.name)
+			}
+			if logged {
+				stored, err = c.newerLog.SetIfNewerPublishAndLog(ctx, w.rkey, w.b, life, channel, msg, w.stamp, c.logKey(), entry, c.o.ReplayLogLen)
+				return err
+			}
+			stored, err = c.newer.SetIfNewerAndPublish(ctx, w.rkey, w.b, life, channel, msg, w.stamp)
+			return err
+		})
+		if err != nil {
+			return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
+		}
+		return stored, nil
+	}
+	cur, found, err := c.readRecord(ctx, "replay_get", w.name, w.rkey)
+	if err != nil {
+		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
+	}
+	switch old, ok := stampAt(cur, w.stamp); {
+	case found && bytes.Equal(cur, w.b):
+		// The original landed. Without an Announcer its message went out
+		// separately and may have failed: send it again (a drop or a tag
+		// delete, harmless twice).
+		if c.ann == nil && c.bus != nil {
+			if err := c.publish(ctx, w.m); err != nil {
+				return false, fmt.Errorf("hybrid: replay %s: announce: %w", about(w.op, w.name), err)
+			}
+		}
+		return true, nil
+	case found && ok:
+		if t, _ := stampAt(w.b, w.stamp); old > t {
+			return false, nil
+		}
+	}
+	if err := c.writeAndPublish(ctx, "replay_"+w.op, w.name, w.rkey, w.b, life, w.m, w.own); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// stampAt reads the write time at offset off of b, Unix milliseconds;
+// false when b is too short to hold one.
+func stampAt(b []byte, off int) (uint64, bool) {
+	if len(b) < off+8 {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[off:]), true
+}

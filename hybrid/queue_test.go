@@ -1,0 +1,430 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+)
+
+// replayModes are the ways a queued write is replayed: one atomic step
+// without an invalidation log (NewerSetter) or with one (NewerJournal),
+// and, with a Remote that has neither, read, compare, write.
+var replayModes = []struct {
+	name         string
+	replayLogLen int
+	plain        bool // hide the Remote's NewerSetter and NewerJournal
+}{
+	{"atomic", -1, false},
+	{"logged", 0, false},
+	{"read-compare-write", 0, true},
+}
+
+// plainJournal is a Journal without NewerSetter or NewerJournal.
+type plainJournal struct {
+	hybrid.Remote
+	hybrid.Journal
+}
+
+var errDown = errors.New("shared tier down")
+
+// waitQueue waits until c's queue is empty and has replayed replayed
+// writes and dropped stale ones.
+func waitQueue(t testing.TB, c *hybrid.Cache[string], replayed, stale uint64) {
+	t.Helper()
+	waitFor(t, 15*time.Second, "the queue to be replayed", func() bool {
+		s := c.Stats()
+		return s.Queued == 0 && s.QueueReplayed == replayed && s.QueueDroppedStale == stale
+	}, func() string {
+		s := c.Stats()
+		return fmt.Sprintf("Queued %d, QueueReplayed %d, QueueDroppedStale %d", s.Queued, s.QueueReplayed, s.QueueDroppedStale)
+	})
+}
+
+func TestQueueReplaysSetDeleteAndTagDelete(t *testing.T) {
+	for _, mode := range replayModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := t.Context()
+			s := newSharedTier(t)
+			o := s.options()
+			o.QueueWrites, o.ReplayLogLen = 10, mode.replayLogLen
+			if mode.plain {
+				o.Remote = plainJournal{s.remote, s.remote}
+			}
+			p := newPeers(t, s, 2, o)
+			a, b := p[0], p[1]
+			set(t, a, "k", "v1")
+			set(t, a, "d", "v1")
+			if err := a.Set(ctx, "tagged", "v1", hybrid.WithTags("t")); err != nil {
+				t.Fatal(err)
+			}
+			s.flush(t) // the messages of those writes would drop b's copies
+			for _, k := range []string{"k", "d", "tagged"} {
+				fillFromRemote(t, b, k, "v1")
+			}
+
+			s.remote.FailWith(errDown)
+			err := a.Set(ctx, "k", "v2")
+			if !errors.Is(err, hybrid.ErrQueued) || !errors.Is(err, errDown) {
+				t.Fatalf("Set while down: got %v, want an error wrapping ErrQueued and the failure", err)
+			}
+			if v, ok := getString(t, a, "k"); !ok || v != "v2" {
+				t.Errorf("Get after a queued Set: got %q, %v; want v2 (read-your-writes)", v, ok)
+			}
+			if err := a.Delete(ctx, "d"); !errors.Is(err, hybrid.ErrQueued) {
+				t.Fatalf("Delete while down: got %v, want ErrQueued", err)
+			}
+			if _, ok := getString(t, a, "d"); ok {
+				t.Error("Get after a queued Delete: still there")
+			}
+			if err := a.DeleteByTag(ctx, "t"); !errors.Is(err, hybrid.ErrQueued) {
+				t.Fatalf("DeleteByTag while down: got %v, want ErrQueued", err)
+			}
+			if _, ok := getString(t, a, "tagged"); ok {
+				t.Error("Get after a queued DeleteByTag: still there")
+			}
+			// A newer write by another instance (planted) during the outage.
+			if err := a.Set(ctx, "n", "a-old"); !errors.Is(err, hybrid.ErrQueued) {
+				t.Fatalf("Set while down: got %v, want ErrQueued", err)
+			}
+			time.Sleep(2 * time.Millisecond)
+			s.remote.Put(testNS+":n", envelopeOf(t, "b-new", time.Minute), time.Minute)
+			if st := a.Stats(); st.WritesQueued != 4 || st.QueueFull != 0 {
+				t.Errorf("Stats: WritesQueued %d, QueueFull %d; want 4, 0", st.WritesQueued, st.QueueFull)
+			}
+			if v, _ := getString(t, b, "k"); v != "v1" {
+				t.Errorf("peer during the outage: got %q, want v1 (nothing shared yet)", v)
+			}
+
+			s.remote.FailWith(nil)
+			waitQueue(t, a, 3, 1)
+			s.flush(t)
+			if v, ok := s.stored(t, "n"); !ok || v != "b-new" {
+				t.Errorf("shared tier after the replay: n = %q, %v; want b-new (the newer write wins)", v, ok)
+			}
+			if v, ok := getString(t, a, "n"); !ok || v != "b-new" {
+				t.Errorf("A after its outdated write was dropped: n = %q, %v; want b-new", v, ok)
+			}
+			calls := s.remote.Calls()
+			if n := calls.SetIfNewerAndPublish + calls.SetIfNewerPublishAndLog; (n == 0) != mode.plain {
+				t.Errorf("%d atomic replays (%+v), want them only without plain", n, calls)
+			}
+			if v, ok := s.stored(t, "k"); !ok || v != "v2" {
+				t.Errorf("shared tier after the replay: got %q, %v; want v2", v, ok)
+			}
+			if v, ok := getString(t, b, "k"); !ok || v != "v2" {
+				t.Errorf("peer after the replay: k = %q, %v; want v2", v, ok)
+			}
+			for _, k := range []string{"d", "tagged"} {
+				if v, ok := getString(t, b, k); ok {
+					t.Errorf("peer after the replay: %s = %q, want a miss", k, v)
+				}
+			}
+			// A new instance reads the shared tier: the deletes hold there too.
+			c := newPeers(t, s, 1, o)[0]
+			for _, k := range []string{"d", "tagged"} {
+				if v, ok := getString(t, c, k); ok {
+					t.Errorf("new instance: %s = %q, want a miss", k, v)
+				}
+			}
+		})
+	}
+}
+
+func TestQueueClear(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 1
+	p := newPeers(t, s, 2, o)
+	a, b := p[0], p[1]
+	set(t, a, "k", "v1")
+	s.flush(t)
+	fillFromRemote(t, b, "k", "v1")
+	s.remote.FailWith(errDown)
+	if err := a.Clear(ctx); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Clear while down: got %v, want ErrQueued", err)
+	}
+	if _, ok := getString(t, a, "k"); ok {
+		t.Error("Get after a queued Clear: still there")
+	}
+	s.remote.FailWith(nil)
+	waitQueue(t, a, 1, 0)
+	s.flush(t)
+	if v, ok := getString(t, b, "k"); ok {
+		t.Errorf("peer after the replayed Clear: got %q, want a miss", v)
+	}
+}
+
+func TestQueueFull(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 2
+	a := newPeers(t, s, 1, o)[0]
+	s.remote.FailWith(errDown)
+	for _, kv := range [][2]string{{"k1", "a"}, {"k2", "a"}, {"k1", "b"}} { // k1 again: replaces, no growth
+		if err := a.Set(ctx, kv[0], kv[1]); !errors.Is(err, hybrid.ErrQueued) {
+			t.Fatalf("Set(%s, %s): got %v, want ErrQueued", kv[0], kv[1], err)
+		}
+	}
+	err := a.Set(ctx, "k3", "a")
+	if errors.Is(err, hybrid.ErrQueued) || !errors.Is(err, errDown) {
+		t.Fatalf("Set(k3) with a full queue: got %v, want the failure, not ErrQueued", err)
+	}
+	if _, ok := getString(t, a, "k3"); ok {
+		t.Error("a refused write is in L1")
+	}
+	if st := a.Stats(); st.WritesQueued != 3 || st.QueueFull != 1 || st.Queued != 2 {
+		t.Errorf("Stats: WritesQueued %d, QueueFull %d, Queued %d; want 3, 1, 2", st.WritesQueued, st.QueueFull, st.Queued)
+	}
+	s.remote.FailWith(nil)
+	waitQueue(t, a, 2, 0)
+	for k, want := range map[string]string{"k1": "b", "k2": "a"} {
+		if v, ok := s.stored(t, k); !ok || v != want {
+			t.Errorf("shared tier: %s = %q, %v; want %q (the newest queued write)", k, v, ok, want)
+		}
+	}
+	if v, ok := s.stored(t, "k3"); ok {
+		t.Errorf("shared tier: k3 = %q, want nothing (refused)", v)
+	}
+}
+
+func TestQueueOnlySharedTierFailures(t *testing.T) {
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 10
+	o.MaxValueBytes = 16
+	a := newPeers(t, s, 1, o)[0]
+	s.remote.FailWith(errDown)
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, c := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"empty key", a.Set(t.Context(), "", "v"), hybrid.ErrEmptyKey},
+		{"reserved key", a.Delete(t.Context(), "\x00k"), hybrid.ErrReservedKey},
+		{"too large", a.Set(t.Context(), "k", strings.Repeat("x", 100)), hybrid.ErrValueTooLarge},
+		{"ctx done before the call", a.Set(cancelled, "k", "v"), context.Canceled},
+		{"ctx done before DeleteByTag", a.DeleteByTag(cancelled, "t"), context.Canceled},
+	} {
+		if !errors.Is(c.err, c.want) || errors.Is(c.err, hybrid.ErrQueued) {
+			t.Errorf("%s: got %v, want %v and not ErrQueued", c.name, c.err, c.want)
+		}
+	}
+	if st := a.Stats(); st.WritesQueued != 0 || st.Queued != 0 {
+		t.Errorf("Stats: WritesQueued %d, Queued %d; want 0, 0", st.WritesQueued, st.Queued)
+	}
+	a.Close()
+	if err := a.Set(t.Context(), "k", "v"); !errors.Is(err, hybrid.ErrClosed) {
+		t.Errorf("Set after Close: got %v, want ErrClosed", err)
+	}
+	if _, err := hybrid.New[string](hybrid.Options{QueueWrites: -1}); err == nil || !strings.Contains(err.Error(), "QueueWrites") {
+		t.Errorf("New with QueueWrites -1: got %v, want an error naming QueueWrites", err)
+	}
+}
+
+func TestQueueOffByDefault(t *testing.T) {
+	s := newSharedTier(t)
+	a := newPeers(t, s, 1, s.options())[0]
+	s.remote.FailWith(errDown)
+	if err := a.Set(t.Context(), "k", "v"); !errors.Is(err, errDown) || errors.Is(err, hybrid.ErrQueued) {
+		t.Errorf("Set: got %v, want the failure, not ErrQueued", err)
+	}
+	if st := a.Stats(); st.WritesQueued != 0 || st.QueueFull != 0 {
+		t.Errorf("Stats: WritesQueued %d, QueueFull %d; want 0, 0", st.WritesQueued, st.QueueFull)
+	}
+}
+
+func TestQueueBreakerOpen(t *testing.T) {
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites, o.BreakerThreshold, o.BreakerOpenFor = 10, 1, 50*time.Millisecond
+	a := newPeers(t, s, 1, o)[0]
+	s.remote.FailWith(errDown)
+	if err := a.Set(t.Context(), "k1", "v"); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set: got %v, want ErrQueued", err)
+	}
+	if err := a.Set(t.Context(), "k2", "v"); !errors.Is(err, hybrid.ErrQueued) || !errors.Is(err, hybrid.ErrUnavailable) {
+		t.Fatalf("Set with the breaker open: got %v, want ErrQueued and ErrUnavailable", err)
+	}
+	s.remote.FailWith(nil)
+	waitQueue(t, a, 2, 0)
+}
+
+// TestQueueCloseWithPending closes a cache whose queue cannot be replayed
+// (the replay fails, or is blocked in the Remote): Close returns, and
+// leaves no goroutine.
+func TestQueueCloseWithPending(t *testing.T) {
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 10
+	before := goleak.IgnoreCurrent()
+	a, err := hybrid.New[string](o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.remote.FailWith(errDown)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := a.Set(t.Context(), k, "v"); !errors.Is(err, hybrid.ErrQueued) {
+			t.Fatalf("Set: got %v, want ErrQueued", err)
+		}
+	}
+	s.remote.SetLatency(time.Hour) // a replay in flight blocks until Close
+	done := make(chan struct{})
+	go func() { a.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return with writes queued")
+	}
+	s.remote.SetLatency(0)
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("goroutines left after Close: %v", err)
+	}
+}
+
+// Redis-backed: an instance whose connections to Redis (store and bus) go
+// through a fault proxy, and a peer connected directly.
+
+func TestIntegrationQueueOutage(t *testing.T) {
+	srv.NeedReal(t)
+	for _, mode := range replayModes[:2] { // the Redis-backed Remote has both capabilities
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := t.Context()
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, QueueWrites: 100, ReplayLogLen: mode.replayLogLen}
+			bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+			p := startProxy(t, srv.Addr)
+			a := newInstance(t, "A", via(p, shortTimeouts), o, bo)
+			b := newInstance(t, "B", singleNode(shortTimeouts), o, bo)
+			admin := srv.Client(t)
+			setStr(t, a, "del", "v0")
+			setStr(t, a, "k", "v0")
+			waitStat(t, b, "Received", statReceived, 2)
+			fill(t, b, "del", "v0")
+			fill(t, b, "k", "v0")
+
+			p.Cut()
+			// The bus loss drops any write racing with it from L1: wait for it.
+			waitStat(t, a, "BusLosses", statBusLosses, 1)
+			if err := a.c.Delete(ctx, "del"); !errors.Is(err, hybrid.ErrQueued) {
+				t.Fatalf("A: Delete during the outage: got %v, want ErrQueued", err)
+			}
+			if err := a.c.Set(ctx, "k", "a-old"); !errors.Is(err, hybrid.ErrQueued) {
+				t.Fatalf("A: Set during the outage: got %v, want ErrQueued", err)
+			}
+			time.Sleep(2 * time.Millisecond) // B's write is a later millisecond
+			setStr(t, b, "k", "b-new")
+			if v, _ := getStr(t, a, "k"); v != "a-old" {
+				t.Errorf("A during the outage: k = %q, want its own a-old", v)
+			}
+			if v, _ := getStr(t, b, "del"); v != "v0" {
+				t.Errorf("B during the outage: del = %q, want v0 (the delete is not shared yet)", v)
+			}
+
+			setFault(t, p.Pass())
+			waitQueue(t, a.c, 1, 1)
+			if v, ok := redisValue(t, admin, ns, "k"); !ok || v != "b-new" {
+				t.Errorf("Redis after the replay: k = %q, %v; want b-new (the newer write wins)", v, ok)
+			}
+			if v, ok := redisValue(t, admin, ns, "del"); ok {
+				t.Errorf("Redis after the replay: del = %q, want deleted", v)
+			}
+			for _, in := range []*instance{a, b} {
+				waitFor(t, 10*time.Second, in.name+" to converge", func() bool {
+					k, _ := getStr(t, in, "k")
+					_, del := getStr(t, in, "del")
+					return k == "b-new" && !del
+				}, func() string {
+					k, _ := getStr(t, in, "k")
+					d, _ := getStr(t, in, "del")
+					return in.name + ": k=" + k + " del=" + d
+				})
+			}
+			if n := a.remote.newerSets.Load(); n == 0 {
+				t.Error("no atomic replay (SetIfNewerAndPublish or SetIfNewerPublishAndLog)")
+			}
+		})
+	}
+}
+
+// TestIntegrationQueueTimedOutWriteLanded stalls Redis (SIGSTOP) under a
+// Set: the Set times out and is queued, and lands when Redis resumes. The
+// replay must neither write it again over a newer write of a peer nor do
+// harm when nothing newer came.
+func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
+	srv.NeedOwned(t)
+	for _, mode := range replayModes[:2] { // the Redis-backed Remote has both capabilities
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := t.Context()
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, QueueWrites: 10, ReplayLogLen: mode.replayLogLen}
+			a := newInstance(t, "A", singleNode(shortTimeouts), o, invalidate.Options{})
+			b := newInstance(t, "B", singleNode(shortTimeouts), o, invalidate.Options{})
+			admin := srv.Client(t)
+			setStr(t, a, "k", "v0") // loads the write script: a retry needs no EVAL
+			setStr(t, a, "solo", "v0")
+			waitStat(t, b, "Received", statReceived, 2)
+			fill(t, b, "k", "v0")
+
+			stopped := true
+			if err := srv.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if stopped {
+					srv.Signal(syscall.SIGCONT)
+				}
+			})
+			errK := a.c.Set(ctx, "k", "a1")
+			errSolo := a.c.Set(ctx, "solo", "a1")
+			if err := srv.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			stopped = false
+			for _, err := range []error{errK, errSolo} {
+				if !errors.Is(err, hybrid.ErrQueued) {
+					t.Fatalf("Set on a stalled Redis: got %v, want ErrQueued", err)
+				}
+			}
+			// The timed-out writes land when Redis resumes.
+			waitFor(t, 5*time.Second, "the timed-out writes to land", func() bool {
+				k, _ := redisValue(t, admin, ns, "k")
+				solo, _ := redisValue(t, admin, ns, "solo")
+				return k == "a1" && solo == "a1"
+			}, nil)
+			setStr(t, b, "k", "b2") // newer than A's queued write
+			waitFor(t, 15*time.Second, "the queue to be replayed", func() bool {
+				s := a.c.Stats()
+				return s.Queued == 0 && s.QueueReplayed+s.QueueDroppedStale == 2
+			}, nil)
+			if v, _ := redisValue(t, admin, ns, "k"); v != "b2" {
+				t.Errorf("Redis after the replay: k = %q, want b2 (the peer's newer write)", v)
+			}
+			if v, _ := redisValue(t, admin, ns, "solo"); v != "a1" {
+				t.Errorf("Redis after the replay: solo = %q, want a1", v)
+			}
+			for _, in := range []*instance{a, b} {
+				waitFor(t, 10*time.Second, in.name+" to converge", func() bool {
+					k, _ := getStr(t, in, "k")
+					solo, _ := getStr(t, in, "solo")
+					return k == "b2" && solo == "a1"
+				}, nil)
+			}
+			st := a.c.Stats()
+			t.Logf("replayed %d, dropped as stale %d", st.QueueReplayed, st.QueueDroppedStale)
+		})
+	}
+}
