@@ -52,6 +52,7 @@ var scenarios = []scenario{
 	{5, "multi-goroutine hits", scenarioParallel},
 	{6, "invalidation propagation", scenarioPropagation},
 	{7, "semantics", scenarioSemantics},
+	{8, "outages", scenarioOutage},
 }
 
 func main() { os.Exit(run()) }
@@ -103,7 +104,7 @@ func run() (code int) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		e.addr, e.ownRedis = srv.Addr, true
+		e.addr, e.ownRedis, e.srv = srv.Addr, true, srv
 	} else {
 		e.addr = *addr
 	}
