@@ -119,8 +119,6 @@ func run() (code int) {
 	rand.Read(id)
 	e.run = "hcbench." + hex.EncodeToString(id) + "."
 	e.secret = []byte("bench-secret-" + hex.EncodeToString(id))
-	e.bus = invalidate.New(e.rdb, invalidate.Options{})
-	defer e.bus.Close()
 	if !e.ownRedis {
 		defer e.deleteRun(context.Background())
 	}
@@ -129,6 +127,11 @@ func run() (code int) {
 	// After slog.SetDefault, which would route the log package to it.
 	log.SetOutput(&logged)
 	log.SetFlags(0)
+	// After slog.SetDefault too: the bus logs to slog.Default() as it is
+	// at New, and its lines (scenario 8 cuts its connection) are the
+	// library's, not a peer's.
+	e.bus = invalidate.New(e.rdb, invalidate.Options{})
+	defer e.bus.Close()
 
 	m := describeMachine(ctx, e.rdb)
 	m.RedisAddr, m.RedisOwn, m.CommandLine, m.Reps = e.addr, e.ownRedis, cmdline, e.reps
