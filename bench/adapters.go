@@ -153,22 +153,29 @@ func noLoadMany[V any](context.Context, []string) (map[string]V, error) {
 	return nil, errUnexpectedLoad
 }
 
-// countingRemote wraps an l2.Store and counts its round trips to Redis and
-// the bytes it read, delegating everything, so the cache sees the same
-// Remote, BatchRemote and Announcer.
+// countingRemote wraps an l2.Store and counts its round trips to Redis,
+// its value reads and the bytes it read, delegating everything, so the
+// cache sees every capability the Store has: Remote, BatchRemote,
+// CompareAndSetter, Announcer, Journal, Replacer and BoundedReader.
 type countingRemote struct {
 	s         *l2.Store
-	trips     atomic.Int64
+	trips     atomic.Int64 // every call that reaches Redis
+	reads     atomic.Int64 // Get and GetMany calls
 	bytesRead atomic.Int64
 }
 
 var (
-	_ hybrid.BatchRemote = (*countingRemote)(nil)
-	_ hybrid.Announcer   = (*countingRemote)(nil)
+	_ hybrid.BatchRemote      = (*countingRemote)(nil)
+	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
+	_ hybrid.Announcer        = (*countingRemote)(nil)
+	_ hybrid.Journal          = (*countingRemote)(nil)
+	_ hybrid.Replacer         = (*countingRemote)(nil)
+	_ hybrid.BoundedReader    = (*countingRemote)(nil)
 )
 
 func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	r.trips.Add(1)
+	r.reads.Add(1)
 	v, ok, err := r.s.Get(ctx, key)
 	r.bytesRead.Add(int64(len(v)))
 	return v, ok, err
@@ -186,6 +193,7 @@ func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []by
 
 func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	r.trips.Add(1)
+	r.reads.Add(1)
 	vs, err := r.s.GetMany(ctx, keys)
 	for _, v := range vs {
 		r.bytesRead.Add(int64(len(v)))
@@ -202,6 +210,35 @@ func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []
 	r.trips.Add(1)
 	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
 }
+
+func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
+	r.trips.Add(1)
+	return r.s.CompareAndSet(ctx, key, old, value, ttl)
+}
+
+func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
+	r.trips.Add(1)
+	return r.s.ReplaceAndPublish(ctx, key, old, value, channel, msg)
+}
+
+func (r *countingRemote) SetPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, log string, entry []byte, maxLen int) error {
+	r.trips.Add(1)
+	return r.s.SetPublishAndLog(ctx, key, value, ttl, channel, msg, log, entry, maxLen)
+}
+
+func (r *countingRemote) OpenLog(ctx context.Context, log string) (string, error) {
+	r.trips.Add(1)
+	return r.s.OpenLog(ctx, log)
+}
+
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) ([][]byte, []string, bool, error) {
+	r.trips.Add(1)
+	return r.s.ReadLog(ctx, log, after, max)
+}
+
+// ReadBound makes no round trip: it says how long the Store's reads may
+// block (0 unless the client applies ctx deadlines to its socket).
+func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
 
 // --- go-redis/cache ---
 

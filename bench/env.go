@@ -24,6 +24,7 @@ type env struct {
 	reps     int
 	addr     string
 	ownRedis bool
+	srv      *server         // the redis-server the harness started; nil with -redis
 	rdb      *redis.Client   // the baselines' client; also ours' shared L2 client
 	bus      *invalidate.Bus // shared by our instances that need no bus of their own
 	run      string          // prefix of every key and channel of this run

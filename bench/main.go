@@ -52,6 +52,7 @@ var scenarios = []scenario{
 	{5, "multi-goroutine hits", scenarioParallel},
 	{6, "invalidation propagation", scenarioPropagation},
 	{7, "semantics", scenarioSemantics},
+	{8, "outages", scenarioOutage},
 }
 
 func main() { os.Exit(run()) }
@@ -103,7 +104,7 @@ func run() (code int) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		e.addr, e.ownRedis = srv.Addr, true
+		e.addr, e.ownRedis, e.srv = srv.Addr, true, srv
 	} else {
 		e.addr = *addr
 	}
@@ -118,8 +119,6 @@ func run() (code int) {
 	rand.Read(id)
 	e.run = "hcbench." + hex.EncodeToString(id) + "."
 	e.secret = []byte("bench-secret-" + hex.EncodeToString(id))
-	e.bus = invalidate.New(e.rdb, invalidate.Options{})
-	defer e.bus.Close()
 	if !e.ownRedis {
 		defer e.deleteRun(context.Background())
 	}
@@ -128,6 +127,11 @@ func run() (code int) {
 	// After slog.SetDefault, which would route the log package to it.
 	log.SetOutput(&logged)
 	log.SetFlags(0)
+	// After slog.SetDefault too: the bus logs to slog.Default() as it is
+	// at New, and its lines (scenario 8 cuts its connection) are the
+	// library's, not a peer's.
+	e.bus = invalidate.New(e.rdb, invalidate.Options{})
+	defer e.bus.Close()
 
 	m := describeMachine(ctx, e.rdb)
 	m.RedisAddr, m.RedisOwn, m.CommandLine, m.Reps = e.addr, e.ownRedis, cmdline, e.reps

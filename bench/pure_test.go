@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 func TestPercentile(t *testing.T) {
@@ -369,5 +371,87 @@ func TestDurTicks(t *testing.T) {
 		if !strings.Contains(out, tick) {
 			t.Errorf("duration axis lacks tick %s", tick)
 		}
+	}
+}
+
+func TestTallyReads(t *testing.T) {
+	ms := time.Millisecond
+	// The event runs from 100 to 200 ms, the window after it to 300 ms; B
+	// reconciled at 250 ms, C never did (its reconciliation is "after").
+	recon := [2]time.Duration{250 * ms, 300 * ms}
+	reads := []outageRead{
+		{reader: 0, at: 50 * ms, took: 1 * ms, stale: true}, // before the event: not counted
+		{reader: 0, at: 100 * ms, took: 2 * ms, stale: true},
+		{reader: 1, at: 199 * ms, took: 3 * ms},
+		{reader: 0, at: 200 * ms, took: 4 * ms, stale: true}, // after, before B reconciled
+		{reader: 0, at: 250 * ms, took: 5 * ms, stale: true}, // after B reconciled
+		{reader: 0, at: 260 * ms, took: 6 * ms, failed: true},
+		{reader: 1, at: 270 * ms, took: 7 * ms, stale: true}, // C never reconciled
+		{reader: 0, at: 300 * ms, took: 8 * ms, stale: true}, // past the window
+	}
+	got := tallyReads(reads, 100*ms, 200*ms, 300*ms, recon)
+	if got.during != 2 || got.after != 4 {
+		t.Errorf("during, after = %d, %d; want 2, 4", got.during, got.after)
+	}
+	if got.staleBefore != 3 || got.staleAfter != 1 || got.checkedAfter != 2 || got.failed != 1 {
+		t.Errorf("staleBefore %d, staleAfter %d, checkedAfter %d, failed %d; want 3, 1, 2, 1",
+			got.staleBefore, got.staleAfter, got.checkedAfter, got.failed)
+	}
+	if want := []float64{float64(2 * ms), float64(3 * ms)}; fmt.Sprint(got.latDuring) != fmt.Sprint(want) {
+		t.Errorf("latDuring = %v, want %v", got.latDuring, want)
+	}
+	if len(got.latAfter) != 4 {
+		t.Errorf("latAfter has %d values, want 4", len(got.latAfter))
+	}
+}
+
+func TestLossProgress(t *testing.T) {
+	tests := []struct {
+		before, now            uint64
+		wantSeen, wantReconcil bool
+	}{
+		{3, 3, false, false},
+		{3, 4, true, false},
+		{3, 5, true, true},
+		{3, 7, true, true},
+	}
+	for _, tt := range tests {
+		seen, rec := lossProgress(hybrid.Stats{BusLosses: tt.before}, hybrid.Stats{BusLosses: tt.now})
+		if seen != tt.wantSeen || rec != tt.wantReconcil {
+			t.Errorf("lossProgress(BusLosses %d -> %d) = %v, %v; want %v, %v", tt.before, tt.now, seen, rec, tt.wantSeen, tt.wantReconcil)
+		}
+	}
+}
+
+func TestOutageIndex(t *testing.T) {
+	for _, i := range []int{0, 7, 999} {
+		if got, err := outageIndex(outageKey(i)); err != nil || got != i {
+			t.Errorf("outageIndex(%q) = %d, %v; want %d", outageKey(i), got, err, i)
+		}
+	}
+	for _, k := range []string{"", "k", "x1", "k-1", "k1000", "k01", "k1a"} {
+		if _, err := outageIndex(k); err == nil {
+			t.Errorf("outageIndex(%q): no error", k)
+		}
+	}
+}
+
+func TestFmtSince(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{-1, "–"},
+		{0, "< 1.00 ms"},
+		{999 * time.Microsecond, "< 1.00 ms"},
+		{3250 * time.Microsecond, "3.25 ms"},
+	}
+	for _, tt := range tests {
+		if got := fmtSince(tt.d, time.Millisecond); got != tt.want {
+			t.Errorf("fmtSince(%v) = %q, want %q", tt.d, got, tt.want)
+		}
+	}
+	if got := pair(1234, int64(0)); got != "1,234 / 0" {
+		t.Errorf("pair(1234, 0) = %q", got)
 	}
 }

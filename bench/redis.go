@@ -21,9 +21,15 @@ import (
 // stops, by pid) or one given with -redis, which it never stops.
 type server struct {
 	Addr string
-	cmd  *exec.Cmd
+	path string   // the redis-server binary
+	args []string // its command line, port included: a restart reuses it
 	dir  string
 	once sync.Once
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd     // the running process
+	exited  chan struct{} // closed when cmd has exited
+	stopped bool          // kill was called: start no more
 }
 
 // errNoRedis says what to install when there is neither -redis nor a
@@ -50,8 +56,8 @@ func startRedis() (*server, error) {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		s := &server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-		s.cmd = exec.Command(path,
+		s := &server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), path: path, dir: dir}
+		s.args = []string{
 			"--port", strconv.Itoa(port),
 			"--bind", "127.0.0.1",
 			"--save", "",
@@ -60,24 +66,86 @@ func startRedis() (*server, error) {
 			"--protected-mode", "no",
 			"--loglevel", "warning",
 			"--logfile", "",
-		)
-		// If the harness dies without cleaning up, the kernel kills the
-		// server too (Linux; elsewhere the signal handler and defers do it).
-		s.cmd.SysProcAttr = sysProcAttr()
-		if err := s.cmd.Start(); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("start redis-server: %w", err)
 		}
-		exited := make(chan struct{})
-		go func() { s.cmd.Wait(); close(exited) }()
-		if lastErr = waitPing(s.Addr, exited); lastErr == nil {
+		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
-		s.kill()
-		<-exited
 	}
 	os.RemoveAll(dir)
 	return nil, fmt.Errorf("redis-server did not come up: %w", lastErr)
+}
+
+// start runs the server's command line and waits until it answers PING;
+// if it does not, it stops the process again.
+func (s *server) start() error {
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return errors.New("redis-server: already stopped for good")
+	}
+	cmd := exec.Command(s.path, s.args...)
+	// If the harness dies without cleaning up, the kernel kills the
+	// server too (Linux; elsewhere the signal handler and defers do it).
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	if err := waitPing(s.Addr, exited); err != nil {
+		stopProcess(cmd, exited)
+		return err
+	}
+	return nil
+}
+
+// signal sends sig to the server the harness started (SIGSTOP and SIGCONT
+// pause and resume it).
+func (s *server) signal(sig os.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || s.cmd == nil {
+		return errors.New("redis-server: not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// crash kills the server with SIGKILL, as a crash would, and waits until
+// it has exited. restart brings it back.
+func (s *server) crash() error {
+	s.mu.Lock()
+	cmd, exited := s.cmd, s.exited
+	stopped := s.stopped
+	s.mu.Unlock()
+	if stopped || cmd == nil {
+		return errors.New("redis-server: not running")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		return err
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		return errors.New("redis-server: still running 5 s after SIGKILL")
+	}
+}
+
+// restart starts the server again on the same port, after crash: empty,
+// since persistence is off. It tries a few times in case the port is not
+// free yet.
+func (s *server) restart() error {
+	var err error
+	for range 5 {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
 }
 
 func waitPing(addr string, exited <-chan struct{}) error {
@@ -115,30 +183,34 @@ func freePort() (int, error) {
 // directory. It is safe to call more than once, and does nothing for a
 // server given with -redis.
 func (s *server) kill() {
-	if s == nil || s.cmd == nil || s.cmd.Process == nil {
+	if s == nil {
 		return
 	}
 	s.once.Do(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() {
-			for i := 0; i < 100; i++ {
-				if err := s.cmd.Process.Signal(syscall.Signal(0)); err != nil {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(1100 * time.Millisecond):
+		s.mu.Lock()
+		s.stopped = true
+		cmd, exited := s.cmd, s.exited
+		s.mu.Unlock()
+		if cmd != nil {
+			stopProcess(cmd, exited)
 		}
-		_ = s.cmd.Process.Kill()
 		if s.dir != "" {
 			os.RemoveAll(s.dir)
 		}
 	})
+}
+
+// stopProcess asks a redis-server to exit (SIGTERM, and SIGCONT in case it
+// is paused), and kills it if it has not within a second.
+func stopProcess(cmd *exec.Cmd, exited <-chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	select {
+	case <-exited:
+	case <-time.After(1100 * time.Millisecond):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
 }
 
 // info returns the fields of one INFO section as name -> value.
