@@ -137,7 +137,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	if o.QueueWrites > 0 && c.remote != nil {
 		c.queue = newWriteQueue(o.QueueWrites)
 	}
-	if c.journal != nil && (o.StrictLoss || o.ReplayLogLen < 0) {
+	if c.journal != nil && o.ReplayLogLen < 0 {
 		c.journal = nil
 	}
 	if c.journal != nil {

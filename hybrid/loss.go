@@ -31,6 +31,8 @@ type lossState struct {
 	// unreachable, after a read of a held entry failed: held entries are
 	// served without trying it again meanwhile.
 	downUntil atomic.Int64
+	// checking is set while a held entry is being checked (see checkHeld).
+	checking atomic.Bool
 
 	mu sync.Mutex
 	// pos is the log position of the newest message applied ("": unknown).
@@ -105,11 +107,18 @@ func (c *Cache[V]) heldServable() bool {
 // checkHeld answers for an entry that held reports: as it is when the
 // shared tier cannot be reached (then the database is not asked either),
 // else by the shared tier's value. ok is false when the shared tier does not
-// hold a live value: the caller then fills as for a miss.
+// hold a live value: the caller then fills as for a miss. One check runs at
+// a time: while it does, held entries are served as they are, so that a
+// shared tier that stopped answering keeps one read waiting, not all.
 func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got item[V], ok bool) {
 	if c.heldServable() {
 		return it, true
 	}
+	if !c.loss.checking.CompareAndSwap(false, true) {
+		c.n.heldServed.Add(1)
+		return it, true
+	}
+	defer c.loss.checking.Store(false)
 	got, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
 	switch st {
 	case readHit:
@@ -166,6 +175,24 @@ func (c *Cache[V]) flush() {
 	c.local.Clear()
 }
 
+// readLog reads the log after the position after. A failed read (Redis
+// may still be coming back) is tried again, with pauses, until ctx ends:
+// only a log that cannot cover the gap, or one that stays unreadable, is
+// worth a flush.
+func (c *Cache[V]) readLog(ctx context.Context, after string) (entries [][]byte, positions []string, complete bool, err error) {
+	wait := 50 * time.Millisecond
+	for {
+		err = c.call(ctx, "read_log", "", func(ctx context.Context) (err error) {
+			entries, positions, complete, err = c.journal.ReadLog(ctx, c.logKey(), after, replayBatch)
+			return err
+		})
+		if err == nil || !pause(ctx, wait) {
+			return entries, positions, complete, err
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
 // replayBatch is how many log entries one read of the log returns.
 const replayBatch = 1000
 
@@ -185,13 +212,7 @@ func (c *Cache[V]) replay() {
 		if read > c.o.ReplayLogLen {
 			break // more than the log holds: entries went by meanwhile
 		}
-		var entries [][]byte
-		var positions []string
-		complete := false
-		err := c.call(ctx, "read_log", "", func(ctx context.Context) (err error) {
-			entries, positions, complete, err = c.journal.ReadLog(ctx, c.logKey(), after, replayBatch)
-			return err
-		})
+		entries, positions, complete, err := c.readLog(ctx, after)
 		if err != nil || !complete {
 			break
 		}

@@ -299,3 +299,30 @@ func TestLossRedisStopped(t *testing.T) {
 	setStr(t, a, lossKey(0), "v2")
 	waitFor(t, 5*time.Second, "B to see A's write", func() bool { v, ok := getStr(t, b, lossKey(0)); return ok && v == "v2" }, nil)
 }
+
+// TestLossLogUnreadableForAWhile: when the bus is back before Redis answers
+// (the log cannot be read yet), the replay tries again rather than flush L1;
+// once Redis answers, the loss ends with a replay, and L1 was kept.
+func TestLossLogUnreadableForAWhile(t *testing.T) {
+	s := newSharedTier(t)
+	c := newTestCache[string](t, s.options())
+	set(t, c, "a", "v1")
+	s.bus.SimulateDrop()
+	s.flush(t)
+	s.remote.FailWith(fmt.Errorf("redis still down"))
+	s.bus.SimulateLoss()
+	s.flush(t)
+	time.Sleep(200 * time.Millisecond) // a few failed reads of the log
+	if st := c.Stats(); st.ReplayFlushes != 0 || st.Replays != 0 {
+		t.Fatalf("while the log cannot be read: ReplayFlushes %d, Replays %d; want 0, 0 (still trying)", st.ReplayFlushes, st.Replays)
+	}
+	s.remote.FailWith(nil)
+	waitFor(t, 5*time.Second, "the replay", func() bool { return c.Stats().Replays == 1 }, nil)
+	gets := s.remote.Calls().Get
+	if v, err := c.GetOrCreate(context.Background(), "a", neverLoad(t)); err != nil || v != "v1" {
+		t.Fatalf("after the replay: got %q, %v", v, err)
+	}
+	if got := s.remote.Calls().Get - gets; got != 0 || c.Stats().ReplayFlushes != 0 {
+		t.Errorf("after the replay: %d Remote Gets, ReplayFlushes %d; want 0, 0 (L1 kept)", got, c.Stats().ReplayFlushes)
+	}
+}

@@ -143,8 +143,8 @@ type Options struct {
 
 	// StrictLoss flushes L1 whenever the bus loses its connection and again
 	// when it is back, so that nothing filled before a loss is ever served
-	// after it: more misses, and more loads if Redis is down too.
-	// Default: false.
+	// after it: more misses, and more loads if Redis is down too. (Its
+	// writes are still logged, for the other instances.) Default: false.
 	StrictLoss bool
 
 	// ReplayLogLen is about how many announced writes the shared tier's log
