@@ -48,10 +48,20 @@
 // on loopback well under a millisecond, see the README for measured
 // figures. A fill that was reading the shared tier or loading when an
 // invalidation for its key arrived returns its value to its callers but does
-// not store it in L1 (no stale fill). When the bus reports that messages may
-// have been lost (its connection dropped or came back), L1 is flushed, so
-// nothing filled before the loss is served after it. No entry outlives its
-// L1 lifetime in any case.
+// not store it in L1 (no stale fill). No entry outlives its L1 lifetime in
+// any case.
+//
+// When the bus loses its connection, L1 is kept: for Options.LossGrace
+// entries from before the loss are served as they are; past it, each is
+// read again from the shared tier, and served as it is only while that
+// cannot be reached (the database is not called either). Once the bus is
+// back, the messages missed meanwhile are replayed from a capped log that
+// the shared tier keeps of every announced write (a Journal, such as
+// l2.Store on one Redis server; on Redis Cluster there is none), and L1 is
+// flushed only when the log cannot cover the gap (trimmed, lost with a
+// restart or a failover). Options.StrictLoss flushes L1 on the drop and on
+// the restore instead, so that nothing filled before a loss is served
+// after it.
 //
 // Only the cache's own messages invalidate: a write that bypasses the cache
 // (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when
