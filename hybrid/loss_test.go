@@ -326,3 +326,47 @@ func TestLossLogUnreadableForAWhile(t *testing.T) {
 		t.Errorf("after the replay: %d Remote Gets, ReplayFlushes %d; want 0, 0 (L1 kept)", got, c.Stats().ReplayFlushes)
 	}
 }
+
+// TestLossPartition: B alone is cut off from Redis (its store and its bus go
+// through a proxy that is cut) while A writes. B serves what it held,
+// within the documented bound: as it was during LossGrace, and afterwards
+// as it was because Redis cannot be reached (HeldServed), never calling
+// the database. Once the proxy passes again, B's bus is back, the replay
+// applies A's write, and B converges.
+func TestLossPartition(t *testing.T) {
+	srv.NeedReal(t)
+	p := startProxy(t, srv.Addr)
+	o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: 200 * time.Millisecond}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	cut := func(o *redis.Options) { o.ContextTimeoutEnabled, o.MaxRetries, o.DialTimeout = true, -1, 100*time.Millisecond }
+	so := l2.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
+	bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
+	b := newSplitInstance(t, "B", via(p, cut)(t), via(p, cut)(t), so, o, bo)
+	warm(t, a, []*instance{b}, 10, "v1")
+	losses := b.c.Stats().BusLosses
+
+	var loads atomic.Int64
+	load := func(context.Context, string) (string, error) { loads.Add(1); return "loaded", nil }
+	p.Cut()
+	waitStat(t, b, "BusLosses", statBusLosses, losses+1)
+	setStr(t, a, lossKey(0), "v2")
+	time.Sleep(300 * time.Millisecond) // past LossGrace
+	for i := range 10 {
+		if v, err := b.c.GetOrCreate(context.Background(), lossKey(i), load); err != nil || v != "v1" {
+			t.Fatalf("B cut off: %s = %q, %v; want the held \"v1\"", lossKey(i), v, err)
+		}
+	}
+	if st := b.c.Stats(); st.HeldServed == 0 || loads.Load() != 0 {
+		t.Errorf("B cut off: HeldServed %d, loads %d; want > 0, 0", st.HeldServed, loads.Load())
+	}
+	if err := p.Pass(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "B's replay", func() bool { return b.c.Stats().Replays == 1 }, func() string { return fmt.Sprintf("%+v", b.c.Stats()) })
+	if v, err := b.c.GetOrCreate(context.Background(), lossKey(0), load); err != nil || v != "v2" {
+		t.Errorf("B after the partition: %s = %q, %v; want A's \"v2\"", lossKey(0), v, err)
+	}
+	if loads.Load() != 0 {
+		t.Errorf("B: %d loads, want 0", loads.Load())
+	}
+}
