@@ -338,7 +338,9 @@ func TestLossPartition(t *testing.T) {
 	p := startProxy(t, srv.Addr)
 	o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: 200 * time.Millisecond}
 	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
-	cut := func(o *redis.Options) { o.ContextTimeoutEnabled, o.MaxRetries, o.DialTimeout = true, -1, 100*time.Millisecond }
+	cut := func(o *redis.Options) {
+		o.ContextTimeoutEnabled, o.MaxRetries, o.DialTimeout = true, -1, 100*time.Millisecond
+	}
 	so := l2.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
 	bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
 	b := newSplitInstance(t, "B", via(p, cut)(t), via(p, cut)(t), so, o, bo)
