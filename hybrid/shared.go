@@ -276,7 +276,7 @@ func always() bool { return true }
 type readState uint8
 
 const (
-	readMiss    readState = iota // nothing, or the shared tier failed
+	readMiss    readState = iota // nothing there
 	readHit                      // a live value (or remembered absence), now in L1
 	readStale                    // a value past its logical expiry (fail-safe)
 	readCorrupt                  // bytes that do not decode
