@@ -359,30 +359,7 @@ func parseUint(s string) (uint64, bool) {
 // positioned at the new entry's id, as setPublishAndLog does. It returns 1
 // if it stored, 2 if KEYS[1] already holds ARGV[1], 0 if it holds a newer
 // value (nothing written, logged or published).
-var setIfNewerPublishAndLog = redis.NewScript(`
-local off = tonumber(ARGV[5])
-local function stamp(s)
-	if #s < off + 8 then
-		return nil
-	end
-	local t = 0
-	for i = off + 1, off + 8 do
-		t = t * 256 + string.byte(s, i)
-	end
-	return t
-end
-local cur = redis.call('GET', KEYS[1])
-if cur == ARGV[1] then
-	return 2
-end
-local new = stamp(ARGV[1])
-if cur and new then
-	local old = stamp(cur)
-	if old and old > new then
-		return 0
-	end
-end
-local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'm', ARGV[6])
+var setIfNewerPublishAndLog = redis.NewScript(newerCheck + `local id = redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[7], '*', 'm', ARGV[6])
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)

@@ -485,15 +485,11 @@ func fill(out [][]byte, idx []int, vals []any) error {
 	return nil
 }
 
-// setIfNewerAndPublish stores ARGV[1] under KEYS[1] (with expiry ARGV[2]
-// milliseconds unless it is 0) only if KEYS[1] is missing, or its value's
-// write time is not newer than ARGV[1]'s (both read as 8 bytes big-endian
-// at byte offset ARGV[5]; a value too short to hold one counts as older)
-// and it is not ARGV[1] itself. When it stored, it publishes ARGV[4] on
-// channel ARGV[3] unless ARGV[3] is empty. It returns 1 if it stored, 2 if
-// the key already holds ARGV[1] (nothing written or published), 0 if it
-// holds a newer value.
-var setIfNewerAndPublish = redis.NewScript(`
+// newerCheck begins the set-if-newer scripts: it returns 2 when KEYS[1]
+// holds ARGV[1] already and 0 when it holds a value written later (write
+// times read as 8 bytes big-endian at byte offset ARGV[5]); otherwise the
+// script goes on to write.
+const newerCheck = `
 local off = tonumber(ARGV[5])
 local function stamp(s)
 	if #s < off + 8 then
@@ -516,7 +512,17 @@ if cur and new then
 		return 0
 	end
 end
-local ttl = tonumber(ARGV[2])
+`
+
+// setIfNewerAndPublish stores ARGV[1] under KEYS[1] (with expiry ARGV[2]
+// milliseconds unless it is 0) only if KEYS[1] is missing, or its value's
+// write time is not newer than ARGV[1]'s (both read as 8 bytes big-endian
+// at byte offset ARGV[5]; a value too short to hold one counts as older)
+// and it is not ARGV[1] itself. When it stored, it publishes ARGV[4] on
+// channel ARGV[3] unless ARGV[3] is empty. It returns 1 if it stored, 2 if
+// the key already holds ARGV[1] (nothing written or published), 0 if it
+// holds a newer value.
+var setIfNewerAndPublish = redis.NewScript(newerCheck + `local ttl = tonumber(ARGV[2])
 if ttl > 0 then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 else
