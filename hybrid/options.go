@@ -131,6 +131,26 @@ type Options struct {
 	// Shared-tier reads are not bounded. Default: 0, no bound.
 	MaxConcurrentLoads int
 
+	// LoadLease turns on one load per key across the fleet: a fill that
+	// finds nothing live in either tier first takes a lease on the key in
+	// the shared tier, for this long (kept alive while the load runs).
+	// The instance that gets it loads, stores the value and announces it
+	// on the bus, with the value when Secret is set and it is no larger
+	// than InlineMaxBytes; the others wait for that message (and read the
+	// shared tier once if it carries no value) instead of loading too, and
+	// their callers get the holder's value, or its load error. If the
+	// lease ends without a value (its holder died), a waiter takes it over
+	// and loads. An instance that cannot reach the shared tier for the
+	// lease, or has waited LeaseWait, loads by itself. It needs a Remote
+	// that is a Leaser (such as *l2.Store) and a Bus. Costs one more
+	// shared-tier call per cold fill, and one after it; hits cost nothing.
+	// Default: 0, off: each instance loads a cold key once.
+	LoadLease time.Duration
+
+	// LeaseWait bounds how long a fill waits for another instance's lease
+	// (see LoadLease) before it loads by itself. Default: 5 seconds.
+	LeaseWait time.Duration
+
 	// LossGrace is how long, after the bus lost its connection, entries
 	// stored in L1 before the loss are served as they are. Past it, such an
 	// entry is read again from the shared tier, and served as it is only
@@ -211,6 +231,8 @@ const (
 	defaultMaxValue  = 1 << 20
 	defaultInlineMax = 64 << 10
 	defaultLogEvery  = 10 * time.Second
+	// minLease is the shortest lease: a keep-alive renews it every third.
+	minLease = 10 * time.Millisecond
 )
 
 // withDefaults validates o and fills in its defaults.
@@ -225,7 +247,7 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}, {"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
@@ -250,6 +272,17 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LossGrace == 0 {
 		o.LossGrace = time.Second
+	}
+	if o.LeaseWait == 0 {
+		o.LeaseWait = 5 * time.Second
+	}
+	if o.LoadLease > 0 {
+		if _, ok := o.Remote.(Leaser); !ok || o.Bus == nil {
+			return o, errors.New("hybrid: Options.LoadLease needs a Remote that is a Leaser (such as *l2.Store) and a Bus")
+		}
+		if o.LoadLease < minLease {
+			return o, fmt.Errorf("hybrid: Options.LoadLease (%v) is shorter than %v", o.LoadLease, minLease)
+		}
 	}
 	if o.ReplayLogLen == 0 {
 		o.ReplayLogLen = 10_000
@@ -334,6 +367,7 @@ const (
 	kindLoadTimeout
 	kindEagerRefresh
 	kindTags
+	kindLoadLease
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -379,6 +413,13 @@ func WithLoadTimeout(d time.Duration) EntryOption {
 // writes. 0: off.
 func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
 
+// WithLoadLease sets Options.LoadLease for a fill this call starts: 0
+// turns the lease off for it. On a cache whose Remote is not a Leaser, or
+// that has no Bus, a lease is refused with an error.
+func WithLoadLease(d time.Duration) EntryOption {
+	return EntryOption{kind: kindLoadLease, d: d}
+}
+
 // WithTags tags the values this call writes, so that DeleteByTag removes
 // them. See DeleteByTag for the limits on tags.
 func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
@@ -394,6 +435,7 @@ type policy struct {
 	softTimeout      time.Duration
 	loadTimeout      time.Duration
 	eager            float64
+	lease            time.Duration // LoadLease; 0: none
 	tags             []string
 }
 
@@ -411,6 +453,7 @@ func (o *Options) defaults() policy {
 		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
 		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
 		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
+		lease: o.LoadLease,
 	}
 }
 
@@ -444,6 +487,13 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.loadTimeout = opt.d
 		case kindEagerRefresh:
 			e.eager = opt.f
+		case kindLoadLease:
+			if opt.d > 0 {
+				if _, ok := o.Remote.(Leaser); !ok || o.Bus == nil {
+					return e, errors.New("hybrid: entry option: a load lease needs a Remote that is a Leaser and a Bus")
+				}
+			}
+			e.lease = opt.d
 		case kindTags:
 			e.tags = append(e.tags[:len(e.tags):len(e.tags)], opt.s...)
 		}
@@ -473,6 +523,10 @@ func (opt EntryOption) check() error {
 	case kindNegativeTTL, kindFailSafe, kindSoftTimeout, kindLoadTimeout:
 		if opt.d < 0 {
 			return fmt.Errorf("hybrid: entry option: duration %v is negative", opt.d)
+		}
+	case kindLoadLease:
+		if opt.d != 0 && opt.d < minLease {
+			return fmt.Errorf("hybrid: entry option: load lease %v is shorter than %v", opt.d, minLease)
 		}
 	case kindTTLJitter, kindEagerRefresh:
 		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {

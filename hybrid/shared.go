@@ -151,6 +151,29 @@ type BoundedReader interface {
 	ReadBound() time.Duration
 }
 
+// Leaser is a Remote that can hold leases: short-lived keys that say which
+// instance is loading a key, so that one instance of a fleet loads it while
+// the others wait for its value (Options.LoadLease). A lease is held under
+// a token, a string unique to one holder, and always has a lifetime.
+//
+// Each call covers many leases in one round trip (per cluster node). A
+// taker that finds a lease held learns how long it has left, so that it can
+// wait for that long at most before it tries again (the holder died), and
+// need not ask in between.
+type Leaser interface {
+	// TakeLeases takes a lease under token for ttl (SET NX PX) on each of
+	// keys that no one holds. taken[i] reports whether keys[i] was taken;
+	// when it was not, left[i] is how long its holder's lease has left.
+	TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, err error)
+	// ExtendLeases sets to ttl the lifetime of each lease of keys that is
+	// still held under token, and reports which were.
+	ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error)
+	// ReleaseLeases deletes each lease of keys that is still held under
+	// token (one taken over by another holder stays), then, when channel is
+	// not empty, publishes msg on channel.
+	ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error
+}
+
 // shared is the Remote and what it can do beyond Remote, resolved once.
 type shared struct {
 	remote    Remote           // nil: L1 only

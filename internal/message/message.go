@@ -7,13 +7,16 @@
 //	[0]       version, 1
 //	[1]       op: 1 set, 2 delete, 3 clear (the local tiers only), 4 tag
 //	          (the keys are tags; the empty tag is the namespace's clear
-//	          record, which every value carries), 5 expire
+//	          record, which every value carries), 5 expire, 6 filled (a
+//	          lease holder's load stored the keys where nothing live was),
+//	          7 load failed (a lease holder's load of the keys failed)
 //	[2]       flags: 1 carries a value, 2 signed
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
 //	if flag 1: uvarint value length, then the value (set: the new
-//	           envelope; tag: the delete's tag record)
+//	           envelope; tag: the delete's tag record; filled: the keys'
+//	           envelopes, packed by PackValues; load failed: the error)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
 //
 // Layout of version 2, a positioned message (a version 1 message and its
@@ -62,10 +65,17 @@ const (
 	OpClear  Op = 3 // the whole namespace's local tier must go
 	OpTag    Op = 4 // entries with these tags (Keys holds the tags) were deleted
 	OpExpire Op = 5 // keys were expired; peers keep them only as fail-safe fallbacks
+	// OpFilled says that a lease holder loaded keys and stored them where
+	// nothing live was: it changes nothing a peer holds, and peers waiting
+	// for the keys take Value (see PackValues) or read the shared tier.
+	OpFilled Op = 6
+	// OpLoadFailed says that a lease holder's load of keys failed; Value
+	// holds the error, for the peers waiting for them.
+	OpLoadFailed Op = 7
 )
 
 // String returns the op's name: "set", "delete", "clear", "tag" or
-// "expire".
+// "expire", "filled" or "load_failed".
 func (op Op) String() string {
 	switch op {
 	case OpSet:
@@ -78,6 +88,10 @@ func (op Op) String() string {
 		return "tag"
 	case OpExpire:
 		return "expire"
+	case OpFilled:
+		return "filled"
+	case OpLoadFailed:
+		return "load_failed"
 	}
 	return "unknown"
 }
@@ -203,7 +217,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpExpire {
+	if m.Op < OpSet || m.Op > OpLoadFailed {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]
@@ -251,6 +265,41 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return Message{}, fmt.Errorf("%w: op %d names no key", ErrInvalid, m.Op)
 	}
 	return m, nil
+}
+
+// PackValues packs one value per key of an OpFilled message into its
+// Value: each as a uvarint length and its bytes, an empty one for a key
+// whose value is not carried (too large, or not stored).
+func PackValues(vals [][]byte) []byte {
+	n := 0
+	for _, v := range vals {
+		n += binary.MaxVarintLen64 + len(v)
+	}
+	b := make([]byte, 0, n)
+	for _, v := range vals {
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
+// UnpackValues returns the n values packed in b by PackValues, nil for an
+// empty one. They alias b.
+func UnpackValues(b []byte, n int) ([][]byte, error) {
+	r := reader{b: b}
+	vals := make([][]byte, n)
+	for i := range vals {
+		if v := r.bytes(); len(v) > 0 {
+			vals[i] = v
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes after %d values", ErrInvalid, len(r.b), n)
+	}
+	return vals, nil
 }
 
 // reader reads length-prefixed fields, remembering the first error.

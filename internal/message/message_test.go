@@ -80,7 +80,7 @@ func TestDecodeRejects(t *testing.T) {
 		"short":          valid[:10],
 		"version 9":      append([]byte{9}, valid[1:]...),
 		"op 0":           append([]byte{1, 0}, valid[2:]...),
-		"op 6":           append([]byte{1, 6}, valid[2:]...),
+		"op 8":           append([]byte{1, 8}, valid[2:]...),
 		"expire, no key": message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
 		"value unsigned": append([]byte{1, 1, 1}, valid[3:]...),
 		"trailing":       append(bytes.Clone(valid), 0),
@@ -101,6 +101,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns", Keys: []string{"k"}}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{""}, Value: []byte("12345678")}, secret))
 	f.Add([]byte{1, 2, 0})
+	f.Add(message.Encode(message.Message{Op: message.OpFilled, Namespace: "ns", Keys: []string{"a", "b"}, Value: message.PackValues([][]byte{[]byte("v"), nil})}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpLoadFailed, Namespace: "ns", Keys: []string{"k"}, Value: []byte("\x00db down")}, secret))
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
 	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
 	f.Add(message.Positioned("1-0", message.Positioned("2-0", message.Encode(message.Message{Op: message.OpClear}, nil))))
@@ -131,4 +133,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded position %q is not a valid stream id", m.Position)
 		}
 	})
+}
+
+func TestPackValues(t *testing.T) {
+	vals := [][]byte{[]byte("first"), nil, bytes.Repeat([]byte("x"), 300), []byte("z")}
+	got, err := message.UnpackValues(message.PackValues(vals), len(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range vals {
+		if !bytes.Equal(got[i], vals[i]) || (vals[i] == nil) != (got[i] == nil) {
+			t.Errorf("value %d: got %q, want %q", i, got[i], vals[i])
+		}
+	}
+	packed := message.PackValues(vals)
+	for name, c := range map[string]struct {
+		b []byte
+		n int
+	}{
+		"too few":   {packed, len(vals) + 1},
+		"trailing":  {packed, len(vals) - 1},
+		"truncated": {packed[:len(packed)-1], len(vals)},
+		"huge len":  {[]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, 1},
+	} {
+		if _, err := message.UnpackValues(c.b, c.n); !errors.Is(err, message.ErrInvalid) {
+			t.Errorf("%s: got err %v, want ErrInvalid", name, err)
+		}
+	}
 }
