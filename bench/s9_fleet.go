@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -74,6 +75,7 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 		n    int
 		t, m int // indexes into fleetTraffics, fleetModes
 	}
+	goroutines := runtime.NumGoroutine()
 	res := map[cellKey][]*fleetResult{}
 	na := map[cellKey]string{}
 	for rep := range e.reps {
@@ -208,6 +210,15 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 	}
 	for _, rm := range remarks {
 		sec.add(rm)
+	}
+	// Every cache, bus and client of the cells is closed: their goroutines
+	// must be gone (a moment after Close for the clients' dialers).
+	left := runtime.NumGoroutine() - goroutines
+	for deadline := time.Now().Add(time.Second); left > 0 && time.Now().Before(deadline); left = runtime.NumGoroutine() - goroutines {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if left > 0 {
+		sec.add(fmt.Sprintf("%d goroutine(s) more than before the scenario remained after every instance was closed.", left))
 	}
 	return sec, nil
 }
