@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -289,11 +290,11 @@ func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*fli
 
 // fillMany is the batch form of fill: one shared-tier read for all keys
 // (unless pre holds what the leader read itself), one load for what it did
-// not hold, one write back. stale holds, by key, the L1 entries past their
+// not hold (with LoadLease: for the keys it got a lease on, while it waits
+// for the others), one write back. stale holds, by key, the L1 entries past their
 // lifetime that fail-safe may serve (see fill).
 func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy, pre *manyRead[V], stale map[string]item[V]) {
 	defer c.abandonedMany(keys, calls)
-	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
@@ -301,12 +302,10 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 	if r == nil {
 		r = c.readMany(ctx, keys, calls, &e)
 	}
-	toks, vals, replace, missIdx, result := r.toks, r.vals, r.replace, r.missIdx, r.result
+	toks, vals, missIdx := r.toks, r.vals, r.missIdx
 	if len(missIdx) == 0 {
 		return
 	}
-	var zero V
-	missing := pick(keys, missIdx)
 	var fbs []fallback[V]
 	for _, i := range missIdx {
 		var held, read *item[V]
@@ -320,17 +319,84 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 			fbs = append(fbs, fallback[V]{key: keys[i], call: calls[i], tok: toks[i], it: *s})
 		}
 	}
+	if !c.leasing(&e) {
+		c.loadMany(ctx, keys, calls, missIdx, r, fbs, load, &e, nil)
+		return
+	}
+	// One lease per missing key, all asked for in one round trip; the
+	// keys the shared tier could not be read for are loaded without one.
+	sub, subToks := pick(keys, missIdx), pick(toks, missIdx)
+	var alone []int
+	for j, i := range missIdx {
+		if vals[i].st == readDown {
+			alone = append(alone, j)
+		}
+	}
+	left := c.leased(ctx, sub, subToks, alone, &e,
+		func(j int, it item[V], err error) {
+			i := missIdx[j]
+			switch {
+			case err != nil:
+				if fb := fallbackOf(fbs, keys[i]); fb != nil && failSafe(err) {
+					c.serveStale([]fallback[V]{*fb}, err, &e)
+				}
+				var zero V
+				c.flights.Finish(keys[i], calls[i], zero, err)
+			case it.absent:
+				c.flights.Finish(keys[i], calls[i], it.v, ErrNotFound)
+			default:
+				c.flights.Finish(keys[i], calls[i], it.v, nil)
+			}
+		},
+		func(js []int, h *heldLease) {
+			defer h.halt()
+			idx := pick(missIdx, js)
+			var sub []fallback[V]
+			for _, i := range idx {
+				if fb := fallbackOf(fbs, keys[i]); fb != nil {
+					sub = append(sub, *fb)
+				}
+			}
+			c.loadMany(ctx, keys, calls, idx, r, sub, load, &e, h)
+		})
+	if len(left) > 0 {
+		err := ctx.Err()
+		c.flights.FinishMany(keys, calls, pick(missIdx, left), func(int) (V, error) {
+			var zero V
+			return zero, err
+		})
+	}
+}
 
+// fallbackOf returns key's fallback in fbs, nil if it has none.
+func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
+	for i := range fbs {
+		if fbs[i].key == key {
+			return &fbs[i]
+		}
+	}
+	return nil
+}
+
+// loadMany loads keys[idx], found missing by r, with one call of load and
+// stores what it returns in L1 and then the shared tier; fbs are their
+// fail-safe fallbacks. h is this fill's lease on some of them (nil: none),
+// released once they are stored.
+func (c *Cache[V]) loadMany(ctx context.Context, keys []string, calls []*flight.Call[V], idx []int, r *manyRead[V], fbs []fallback[V], load func(context.Context, []string) (map[string]V, error), e *policy, h *heldLease) {
+	toks, vals, replace, result := r.toks, r.vals, r.replace, r.result
+	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
+	var zero V
 	var loaded map[string]V
-	loadErr := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
-		loaded, err = c.runLoadMany(ctx, missing, load, queued)
+	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
+		loaded, err = c.runLoadMany(ctx, pick(keys, idx), load, queued)
 		return err
 	})
 	if loadErr != nil {
 		if failSafe(loadErr) {
-			c.serveStale(fbs, loadErr, &e)
+			c.serveStale(fbs, loadErr, e)
 		}
-		finish(missIdx, func(int) (V, error) { return zero, loadErr })
+		finish(idx, func(int) (V, error) { return zero, loadErr })
+		c.releaseLeases(ctx, h, nil, loadErr)
 		return
 	}
 	type write struct {
@@ -338,11 +404,11 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 		b    []byte
 		life time.Duration
 	}
-	writes := make([]write, 0, len(missIdx))
+	writes := make([]write, 0, len(idx))
 	lb := c.local.Batch()
-	for _, i := range missIdx {
+	for _, i := range idx {
 		key := keys[i]
-		ttl, localTTL := c.lifetimes(&e)
+		ttl, localTTL := c.lifetimes(e)
 		v, ok := loaded[key]
 		var b []byte
 		switch {
@@ -361,23 +427,37 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 				continue
 			}
 		}
-		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], &e)
+		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], e)
 		writes = append(writes, write{i, b, e.physical(ttl)})
 	}
 	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then
-	// the waiters; then the shared tier.
-	finish(missIdx, result)
+	// the waiters; then the shared tier; then the instances waiting for
+	// our leases.
+	finish(idx, result)
 	var w batchWrite
+	wrote := make(map[string]bool, len(writes))
+	stored := make(map[string][]byte, len(writes))
 	for _, wr := range writes {
 		key := keys[wr.i]
+		stored[key] = wr.b
 		if old, ok := replace[key]; ok {
-			c.storeRemote(ctx, key, wr.b, wr.life, old, toks[wr.i])
+			wrote[key] = c.storeRemote(ctx, key, wr.b, wr.life, old, toks[wr.i])
 			continue
 		}
 		w.add(key, wr.b, wr.life, toks[wr.i])
 	}
-	c.storeRemoteMany(ctx, w)
+	maps.Copy(wrote, c.storeRemoteMany(ctx, w))
+	if h != nil && len(h.keys) > 0 {
+		// What we wrote travels to the waiting instances.
+		filled := make([][]byte, len(h.keys))
+		for j, key := range h.keys {
+			if wrote[key] {
+				filled[j] = stored[key]
+			}
+		}
+		c.releaseLeases(ctx, h, filled, nil)
+	}
 }
 
 // abandonedMany is abandoned for a batch fill's calls.

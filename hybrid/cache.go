@@ -72,6 +72,7 @@ type Cache[V any] struct {
 	flights flight.Group[V]
 	loss    lossState
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
+	leases  leaseState
 	vers    *versions
 	echo    *echoes
 	tags    tagState

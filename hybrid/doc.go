@@ -132,6 +132,22 @@
 // batch load in the background. A batch returns once every key has its
 // answer: a key without a stale value waits for the load.
 //
+// # One load per key across the fleet
+//
+// LoadLease (WithLoadLease for one call) makes a key that is cold in both
+// tiers load once across all instances, not once per instance: a fill
+// takes a lease on the key in the shared tier first (a batch, on all its
+// missing keys in one round trip). The holder loads, writes, and releases
+// the lease together with a "filled" message that carries the value when
+// a Secret is set; the other instances wait for that message (no call to
+// the shared tier while they wait), and read the shared tier once if it
+// carries no value. The holder renews its lease while it loads; a waiter
+// takes over a lease that ends without a value; a holder that closes frees
+// its lease at once. A holder's load error reaches the waiters' callers
+// (ErrLeaseHolderFailed) instead of a load of their own. An instance that
+// cannot reach the shared tier for the lease, or has waited LeaseWait,
+// loads by itself: the lease never turns an outage into a failure.
+//
 // # Tags
 //
 // WithTags tags the values a call writes; DeleteByTag(tag) removes them

@@ -45,3 +45,10 @@ var ErrQueued = errors.New("hybrid: write queued for replay")
 // (Options.BreakerThreshold) keeps calls away from a failing shared tier.
 // Check it with errors.Is.
 var ErrUnavailable = errors.New("hybrid: shared tier unavailable (circuit breaker open)")
+
+// ErrLeaseHolderFailed is wrapped by the error a fill's callers get when
+// it waited for another instance's lease (Options.LoadLease) and that
+// instance's load failed: the load is not run again here at once. With a
+// Secret set, the error also carries the holder's error text, and wraps
+// ErrNotFound when the holder's load did. Check it with errors.Is.
+var ErrLeaseHolderFailed = errors.New("hybrid: the lease holder's load failed")

@@ -53,23 +53,47 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	}
 
 	var v V
+	var h *heldLease // our lease on key, if we took one
+	var peer *found[V]
 	err := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
+		if c.leasing(&e) && st != readDown {
+			if h, peer = c.leaseOne(ctx, key, tok, &e); peer != nil {
+				return peer.err
+			}
+		}
 		v, err = c.runLoad(ctx, key, load, queued)
 		return err
 	})
+	defer h.halt()
+	if peer != nil {
+		// Another instance loaded it (or failed to): its result is ours.
+		switch {
+		case err != nil:
+			if failSafe(err) {
+				c.serveStale(fbs, err, &e)
+			}
+			finish(v, err)
+		case peer.it.absent:
+			finish(v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
+		default:
+			finish(peer.it.v, nil)
+		}
+		return
+	}
 	if err != nil {
 		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
 			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
 			b := c.encodeAbsent(ttl, e.tags)
 			c.storeLocal(nil, key, tagged(item[V]{absent: true}, e.tags), c.size(b), localTTL, tok, &e)
 			finish(v, err)
-			c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
+			c.releaseLeases(ctx, h, c.stored(c.storeRemote(ctx, key, b, e.physical(ttl), old, tok), b), nil)
 			return
 		}
 		if failSafe(err) {
 			c.serveStale(fbs, err, &e)
 		}
 		finish(v, err)
+		c.releaseLeases(ctx, h, nil, err)
 		return
 	}
 	ttl, localTTL := c.lifetimes(&e)
@@ -77,13 +101,38 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	if err != nil {
 		c.notStored(key, err)
 		finish(v, nil)
+		c.releaseLeases(ctx, h, [][]byte{nil}, nil)
 		return
 	}
 	// L1 first, so that no caller arriving after finish loads again; then
-	// the waiters; then the shared tier.
+	// the waiters; then the shared tier; then the instances waiting for
+	// our lease.
 	c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, &e)
 	finish(v, nil)
-	c.storeRemote(ctx, key, b, e.physical(ttl), old, tok)
+	c.releaseLeases(ctx, h, c.stored(c.storeRemote(ctx, key, b, e.physical(ttl), old, tok), b), nil)
+}
+
+// stored is what a filled message tells of one key: its stored bytes if
+// the fill wrote b, else nothing (read it from the shared tier).
+func (c *Cache[V]) stored(wrote bool, b []byte) [][]byte {
+	if !wrote {
+		return [][]byte{nil}
+	}
+	return [][]byte{b}
+}
+
+// leaseOne is the lease step of a single-key fill (see leased): it returns
+// the lease this fill took on key (nil: load without one), or the result
+// another instance's load gave, with err set to ctx's error if ctx ended
+// while it waited.
+func (c *Cache[V]) leaseOne(ctx context.Context, key string, tok token, e *policy) (h *heldLease, peer *found[V]) {
+	left := c.leased(ctx, []string{key}, []token{tok}, nil, e,
+		func(_ int, it item[V], err error) { peer = &found[V]{it: it, err: err} },
+		func(_ []int, held *heldLease) { h = held })
+	if left != nil {
+		return nil, &found[V]{err: ctx.Err()}
+	}
+	return h, peer
 }
 
 // abandoned ends call with an error wrapping ErrPanic if its fill returns

@@ -328,6 +328,8 @@ var (
 	_ hybrid.JournalReplacer  = (*countingRemote)(nil)
 	_ hybrid.JournalReplacer  = (*l2.Store)(nil)
 	_ hybrid.BoundedReader    = (*l2.Store)(nil)
+	_ hybrid.Leaser           = (*countingRemote)(nil)
+	_ hybrid.Leaser           = (*l2.Store)(nil)
 )
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
@@ -346,6 +348,7 @@ type countingRemote struct {
 	setAndPublishes, compareAndSets, replaces        atomic.Int64
 	newerSets                                        atomic.Int64
 	recordGets                                       atomic.Int64
+	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
@@ -452,6 +455,21 @@ func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old,
 func (r *countingRemote) ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (bool, error) {
 	defer r.replaces.Add(1)
 	return r.s.ReplacePublishAndLog(ctx, key, old, value, channel, msg, log, entry, maxLen)
+}
+
+func (r *countingRemote) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, []time.Duration, error) {
+	defer r.leaseCalls.Add(1)
+	return r.s.TakeLeases(ctx, keys, token, ttl)
+}
+
+func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, error) {
+	defer r.leaseCalls.Add(1)
+	return r.s.ExtendLeases(ctx, keys, token, ttl)
+}
+
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
+	defer r.leaseCalls.Add(1)
+	return r.s.ReleaseLeases(ctx, keys, token, channel, msg)
 }
 
 // remoteCalls is a snapshot of a countingRemote's counters.

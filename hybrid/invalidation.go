@@ -49,6 +49,12 @@ func (c *Cache[V]) onMessage(b []byte) {
 	if !c.admit(m) {
 		return
 	}
+	if m.Op == message.OpFilled || m.Op == message.OpLoadFailed {
+		// A lease holder's news changes nothing held here: it is for the
+		// fills waiting for its keys.
+		c.onLeaseMessage(m)
+		return
+	}
 	// Counted once applied, so a count seen means L1 reflects the message.
 	op, keys := m.Op.String(), m.Keys
 	if m.Op == message.OpTag && len(keys) == 1 && keys[0] == clearTag {
@@ -64,8 +70,9 @@ func (c *Cache[V]) onMessage(b []byte) {
 // it does no more than drop the keys it names. A position is trusted only
 // from a message that is applied or our own.
 func (c *Cache[V]) admit(m message.Message) bool {
-	// An expire names keys and does less than dropping them.
-	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete || m.Op == message.OpExpire
+	// An expire names keys and does less than dropping them; a filled
+	// message without its values only makes waiting fills read them.
+	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete || m.Op == message.OpExpire || m.Op == message.OpFilled
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		// Unsigned, a message may at most drop the keys it names: a clear or
 		// a tag delete (a Clear's too) is ignored, and so is one that claims
@@ -77,7 +84,7 @@ func (c *Cache[V]) admit(m message.Message) bool {
 	}
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
-		if keysOnly && c.ann != nil {
+		if keysOnly && m.Op != message.OpFilled && c.ann != nil {
 			c.echo.back(m.Keys[0]) // a tag's message names no key we wrote
 		}
 		c.loss.advance(m.Position)
@@ -91,18 +98,22 @@ func (c *Cache[V]) apply(m message.Message) {
 	switch m.Op {
 	case message.OpTag:
 		c.onTagMessage(m)
+		c.leases.postAll()
 	case message.OpExpire:
 		for _, key := range m.Keys {
 			c.expireLocal(key)
+			c.leases.post(key, leaseNews{})
 		}
 	case message.OpClear:
 		c.vers.bumpAll()
 		c.flights.ForgetAll()
 		c.local.Clear()
+		c.leases.postAll()
 	case message.OpSet, message.OpDelete:
 		for i, key := range m.Keys {
 			tok := c.vers.bumpToken(key)
 			c.flights.Forget(key)
+			c.leases.post(key, leaseNews{}) // a fill waiting for a lease reads it
 			if i == 0 && m.Value != nil && c.echo.settled(key) && c.swap(key, m.Value, tok) {
 				continue
 			}

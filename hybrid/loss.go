@@ -142,6 +142,9 @@ func (c *Cache[V]) onLoss(restored bool) {
 	if restored && c.queue != nil {
 		c.queue.nudge() // Redis may be back: replay queued writes now
 	}
+	if restored {
+		c.leases.postAll() // a lease holder's news may have been missed
+	}
 	if c.o.StrictLoss {
 		c.flush()
 		c.n.busLosses.Add(1)

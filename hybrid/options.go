@@ -142,8 +142,10 @@ type Options struct {
 	// lease ends without a value (its holder died), a waiter takes it over
 	// and loads. An instance that cannot reach the shared tier for the
 	// lease, or has waited LeaseWait, loads by itself. It needs a Remote
-	// that is a Leaser (such as *l2.Store) and a Bus. Costs one more
-	// shared-tier call per cold fill, and one after it; hits cost nothing.
+	// that is a Leaser (such as *l2.Store) and a Bus. Costs, per key cold
+	// in both tiers, two more shared-tier calls before the load (the lease,
+	// a second read) and one after it on the instance that loads, one on
+	// an instance that waits; hits cost nothing.
 	// Default: 0, off: each instance loads a cold key once.
 	LoadLease time.Duration
 

@@ -185,6 +185,7 @@ type shared struct {
 	replLog   JournalReplacer  // nil: an Expire is not logged
 	newer     NewerSetter      // nil: a queued write is replayed by read, compare, write
 	newerLog  NewerJournal     // nil: likewise when there is a journal
+	leaser    Leaser           // nil: no load leases (also nil without a Bus)
 	readBound time.Duration    // 0: reads are not known to end in time
 }
 
@@ -199,6 +200,7 @@ func resolveShared(r Remote, withBus bool) shared {
 		s.journal, _ = r.(Journal)
 		s.replLog, _ = r.(JournalReplacer)
 		s.newerLog, _ = r.(NewerJournal)
+		s.leaser, _ = r.(Leaser)
 	}
 	if b, ok := r.(BoundedReader); ok {
 		s.readBound = max(b.ReadBound(), 0)
@@ -378,10 +380,12 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 }
 
 // found is one key's result of a batch read: what it found (st) and the
-// value, if it found one (live, or stale for fail-safe).
+// value, if it found one (live, or stale for fail-safe); or of a wait for
+// another instance's lease: its value or its error.
 type found[V any] struct {
-	it item[V]
-	st readState
+	it  item[V]
+	st  readState
+	err error
 }
 
 // readRemoteMany reads keys from the shared tier in one round trip where
@@ -409,7 +413,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			if st == readCut {
 				return make([]found[V], len(keys)), nil, true // nothing finished: the fill reads all again
 			}
-			res[i] = found[V]{it, st}
+			res[i] = found[V]{it: it, st: st}
 			keep(key, raw, st)
 		}
 		return res, replace, false
@@ -427,6 +431,9 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	}
 	if err != nil {
 		c.readFailed(err)
+		for i := range res {
+			res[i].st = readDown
+		}
 		return res, nil, false
 	}
 	lb := c.local.Batch()
@@ -452,12 +459,15 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 //
 // A fill whose key changed since tok (a Set or Delete here, or a message
 // from another instance) writes nothing: its value may predate the change.
-func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token) {
+// It reports whether it wrote b.
+func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token) (wrote bool) {
 	if c.remote == nil {
-		return
+		return false
 	}
 	stored := true
+	tried := false
 	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(tok) }, func(ctx context.Context) (err error) {
+		tried = true
 		switch {
 		case c.cas != nil && old != nil:
 			stored, err = c.cas.CompareAndSet(ctx, c.prefix+key, old, b, life)
@@ -472,6 +482,7 @@ func (c *Cache[V]) storeRemote(ctx context.Context, key string, b []byte, life t
 		c.vers.bump(key)
 		c.local.Delete(key)
 	}
+	return err == nil && stored && tried
 }
 
 // batchWrite collects the write-back of a batch fill.
@@ -490,16 +501,17 @@ func (w *batchWrite) add(key string, b []byte, ttl time.Duration, tok token) {
 }
 
 // storeRemoteMany is storeRemote (with old nil) for many keys, in one round
-// trip where the Remote allows it.
-func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
-	if c.remote == nil {
-		return
+// trip where the Remote allows it. It reports, by key, those it wrote.
+func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) (wrote map[string]bool) {
+	if c.remote == nil || len(w.keys) == 0 {
+		return nil
 	}
+	wrote = make(map[string]bool, len(w.keys))
 	if c.batch == nil {
 		for i, key := range w.keys {
-			c.storeRemote(ctx, key, w.vals[i], w.ttls[i], nil, w.toks[i])
+			wrote[key] = c.storeRemote(ctx, key, w.vals[i], w.ttls[i], nil, w.toks[i])
 		}
-		return
+		return wrote
 	}
 	var todo batchWrite
 	for i, key := range w.keys {
@@ -508,7 +520,7 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 		}
 	}
 	if len(todo.keys) == 0 {
-		return
+		return wrote
 	}
 	var stored []bool
 	err := c.retry(ctx, "set_many", "", always, func(ctx context.Context) (err error) {
@@ -519,15 +531,17 @@ func (c *Cache[V]) storeRemoteMany(ctx context.Context, w batchWrite) {
 		return err
 	})
 	if err != nil {
-		return
+		return wrote
 	}
 	for i, ok := range stored {
+		key := todo.keys[i][len(c.prefix):]
+		wrote[key] = ok
 		if !ok {
-			key := todo.keys[i][len(c.prefix):]
 			c.vers.bump(key)
 			c.local.Delete(key)
 		}
 	}
+	return wrote
 }
 
 // writeAndPublish writes b under the shared-tier key rkey for life and

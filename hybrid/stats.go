@@ -53,6 +53,13 @@ type Stats struct {
 	QueueReplayed     uint64 // queued writes replayed (or found already applied: the original landed)
 	QueueDroppedStale uint64 // queued writes dropped at replay because the shared tier held a newer value
 	Queued            int    // writes in the queue now
+
+	LeasesTaken     uint64 // keys whose load lease this instance took (Options.LoadLease), take-overs included
+	LeasesWaited    uint64 // keys whose lease another instance held when this one asked: waited for
+	LeasesAnswered  uint64 // waited keys answered by the holder's value or error, without a load here
+	LeasesTakenOver uint64 // waited keys whose lease ended without a value and was taken here
+	LeasesTimedOut  uint64 // waited keys loaded here after LeaseWait
+	LeasesSkipped   uint64 // keys loaded without a lease because the shared tier could not be asked
 }
 
 type counters struct {
@@ -67,6 +74,8 @@ type counters struct {
 	pastLife                                                  atomic.Uint64
 	replays, replayed, replayFlushes, heldServed              atomic.Uint64
 	writesQueued, queueFull, queueReplayed, queueDroppedStale atomic.Uint64
+	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
+	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -118,6 +127,12 @@ func (c *Cache[V]) Stats() Stats {
 		QueueReplayed:     c.n.queueReplayed.Load(),
 		QueueDroppedStale: c.n.queueDroppedStale.Load(),
 		Queued:            queued,
+		LeasesTaken:       c.n.leasesTaken.Load(),
+		LeasesWaited:      c.n.leasesWaited.Load(),
+		LeasesAnswered:    c.n.leasesAnswered.Load(),
+		LeasesTakenOver:   c.n.leasesTakenOver.Load(),
+		LeasesTimedOut:    c.n.leasesTimedOut.Load(),
+		LeasesSkipped:     c.n.leasesSkipped.Load(),
 		Namespace:         c.o.Namespace,
 	}
 }

@@ -4,8 +4,9 @@
 //
 // A Remote is a byte store with lifetimes, and invalidation logs, that
 // implements hybrid.Remote, hybrid.BatchRemote, hybrid.CompareAndSetter,
-// hybrid.Announcer, hybrid.Journal, hybrid.Replacer, hybrid.NewerSetter
-// and hybrid.NewerJournal; a Bus is a
+// hybrid.Announcer, hybrid.Journal, hybrid.Replacer, hybrid.NewerSetter,
+// hybrid.NewerJournal and hybrid.Leaser (its leases are entries like any
+// other, holding the holder's token); a Bus is a
 // publish/subscribe pipe that implements hybrid.Bus. Several caches given
 // the same Remote and Bus behave like several instances of a service
 // sharing one Redis:

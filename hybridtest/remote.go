@@ -13,11 +13,11 @@ import (
 
 // Remote is an in-memory shared tier: a map of byte values with lifetimes,
 // and invalidation logs. It implements hybrid.Remote, hybrid.BatchRemote,
-// hybrid.CompareAndSetter, hybrid.Announcer, hybrid.Journal and
-// hybrid.Replacer, hybrid.NewerSetter and hybrid.NewerJournal with the semantics of l2.Store over one Redis server. The
-// zero value is an empty store
-// that is ready to use; set Bus and Now before the first call. It is safe
-// for concurrent use.
+// hybrid.CompareAndSetter, hybrid.Announcer, hybrid.Journal,
+// hybrid.Replacer, hybrid.NewerSetter, hybrid.NewerJournal and
+// hybrid.Leaser with the semantics of l2.Store over one Redis server. The
+// zero value is an empty store that is ready to use; set Bus and Now
+// before the first call. It is safe for concurrent use.
 //
 // Every method, once its arguments pass their checks, in this order:
 // returns ctx.Err() if ctx is already done;
@@ -27,8 +27,9 @@ import (
 // counts its call (see Calls), failed or not, as it returns.
 type Remote struct {
 	// Bus receives the messages of SetAndPublish, SetPublishAndLog,
-	// DeleteAndPublish and ReplaceAndPublish, in the order of their writes.
-	// nil: those methods fail (ReplaceAndPublish only when given a channel).
+	// DeleteAndPublish, ReplaceAndPublish and ReleaseLeases, in the order
+	// of their writes. nil: those methods fail (ReplaceAndPublish and
+	// ReleaseLeases only when given a channel).
 	Bus *Bus
 
 	// Now returns the time that lifetimes are measured against, so a test
@@ -59,18 +60,20 @@ type Calls struct {
 	SetPublishAndLog, OpenLog, ReadLog                      int
 	ReplaceAndPublish, SetIfNewerAndPublish                 int
 	SetIfNewerPublishAndLog                                 int
+	// One per call of the lease methods, however many keys it covers.
+	TakeLeases, ExtendLeases, ReleaseLeases int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
 	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
 		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish + c.SetIfNewerAndPublish +
-		c.SetIfNewerPublishAndLog
+		c.SetIfNewerPublishAndLog + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases
 }
 
 // ErrNoBus is returned by SetAndPublish, SetPublishAndLog, DeleteAndPublish
-// and, given a channel, ReplaceAndPublish of a Remote whose Bus is nil.
-// Check it with errors.Is.
+// and, given a channel, ReplaceAndPublish and ReleaseLeases of a Remote
+// whose Bus is nil. Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
 // FailWith makes every later call return err, until FailWith(nil).

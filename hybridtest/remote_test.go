@@ -26,6 +26,7 @@ var (
 	_ hybrid.NewerSetter      = (*hybridtest.Remote)(nil)
 	_ hybrid.NewerJournal     = (*hybridtest.Remote)(nil)
 	_ hybrid.CompareAndSetter = (*hybridtest.Remote)(nil)
+	_ hybrid.Leaser           = (*hybridtest.Remote)(nil)
 	_ hybrid.Bus              = (*hybridtest.Bus)(nil)
 )
 
@@ -250,11 +251,14 @@ func calls(ctx context.Context, r *hybridtest.Remote) []error {
 	e9 := r.SetPublishAndLog(ctx, "k", []byte("v"), 0, "ch", []byte("m"), "log", []byte("e"), 10)
 	_, e10 := r.OpenLog(ctx, "log")
 	_, _, _, e11 := r.ReadLog(ctx, "log", "", 10)
-	return []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11}
+	_, _, e12 := r.TakeLeases(ctx, []string{"lease"}, "tok", time.Minute)
+	_, e13 := r.ExtendLeases(ctx, []string{"lease"}, "tok", time.Minute)
+	e14 := r.ReleaseLeases(ctx, []string{"lease"}, "tok", "ch", []byte("m"))
+	return []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14}
 }
 
 var allOnce = hybridtest.Calls{Get: 1, GetMany: 1, Set: 1, SetIfAbsent: 1, SetManyIfAbsent: 1, Delete: 1, SetAndPublish: 1, DeleteAndPublish: 1,
-	SetPublishAndLog: 1, OpenLog: 1, ReadLog: 1}
+	SetPublishAndLog: 1, OpenLog: 1, ReadLog: 1, TakeLeases: 1, ExtendLeases: 1, ReleaseLeases: 1}
 
 func TestRemoteFailWith(t *testing.T) {
 	ctx := t.Context()
@@ -273,7 +277,10 @@ func TestRemoteFailWith(t *testing.T) {
 		t.Errorf("Calls: got %+v, want %+v", got, allOnce)
 	}
 	if got := bus.Stats().Published; got != 0 {
-		t.Errorf("failed SetAndPublish, SetPublishAndLog and DeleteAndPublish published %d messages, want 0", got)
+		t.Errorf("failed SetAndPublish, SetPublishAndLog, DeleteAndPublish and ReleaseLeases published %d messages, want 0", got)
+	}
+	if r.Len() != 1 {
+		t.Errorf("failed calls left keys %q, want only k", r.Keys())
 	}
 	if es, _ := r.PeekLog("log"); es != nil {
 		t.Errorf("failed calls logged %q, want nothing", es)
@@ -288,11 +295,11 @@ func TestRemoteFailWith(t *testing.T) {
 		}
 	}
 	if got, want := r.Calls(), (hybridtest.Calls{Get: 2, GetMany: 2, Set: 2, SetIfAbsent: 2, SetManyIfAbsent: 2, Delete: 2, SetAndPublish: 2, DeleteAndPublish: 2,
-		SetPublishAndLog: 2, OpenLog: 2, ReadLog: 2}); got != want {
+		SetPublishAndLog: 2, OpenLog: 2, ReadLog: 2, TakeLeases: 2, ExtendLeases: 2, ReleaseLeases: 2}); got != want {
 		t.Errorf("Calls: got %+v, want %+v", got, want)
 	}
-	if got := r.Calls().Total(); got != 22 {
-		t.Errorf("Calls().Total: got %d, want 22", got)
+	if got := r.Calls().Total(); got != 28 {
+		t.Errorf("Calls().Total: got %d, want 28", got)
 	}
 }
 

@@ -106,6 +106,17 @@ func ops() []op {
 			return s.SetPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
 		}},
 		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := s.OpenLog(ctx, "log"); return err }},
+		{"TakeLeases", false, func(ctx context.Context, s *l2.Store) error {
+			_, _, err := s.TakeLeases(ctx, []string{"lease"}, "tok", time.Minute)
+			return err
+		}},
+		{"ExtendLeases", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.ExtendLeases(ctx, []string{"lease"}, "tok", time.Minute)
+			return err
+		}},
+		{"ReleaseLeases", false, func(ctx context.Context, s *l2.Store) error {
+			return s.ReleaseLeases(ctx, []string{"lease"}, "tok", "t:l2:bound", nil)
+		}},
 		{"ReadLog", true, func(ctx context.Context, s *l2.Store) error {
 			_, _, _, err := s.ReadLog(ctx, "log", "", 10)
 			return err
@@ -413,6 +424,15 @@ func TestTimeout(t *testing.T) {
 	if _, _, _, err := slow.ReadLog(t.Context(), "log", "", 10); err != nil {
 		t.Fatalf("ReadLog: %v", err)
 	}
+	if _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
+		t.Fatalf("TakeLeases: %v", err)
+	}
+	if _, err := slow.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
+		t.Fatalf("ExtendLeases: %v", err)
+	}
+	if err := slow.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", nil); err != nil {
+		t.Fatalf("ReleaseLeases: %v", err)
+	}
 	callerDeadline := func() context.Context {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
 		t.Cleanup(cancel)
@@ -476,6 +496,17 @@ func TestTimeout(t *testing.T) {
 				return fast.SetPublishAndLog(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"), "log", []byte("e"), 10)
 			}},
 			{"OpenLog", func() error { _, err := fast.OpenLog(t.Context(), "log2"); return err }},
+			{"TakeLeases", func() error {
+				_, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, "tok", time.Minute)
+				return err
+			}},
+			{"ExtendLeases", func() error {
+				_, err := fast.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute)
+				return err
+			}},
+			{"ReleaseLeases", func() error {
+				return fast.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", []byte("m"))
+			}},
 		})
 		// Reads still work while only writes are paused.
 		start := time.Now()

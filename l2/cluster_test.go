@@ -239,3 +239,193 @@ func TestClusterLogUnsupported(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterLeases: 50 leases spread over every master are taken,
+// extended and released in one call each, one pipeline per node, with the
+// results in the order of the keys; the release's message reaches a
+// subscriber on every node.
+func TestClusterLeases(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			const n = 50
+			var keys, others []string
+			masters := make(map[string]bool)
+			for i := range n {
+				// As package hybrid names them: never in the slot of the
+				// key they guard, nor of each other.
+				keys = append(keys, fmt.Sprint("ns:\x00lease:user:", i))
+				if i%3 == 0 {
+					others = append(others, keys[i])
+				}
+				m, err := clusterOf(c.rdb).MasterForKey(ctx, prefix+keys[i])
+				if err != nil {
+					t.Fatalf("MasterForKey: %v", err)
+				}
+				masters[m.Options().Addr] = true
+			}
+			if len(masters) != 3 {
+				t.Fatalf("keys on %d masters, want 3", len(masters))
+			}
+			var all []*messages
+			for _, a := range addrs {
+				sub := redis.NewClient(&redis.Options{Addr: a})
+				t.Cleanup(func() { sub.Close() })
+				all = append(all, receive(subscribe(t, sub, prefix+"ch"), 1))
+			}
+			// Every third key is held by another token. The other calls
+			// load each script on every node, so that what follows makes
+			// no NOSCRIPT round trip.
+			if taken, _, err := s.TakeLeases(ctx, others, "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
+			}
+			if held, err := s.ExtendLeases(ctx, keys, "nobody", time.Minute); err != nil || slices.Contains(held, true) {
+				t.Fatalf("ExtendLeases(nobody) = %v, %v; want none held", held, err)
+			}
+			if err := s.ReleaseLeases(ctx, keys, "nobody", "", nil); err != nil {
+				t.Fatalf("ReleaseLeases(nobody): %v", err)
+			}
+			pipelines := func(call string, want int) {
+				t.Helper()
+				if c.nodes == nil {
+					return
+				}
+				if _, got := c.nodes.counts(); got != want {
+					t.Errorf("%s sent %d pipelines, want %d (one per node): %v", call, got, want, c.nodes)
+				}
+				c.nodes.reset()
+			}
+			check := func(call string, ttlAtMost time.Duration) {
+				t.Helper()
+				for i, k := range keys {
+					want := "me"
+					if i%3 == 0 {
+						want = "other"
+					}
+					if got := holder(t, c.rdb, prefix+k); got != want {
+						t.Errorf("after %s, %q holds %q, want %q", call, k, got, want)
+					}
+					if d := pttl(t, c.rdb, prefix+k); d <= 0 || d > ttlAtMost {
+						t.Errorf("after %s, PTTL of %q = %v, want in (0, %v]", call, k, d, ttlAtMost)
+					}
+				}
+			}
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+
+			taken, left, err := s.TakeLeases(ctx, keys, "me", 10*time.Second)
+			if err != nil {
+				t.Fatalf("TakeLeases(me): %v", err)
+			}
+			pipelines("TakeLeases", 3)
+			for i := range n {
+				if want := i%3 != 0; taken[i] != want {
+					t.Errorf("taken[%d]: got %v, want %v", i, taken[i], want)
+				}
+				if i%3 == 0 && (left[i] <= 15*time.Second || left[i] > 20*time.Second) {
+					t.Errorf("left[%d]: got %v, want in (15s, 20s] (the other lease's)", i, left[i])
+				}
+				if i%3 != 0 && left[i] != 0 {
+					t.Errorf("left[%d] of a taken lease: got %v, want 0", i, left[i])
+				}
+			}
+			check("TakeLeases", 20*time.Second)
+
+			held, err := s.ExtendLeases(ctx, keys, "me", time.Minute)
+			if err != nil {
+				t.Fatalf("ExtendLeases(me): %v", err)
+			}
+			pipelines("ExtendLeases", 3)
+			for i := range n {
+				if want := i%3 != 0; held[i] != want {
+					t.Errorf("held[%d]: got %v, want %v", i, held[i], want)
+				}
+			}
+			check("ExtendLeases", time.Minute)
+			for i, k := range keys {
+				if d := pttl(t, c.rdb, prefix+k); i%3 != 0 && d <= 50*time.Second {
+					t.Errorf("PTTL of %q after ExtendLeases(1m) = %v, want over 50s", k, d)
+				}
+			}
+
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			if err := s.ReleaseLeases(ctx, keys, "me", prefix+"ch", []byte("released")); err != nil {
+				t.Fatalf("ReleaseLeases(me): %v", err)
+			}
+			if c.nodes != nil {
+				if cmds, pipes := c.nodes.counts(); cmds != 1 || pipes != 3 {
+					t.Errorf("ReleaseLeases sent %d commands and %d pipelines, want a PUBLISH after 3 pipelines: %v", cmds, pipes, c.nodes)
+				}
+			}
+			for i, k := range keys {
+				want := ""
+				if i%3 == 0 {
+					want = "other"
+				}
+				if got := holder(t, c.rdb, prefix+k); got != want {
+					t.Errorf("after ReleaseLeases, %q holds %q, want %q", k, got, want)
+				}
+			}
+			for j, m := range all {
+				if got := wait(t, m, 1); got[0] != "released" {
+					t.Errorf("subscriber on %s: got %q, want \"released\"", addrs[j], got[0])
+				}
+			}
+		})
+	}
+}
+
+// TestClusterLeasesScriptReloaded: a node that lost its scripts (restarted,
+// or SCRIPT FLUSH) gets them by EVAL, while the others run them by EVALSHA.
+func TestClusterLeasesScriptReloaded(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":"})
+	var keys []string
+	for i := range 30 {
+		keys = append(keys, fmt.Sprint("lease:", i))
+	}
+	if _, _, err := s.TakeLeases(ctx, keys, "warm", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	node := redis.NewClient(&redis.Options{Addr: addrs[0]})
+	t.Cleanup(func() { node.Close() })
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
+	}
+	taken, _, err := s.TakeLeases(ctx, keys, "me", time.Minute)
+	if err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", taken, err)
+	}
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
+	}
+	held, err := s.ExtendLeases(ctx, keys, "me", time.Minute)
+	if err != nil || slices.Contains(held, false) {
+		t.Fatalf("ExtendLeases after SCRIPT FLUSH on one node = %v, %v; want all held", held, err)
+	}
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
+	}
+	if err := s.ReleaseLeases(ctx, keys, "me", "", nil); err != nil {
+		t.Fatalf("ReleaseLeases after SCRIPT FLUSH on one node: %v", err)
+	}
+	taken, _, err = s.TakeLeases(ctx, keys, "again", time.Minute)
+	if err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", taken, err)
+	}
+	if err := s.ReleaseLeases(ctx, keys, "again", "", nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,8 +4,8 @@
 // caller creates, configures and closes: one server, a Sentinel-managed
 // primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
 // first tier; package hybrid takes a Store as its Remote, BatchRemote,
-// CompareAndSetter, Announcer, Journal, Replacer, NewerSetter and
-// NewerJournal.
+// CompareAndSetter, Announcer, Journal, Replacer, NewerSetter,
+// NewerJournal and Leaser.
 //
 // # Key layout
 //
@@ -13,7 +13,8 @@
 // bytes exactly as given. Its lifetime is the Redis expiry set with PX (in
 // milliseconds); a ttl of zero or less stores it without expiry. Nothing
 // else is written (no index keys, no metadata) but the invalidation log
-// described below, when package hybrid asks for one. A miss is a missing key, and
+// and the leases described below, when package hybrid asks for them. A
+// miss is a missing key, and
 // Get reports it as ok == false with a nil error. SetIfAbsent and
 // SetManyIfAbsent write with SET NX, so that a cache fill never overwrites
 // another instance's write.
@@ -38,9 +39,9 @@
 // modulo 16384) and sends one MGET per slot (a GET for a slot with one
 // key), all in one pipeline that go-redis splits by node and runs in
 // parallel. Keys that share a hash tag share a slot, and so a command.
-// Single-key commands and the scripts of SetAndPublish, CompareAndSet and
-// ReplaceAndPublish go to the master of the key's slot, following MOVED
-// and ASK redirections as go-redis does.
+// Single-key commands and the scripts of SetAndPublish, CompareAndSet,
+// ReplaceAndPublish and the leases go to the master of the key's slot,
+// following MOVED and ASK redirections as go-redis does.
 //
 // With a go-redis Ring, which shards by key on the client side, each key of
 // a batch gets its own command in the pipeline.
@@ -108,6 +109,29 @@
 // return an error wrapping errors.ErrUnsupported without a round trip, by
 // which package hybrid knows to keep to SetAndPublish and to flush its
 // first tier when messages may have been lost.
+//
+// # Leases
+//
+// TakeLeases, ExtendLeases and ReleaseLeases keep load leases, by which
+// package hybrid has one instance of a fleet load a key while the others
+// wait for its value (hybrid.Options.LoadLease). A lease is a plain string
+// under Options.Prefix + key (package hybrid names it: its namespace's
+// prefix, "\x00lease:" and the cache key) that holds its holder's token,
+// and it always has an expiry, so that a holder that dies holds it no
+// longer than its ttl:
+//
+//	take:    SET <key> <token> NX PX <ttl>, else PTTL <key>  -> taken, or time left
+//	extend:  if GET <key> == <token>: PEXPIRE <key> <ttl>    -> held
+//	release: if GET <key> == <token>: DEL <key>; then PUBLISH <channel> <msg>
+//
+// Each is a small Lua script per key, so that its check and its write are
+// one atomic step. The scripts of one call go in one pipeline by EVALSHA
+// (those that meet NOSCRIPT are sent again by EVAL), so a call costs one
+// round trip per node. A lease key is generally in another hash slot than
+// the key it guards; each script goes to the master of its own key's slot.
+// The PUBLISH of ReleaseLeases follows every release: on one server the
+// last script sends it, in the same round trip; in Redis Cluster it is
+// sent once the scripts on every node are done.
 //
 // # Failures and timeouts
 //

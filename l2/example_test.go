@@ -89,3 +89,33 @@ func ExampleStore_SetAndPublish() {
 	// set k=v1
 	// set k=v2
 }
+
+func ExampleStore_TakeLeases() {
+	mr := miniredis.NewMiniRedis()
+	if err := mr.Start(); err != nil {
+		panic(err)
+	}
+	defer mr.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer rdb.Close()
+	s := l2.New(rdb, l2.Options{})
+	ctx := context.Background()
+
+	// Instance A takes the lease on a cold key and loads it; B finds it
+	// held and learns how long it may have to wait.
+	taken, _, err := s.TakeLeases(ctx, []string{"lease:user:1"}, "instance-a", 5*time.Second)
+	fmt.Println("A took it:", taken[0], err)
+	taken, left, err := s.TakeLeases(ctx, []string{"lease:user:1"}, "instance-b", 5*time.Second)
+	fmt.Println("B took it:", taken[0], "left:", left[0], err)
+
+	// A keeps it alive while it loads, then releases it and announces.
+	held, err := s.ExtendLeases(ctx, []string{"lease:user:1"}, "instance-a", 5*time.Second)
+	fmt.Println("A still holds it:", held[0], err)
+	err = s.ReleaseLeases(ctx, []string{"lease:user:1"}, "instance-a", "fills", []byte("user:1 filled"))
+	fmt.Println("released:", err, "key left:", mr.Exists("lease:user:1"))
+	// Output:
+	// A took it: true <nil>
+	// B took it: false left: 5s <nil>
+	// A still holds it: true <nil>
+	// released: <nil> key left: false
+}

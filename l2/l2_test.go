@@ -443,6 +443,9 @@ func TestCanceledContext(t *testing.T) {
 		{"SetPublishAndLog", func() error { return s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10) }},
 		{"OpenLog", func() error { _, err := s.OpenLog(ctx, "log"); return err }},
 		{"ReadLog", func() error { _, _, _, err := s.ReadLog(ctx, "log", "", 10); return err }},
+		{"TakeLeases", func() error { _, _, err := s.TakeLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
+		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
+		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, []string{"l"}, "tok", "ch", nil) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -673,6 +676,15 @@ func TestScriptReloaded(t *testing.T) {
 		}
 		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
 			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		}
+		if taken, _, err := s.TakeLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !taken[0] {
+			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, taken, err)
+		}
+		if held, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !held[0] {
+			t.Errorf("ExtendLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, held, err)
+		}
+		if err := s.ReleaseLeases(ctx, []string{"l"}, "tok", prefix+"ch", nil); err != nil {
+			t.Errorf("ReleaseLeases after SCRIPT FLUSH %d: %v", i, err)
 		}
 		if !srv.Real() {
 			continue

@@ -47,7 +47,8 @@ type Options struct {
 
 	// WriteTimeout bounds each write (Set, SetIfAbsent, SetManyIfAbsent,
 	// CompareAndSet, SetAndPublish, SetIfNewerAndPublish, SetPublishAndLog,
-	// SetIfNewerPublishAndLog, OpenLog) as ReadTimeout bounds reads.
+	// SetIfNewerPublishAndLog, OpenLog, TakeLeases, ExtendLeases,
+	// ReleaseLeases) as ReadTimeout bounds reads.
 	//
 	// default (0): 1 second, longer than reads: a failed write is returned
 	// to the caller and may have been applied all the same, a script may
@@ -79,9 +80,9 @@ const (
 
 // Store is a byte store over Redis: the second tier of a hybrid cache. It
 // implements the Remote, BatchRemote, CompareAndSetter, Announcer,
-// Journal, Replacer, NewerSetter and NewerJournal interfaces of package
-// hybrid (the Journal's log on one server or
-// a Sentinel-managed primary only). Create it with New; it is safe for
+// Journal, Replacer, NewerSetter, NewerJournal and Leaser interfaces of
+// package hybrid (the Journal's log on one server or a Sentinel-managed
+// primary only). Create it with New; it is safe for
 // concurrent use.
 //
 // A Store does not own its client: closing the client is the caller's job,

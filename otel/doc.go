@@ -39,10 +39,13 @@
 //	held.served               counter  {value}
 //	queue.writes              counter  {write}    result: queued, refused, replayed, stale
 //	queue.length              gauge    {write}
+//	leases                    counter  {key}      result: taken, waited, answered, taken_over, timed_out, skipped
 //
 // Each is the Stats field of the same meaning; see hybrid.Stats
 // (queue.writes: WritesQueued, QueueFull, QueueReplayed and
-// QueueDroppedStale; queue.length: Queued). A miss in
+// QueueDroppedStale; queue.length: Queued; leases: LeasesTaken,
+// LeasesWaited, LeasesAnswered, LeasesTakenOver, LeasesTimedOut and
+// LeasesSkipped). A miss in
 // L1 that a fill answers from L2 counts as an l1 miss and an l2 hit, so
 // the share of requests answered without load is
 // (hits{l1} + hits{l2}) / (hits{l1} + misses{l1}).

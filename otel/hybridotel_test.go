@@ -238,6 +238,12 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"queue.writes", "result=replayed", 0, 0},
 		{"queue.writes", "result=stale", 0, 0},
 		{"queue.length", "", 0, 0},
+		{"leases", "result=taken", 0, 0},
+		{"leases", "result=waited", 0, 0},
+		{"leases", "result=answered", 0, 0},
+		{"leases", "result=taken_over", 0, 0},
+		{"leases", "result=timed_out", 0, 0},
+		{"leases", "result=skipped", 0, 0},
 	} {
 		want[point(w.name, "catalog", w.attr)] = w.catalog
 		want[point(w.name, "users", w.attr)] = w.users

@@ -202,5 +202,13 @@ func catalogue() []instrument {
 		}},
 		{name: "queue.length", unit: "{write}", desc: "Writes in the queue of failed writes now.", gauge: true,
 			series: only(func(s *hybrid.Stats) uint64 { return uint64(max(s.Queued, 0)) })},
+		{name: "leases", unit: "{key}", desc: "Keys of cold fills under Options.LoadLease: leases taken here, leases found held elsewhere and waited for, waited keys answered by the holder, taken over after the holder's lease ended, loaded here after LeaseWait, and loaded without a lease because the shared tier could not be asked.", series: []series{
+			by(keyResult, "taken", func(s *hybrid.Stats) uint64 { return s.LeasesTaken }),
+			by(keyResult, "waited", func(s *hybrid.Stats) uint64 { return s.LeasesWaited }),
+			by(keyResult, "answered", func(s *hybrid.Stats) uint64 { return s.LeasesAnswered }),
+			by(keyResult, "taken_over", func(s *hybrid.Stats) uint64 { return s.LeasesTakenOver }),
+			by(keyResult, "timed_out", func(s *hybrid.Stats) uint64 { return s.LeasesTimedOut }),
+			by(keyResult, "skipped", func(s *hybrid.Stats) uint64 { return s.LeasesSkipped }),
+		}},
 	}
 }

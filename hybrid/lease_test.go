@@ -1,0 +1,479 @@
+package hybrid_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+	"github.com/hybridcache/hybridcache/l2"
+)
+
+// Load leases (Options.LoadLease): one load per key across instances, on
+// real Redis, single node and cluster.
+
+// fleetLoad is a "database" shared by the instances of a test: it counts
+// its calls (and the keys a batch load asked for) and takes delay.
+type fleetLoad struct {
+	delay time.Duration
+	calls atomic.Int64
+	keys  atomic.Int64
+	fail  error // returned instead of a value when set
+}
+
+func (l *fleetLoad) load(ctx context.Context, key string) (string, error) {
+	l.calls.Add(1)
+	l.keys.Add(1)
+	select {
+	case <-time.After(l.delay):
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if l.fail != nil {
+		return "", l.fail
+	}
+	return "db:" + key, nil
+}
+
+func (l *fleetLoad) loadMany(ctx context.Context, keys []string) (map[string]string, error) {
+	l.calls.Add(1)
+	l.keys.Add(int64(len(keys)))
+	select {
+	case <-time.After(l.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[k] = "db:" + k
+	}
+	return out, nil
+}
+
+// leaseKeys returns the lease keys of namespace ns that Redis holds, with
+// their remaining lifetimes, over every node of a cluster.
+func leaseKeys(t testing.TB, rdb redis.UniversalClient, ns string) map[string]time.Duration {
+	t.Helper()
+	ctx := context.Background()
+	out := make(map[string]time.Duration)
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c *redis.Client) error {
+		iter := c.Scan(ctx, 0, ns+":\x00lease:*", 1000).Iterator()
+		for iter.Next(ctx) {
+			d, err := c.PTTL(ctx, iter.Val()).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			out[iter.Val()] = d
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, scan)
+	} else {
+		err = scan(ctx, rdb.(*redis.Client))
+	}
+	if err != nil {
+		t.Fatalf("scan lease keys: %v", err)
+	}
+	return out
+}
+
+// noLeaseLeft fails t if Redis holds a lease key of ns without a lifetime,
+// or, when released, any lease key at all.
+func noLeaseLeft(t testing.TB, rdb redis.UniversalClient, ns string, released bool) {
+	t.Helper()
+	for k, d := range leaseKeys(t, rdb, ns) {
+		if d < 0 {
+			t.Errorf("lease key %q has no lifetime (PTTL %v)", k, d)
+		} else if released {
+			t.Errorf("lease key %q left behind (PTTL %v)", k, d)
+		}
+	}
+}
+
+func leaseOptions(ns string, secret []byte) hybrid.Options {
+	return hybrid.Options{Namespace: ns, Secret: secret, LoadLease: 2 * time.Second}
+}
+
+func TestLeaseOneLoadAcrossFleet(t *testing.T) {
+	eachTopology(t, func(t *testing.T, newClient clientFactory, secret []byte) {
+		ns := redistest.Prefix(t)
+		ins := newInstances(t, 5, newClient, leaseOptions(ns, secret))
+		db := &fleetLoad{delay: 50 * time.Millisecond}
+		const callers = 100
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var bad atomic.Int64
+		var firstErr atomic.Value
+		for _, in := range ins {
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					v, err := in.c.GetOrCreate(ctx, "cold", db.load)
+					if err != nil || v != "db:cold" {
+						bad.Add(1)
+						firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", in.name, v, err))
+					}
+				}()
+			}
+		}
+		close(start)
+		wg.Wait()
+		if n := bad.Load(); n > 0 {
+			t.Fatalf("%d callers did not get the value; first: %v", n, firstErr.Load())
+		}
+		if n := db.calls.Load(); n != 1 {
+			t.Fatalf("%d loads across 5 instances, want 1", n)
+		}
+		var taken, answered uint64
+		for _, in := range ins {
+			s := in.c.Stats()
+			taken += s.LeasesTaken
+			answered += s.LeasesAnswered
+			if s.Loads == 0 && len(secret) > 0 {
+				// It waited for the holder's value, which came inline: its
+				// only read of the value is the miss before the lease.
+				if got := in.remote.calls().Get; got > 1 {
+					t.Errorf("%s: %d Redis reads of the value, want 1 (the miss) when it comes inline", in.name, got)
+				}
+			}
+		}
+		if taken != 1 {
+			t.Errorf("%d leases taken, want 1", taken)
+		}
+		if answered == 0 {
+			t.Errorf("no instance was answered by the lease holder; stats: %+v", ins[1].c.Stats())
+		}
+		waitFor(t, 2*time.Second, "the lease released", func() bool { return len(leaseKeys(t, ins[0].rdb, ns)) == 0 }, nil)
+		noLeaseLeft(t, ins[0].rdb, ns, true)
+	})
+}
+
+func TestLeaseManyPageAcrossFleet(t *testing.T) {
+	eachTopology(t, func(t *testing.T, newClient clientFactory, secret []byte) {
+		ns := redistest.Prefix(t)
+		ins := newInstances(t, 5, newClient, leaseOptions(ns, secret))
+		db := &fleetLoad{delay: 20 * time.Millisecond}
+		page := make([]string, 50)
+		for i := range page {
+			page[i] = fmt.Sprintf("row:%d", i)
+		}
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, len(ins))
+		for _, in := range ins {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				got, err := in.c.GetOrCreateMany(ctx, page, db.loadMany)
+				if err == nil && len(got) != len(page) {
+					err = fmt.Errorf("%d values for %d keys", len(got), len(page))
+				}
+				for _, k := range page {
+					if err == nil && got[k] != "db:"+k {
+						err = fmt.Errorf("%s = %q", k, got[k])
+					}
+				}
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", in.name, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		if n := db.keys.Load(); n != int64(len(page)) {
+			t.Fatalf("%d keys loaded across 5 instances in %d calls, want %d", n, db.calls.Load(), len(page))
+		}
+		waitFor(t, 2*time.Second, "the leases released", func() bool { return len(leaseKeys(t, ins[0].rdb, ns)) == 0 }, nil)
+	})
+}
+
+// A holder cut off from Redis while it loads cannot keep its lease alive:
+// another instance takes it over when it ends and answers. The holder's
+// late write then finds a value and stores nothing, and its release leaves
+// alone a lease that is no longer its own.
+func TestLeaseHungHolderTakenOver(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: 300 * time.Millisecond}
+	p := startProxy(t, srv.Addr)
+	storeA := via(p, shortTimeouts)(t)
+	direct := singleNode(nil)
+	a := newSplitInstance(t, "A", storeA, direct(t), l2.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, o, invalidate.Options{})
+	b := newInstance(t, "B", direct, o, invalidate.Options{})
+
+	gateA, releaseA := gate(t)
+	startedA := make(chan struct{})
+	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
+		close(startedA)
+		<-gateA
+		return "from A", nil
+	})
+	<-startedA
+	setFault(t, p.BlackHole()) // A hangs, as far as Redis can tell
+
+	began := time.Now()
+	var bLoads atomic.Int64
+	v, err := b.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) {
+		bLoads.Add(1)
+		return "from B", nil
+	})
+	took := time.Since(began)
+	if err != nil || v != "from B" {
+		t.Fatalf("B: got %q, %v, want B's own load after taking the lease over", v, err)
+	}
+	if s := b.c.Stats(); s.LeasesTakenOver != 1 || s.LeasesWaited != 1 {
+		t.Fatalf("B: %d leases taken over, %d waited, want 1 and 1", s.LeasesTakenOver, s.LeasesWaited)
+	}
+	if took > 3*time.Second {
+		t.Errorf("B took %v to take over a 300 ms lease", took)
+	}
+	rdb := direct(t)
+	if got, _ := redisValue(t, rdb, ns, "k"); got != "from B" {
+		t.Fatalf("Redis holds %q, want B's value", got)
+	}
+	// Someone else holds the lease when A comes back: A's release must
+	// leave it.
+	lk := ns + ":\x00lease:k"
+	if err := rdb.Set(context.Background(), lk, "someone-else", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	setFault(t, p.Pass())
+	releaseA()
+	if r := <-resA; r.err != nil || r.v != "from A" {
+		t.Fatalf("A: got %q, %v, want its own load", r.v, r.err)
+	}
+	// A's release announces, once its write is over.
+	waitStat(t, a, "Published", func(s hybrid.Stats) uint64 { return s.Published }, 1)
+	if got, _ := redisValue(t, rdb, ns, "k"); got != "from B" {
+		t.Fatalf("Redis holds %q after A's late write, want B's value kept", got)
+	}
+	if got, err := rdb.Get(context.Background(), lk).Result(); err != nil || got != "someone-else" {
+		t.Fatalf("the lease after A's release: %q, %v; want another holder's lease kept", got, err)
+	}
+	if v, ok := getStr(t, a, "k"); !ok || v != "from B" {
+		t.Errorf("A serves %q, %v after its write lost; want B's value", v, ok)
+	}
+	rdb.Del(context.Background(), lk)
+}
+
+// A holder whose instance closes mid-load releases its lease as it ends,
+// so that a waiter takes it over at once rather than when it expires.
+func TestLeaseHolderClosed(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, LoadLease: 5 * time.Second}
+	ins := newInstances(t, 2, singleNode(nil), o)
+	a, b := ins[0], ins[1]
+	started := make(chan struct{})
+	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
+		close(started)
+		<-ctx.Done() // until Close
+		return "", ctx.Err()
+	})
+	<-started
+	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	closed := time.Now()
+	if err := a.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-resB
+	if r.err != nil || r.v != "from B" {
+		t.Fatalf("B: got %q, %v", r.v, r.err)
+	}
+	if took := time.Since(closed); took > 2*time.Second {
+		t.Errorf("B took %v after A closed to take over a 5 s lease", took)
+	}
+	if s := b.c.Stats(); s.LeasesTakenOver != 1 {
+		t.Errorf("B: %d leases taken over, want 1", s.LeasesTakenOver)
+	}
+	if r := <-resA; !errors.Is(r.err, hybrid.ErrClosed) && !errors.Is(r.err, context.Canceled) {
+		t.Errorf("A: got %q, %v, want ErrClosed or a cancelled load", r.v, r.err)
+	}
+}
+
+// A load slower than its lease keeps the lease alive, so it is not
+// duplicated.
+func TestLeaseKeepAlive(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: 60 * time.Millisecond}
+	ins := newInstances(t, 3, singleNode(nil), o)
+	db := &fleetLoad{delay: 400 * time.Millisecond}
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := in.c.GetOrCreate(context.Background(), "slow", db.load); err != nil || v != "db:slow" {
+				t.Errorf("%s: %q, %v", in.name, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := db.calls.Load(); n != 1 {
+		t.Fatalf("%d loads of a 400 ms load under a 60 ms lease, want 1", n)
+	}
+	noLeaseLeft(t, ins[0].rdb, ns, true)
+}
+
+// Errors are shared: the waiters' callers get the holder's load error, and
+// a not-found remembered by NegativeTTL, without loading again.
+func TestLeaseSharesFailures(t *testing.T) {
+	for _, m := range invalidationModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			o := leaseOptions(ns, m.secret)
+			o.NegativeTTL = time.Minute
+			ins := newInstances(t, 3, singleNode(nil), o)
+			for _, c := range []struct {
+				key  string
+				fail error
+				want error
+			}{
+				{"broken", errors.New("db down"), hybrid.ErrLeaseHolderFailed},
+				{"missing", hybrid.ErrNotFound, hybrid.ErrNotFound},
+			} {
+				db := &fleetLoad{delay: 100 * time.Millisecond, fail: c.fail}
+				errs := make([]error, len(ins))
+				var wg sync.WaitGroup
+				for i, in := range ins {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, errs[i] = in.c.GetOrCreate(context.Background(), c.key, db.load)
+					}()
+				}
+				wg.Wait()
+				if n := db.calls.Load(); n != 1 {
+					t.Fatalf("%s: %d loads, want 1", c.key, n)
+				}
+				for i, err := range errs {
+					if ins[i].c.Stats().Loads > 0 {
+						continue // the holder: its own error
+					}
+					if !errors.Is(err, c.want) {
+						t.Errorf("%s: %s got %v, want %v", c.key, ins[i].name, err, c.want)
+					}
+					if c.fail != hybrid.ErrNotFound && len(m.secret) > 0 && (err == nil || !strings.Contains(err.Error(), "db down")) {
+						t.Errorf("%s: %s got %v, want the holder's error text", c.key, ins[i].name, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// With Redis unreachable, a lease cannot be asked for: each instance loads
+// by itself within its bounds, and nothing hangs.
+func TestLeaseRedisDown(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := leaseOptions(ns, []byte("s"))
+	p := startProxy(t, srv.Addr)
+	direct := singleNode(nil)
+	so := l2.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}
+	var ins []*instance
+	for i := range 3 {
+		ins = append(ins, newSplitInstance(t, string(rune('A'+i)), via(p, shortTimeouts)(t), direct(t), so, o, invalidate.Options{}))
+	}
+	setFault(t, p.BlackHole())
+	db := &fleetLoad{delay: 10 * time.Millisecond}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if v, err := in.c.GetOrCreate(ctx, "k", db.load); err != nil || v != "db:k" {
+				t.Errorf("%s: %q, %v", in.name, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("took %v with Redis unreachable", took)
+	}
+	if n := db.calls.Load(); n != 3 {
+		t.Errorf("%d loads, want each of 3 instances to load by itself", n)
+	}
+	setFault(t, p.Pass())
+}
+
+// The lease is asked for only when both tiers miss: hits cost no lease
+// call, and WithLoadLease(0) turns it off for one call.
+func TestLeaseOnlyOnColdFills(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	in := newInstances(t, 1, singleNode(nil), leaseOptions(ns, nil))[0]
+	ctx := context.Background()
+	if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil {
+		t.Fatal(err)
+	}
+	// Take, then release once the value is written (after the callers
+	// have it).
+	waitFor(t, 5*time.Second, "the lease taken and released", func() bool { return in.remote.leaseCalls.Load() == 2 },
+		func() string { return fmt.Sprint(in.remote.leaseCalls.Load(), " lease calls") })
+	in.c.ClearLocal(context.Background())
+	for range 3 {
+		if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil { // L2 hit, then L1 hits
+			t.Fatal(err)
+		}
+	}
+	if _, err := in.c.GetOrCreate(ctx, "b", loadTop, hybrid.WithLoadLease(0)); err != nil {
+		t.Fatal(err)
+	}
+	// The fill's write-back comes before any release would.
+	waitFor(t, 5*time.Second, "b written back", func() bool { return in.remote.calls().SetIfAbsent == 2 }, nil)
+	if n := in.remote.leaseCalls.Load(); n != 2 {
+		t.Errorf("%d lease calls after hits and a fill without a lease, want still 2", n)
+	}
+}
+
+func TestLeaseOptionsChecked(t *testing.T) {
+	if _, err := hybrid.New[string](hybrid.Options{Namespace: "n", Remote: &hybridtest.Remote{}, LoadLease: time.Second}); err == nil {
+		t.Error("New accepted LoadLease without a Bus")
+	}
+	if _, err := hybrid.New[string](hybrid.Options{LoadLease: time.Second}); err == nil {
+		t.Error("New accepted LoadLease without a Remote")
+	}
+	if _, err := hybrid.New[string](hybrid.Options{LoadLease: -time.Second}); err == nil {
+		t.Error("New accepted a negative LoadLease")
+	}
+	c := newTestCache[string](t, hybrid.Options{})
+	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Second)); err == nil {
+		t.Error("a lease was accepted by a cache without a Remote")
+	}
+	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Microsecond)); err == nil {
+		t.Error("a 1 µs lease was accepted")
+	}
+}

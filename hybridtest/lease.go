@@ -1,0 +1,127 @@
+package hybridtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+)
+
+// This file holds the load leases of a Remote: the methods that make it a
+// hybrid.Leaser, with the semantics of l2.Store's over Redis. A lease is an
+// ordinary entry that holds its holder's token and always has a lifetime,
+// so Get, Peek, Keys and Len see it as they would see the key in Redis.
+
+// checkLeaseTTL returns an error if ttl is shorter than a millisecond: a
+// lease always has a lifetime.
+func checkLeaseTTL(op string, n int, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return fmt.Errorf("hybridtest: %s %d leases: ttl %v, want at least 1ms", op, n, ttl)
+	}
+	return nil
+}
+
+// TakeLeases takes a lease under token for ttl on each of keys that holds
+// no live value (SET NX), as one step: it stores token under the key for
+// ttl. taken[i] reports whether keys[i] was taken; when it was not, left[i]
+// is how long the value that holds it has left (at least a millisecond),
+// else 0. A key held by token itself is not taken again; of repeated keys
+// only the first can be taken. A key found without an expiry is given ttl
+// and reported as having ttl left. ttl must be at least a millisecond.
+// With no keys it returns at once. It is l2.Store's TakeLeases.
+func (r *Remote) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, err error) {
+	defer r.count(func(c *Calls) { c.TakeLeases++ })
+	if err := checkLeaseTTL("take", len(keys), ttl); err != nil {
+		return nil, nil, err
+	}
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return nil, nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	taken = make([]bool, len(keys))
+	left = make([]time.Duration, len(keys))
+	for i, k := range keys {
+		if _, ok := r.getLocked(k, now); !ok {
+			r.setLocked(k, []byte(token), ttl, now)
+			taken[i] = true
+			continue
+		}
+		it := r.items[k]
+		if it.expires.IsZero() {
+			it.expires = now.Add(ttl)
+			r.items[k] = it
+		}
+		left[i] = max(it.expires.Sub(now), time.Millisecond)
+	}
+	return taken, left, nil
+}
+
+// ExtendLeases sets to ttl the lifetime of each lease of keys that is still
+// held under token, and reports in held[i] whether keys[i] was. ttl must be
+// at least a millisecond; with no keys it returns at once. It is l2.Store's
+// ExtendLeases.
+func (r *Remote) ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error) {
+	defer r.count(func(c *Calls) { c.ExtendLeases++ })
+	if err := checkLeaseTTL("extend", len(keys), ttl); err != nil {
+		return nil, err
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	held = make([]bool, len(keys))
+	for i, k := range keys {
+		if v, ok := r.getLocked(k, now); ok && bytes.Equal(v, []byte(token)) {
+			it := r.items[k]
+			it.expires = now.Add(ttl)
+			r.items[k] = it
+			held[i] = true
+		}
+	}
+	return held, nil
+}
+
+// ReleaseLeases deletes each lease of keys that is still held under token
+// (one that expired, or that another holder took, stays), then, when
+// channel is not empty, publishes msg on channel of r.Bus, as one step
+// (see SetAndPublish): a subscriber that calls r on hearing the message
+// finds the leases released. When the publish fails, nothing is released. With no keys it
+// only publishes, and with no channel either it returns at once. It is
+// l2.Store's ReleaseLeases; given a channel, it fails with ErrNoBus when
+// r.Bus is nil.
+func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
+	defer r.count(func(c *Calls) { c.ReleaseLeases++ })
+	if len(keys) == 0 && channel == "" {
+		return nil
+	}
+	if r.Bus == nil && channel != "" {
+		return ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if channel != "" {
+		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+			return err
+		}
+	}
+	now := r.now()
+	for _, k := range keys {
+		if v, ok := r.getLocked(k, now); ok && bytes.Equal(v, []byte(token)) {
+			delete(r.items, k)
+		}
+	}
+	return nil
+}
