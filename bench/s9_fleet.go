@@ -106,7 +106,7 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 
 	var t table
 	t.Header = []string{"N", "traffic", "mode", "DB calls / key", "time to all keys", "vs no lease", "Redis commands / key",
-		"round trips / key", "p50", "p99", "p99 vs no lease", "leases taken / waited / taken over / timed out"}
+		"round trips / key", "p50", "p99", "p99 vs no lease", "leases " + strings.Join(fleetLeaseNames[:], " / ")}
 	t.Align = []byte{'r', 'l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'}
 	var mixes table
 	mixes.Header = []string{"N", "traffic", "mode", "Redis commands in the last run (mix)"}
@@ -156,9 +156,12 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 					mixes.Rows = append(mixes.Rows, append(slices.Clone(label), last.cmdMix))
 				}
 				leases := "–"
-				if m.lease > 0 && last.leasesKnown {
-					leases = fmt.Sprintf("%s / %s / %s / %s", fmtCount(float64(last.leases[0])), fmtCount(float64(last.leases[1])),
-						fmtCount(float64(last.leases[2])), fmtCount(float64(last.leases[3])))
+				if m.lease > 0 {
+					var parts []string
+					for _, n := range last.leases {
+						parts = append(parts, fmtCount(float64(n)))
+					}
+					leases = strings.Join(parts, " / ")
 				}
 				t.Rows = append(t.Rows, append(label,
 					fmtSpread(summarize(perKey(func(r *fleetResult) float64 { return float64(r.loads) })), ""),
@@ -202,9 +205,11 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 		}
 	}
 	sec.addTable(t)
-	sec.add("Leases are the lease modes' Stats summed over the instances, last run: LeasesTaken (fills that took the lease and " +
-		"loaded), LeasesWaited (fills that waited for another instance's), LeasesTakenOver (waits that ended with the lease " +
-		"free and no value: the waiter took it and loaded) and LeasesTimedOut (waits that reached LeaseWait and loaded).")
+	sec.add("Leases are the lease rows' Stats, summed over the instances, of the last run: LeasesTaken (keys whose lease an " +
+		"instance took, take-overs included), LeasesWaited (keys whose lease another instance held when asked: waited for), " +
+		"LeasesAnswered (waited keys answered by the holder's value or error, with no load), LeasesTakenOver (waited keys " +
+		"whose lease ended without a value and were taken), LeasesTimedOut (waited keys loaded after LeaseWait) and " +
+		"LeasesSkipped (keys loaded without a lease because Redis could not be asked).")
 	if len(mixes.Rows) > 0 {
 		sec.addTable(mixes)
 	}
@@ -281,15 +286,14 @@ func (d *fleetDB) load(ctx context.Context, key string) (*Record, error) {
 
 // fleetResult is what one cell measured, over all its instances.
 type fleetResult struct {
-	loads       int64         // database calls
-	toAll       time.Duration // until every instance had every key
-	commands    int64         // Redis commands; -1: not attributable
-	cmdMix      string
-	trips       int64 // the wrappers' round trips
-	p50, p99    float64
-	leases      [4]uint64 // taken, waited, taken over, timed out
-	leasesKnown bool
-	remark      string
+	loads    int64         // database calls
+	toAll    time.Duration // until every instance had every key
+	commands int64         // Redis commands; -1: not attributable
+	cmdMix   string
+	trips    int64 // the wrappers' round trips
+	p50, p99 float64
+	leases   [6]uint64 // see fleetLeases
+	remark   string
 }
 
 func openFleet(e *env, ns string, n int, m fleetMode) ([]*fleetInst, error) {
@@ -432,7 +436,7 @@ func runFleetCell(ctx context.Context, e *env, n, nKeys int, tr fleetTraffic, m 
 	for _, in := range ins {
 		sts = append(sts, in.c.Stats())
 	}
-	r.leases, r.leasesKnown = fleetLeases(sts)
+	r.leases = fleetLeases(sts)
 
 	var notes []string
 	if nf := failed.Load(); nf > 0 {
@@ -475,8 +479,15 @@ func timeToAll(ends [][][]time.Duration) time.Duration {
 	return worst
 }
 
-// fleetLeases sums the instances' lease counters: taken, waited, taken
-// over, timed out. ok is false when Stats has no such counters.
-func fleetLeases(sts []hybrid.Stats) (sums [4]uint64, ok bool) {
-	return sums, false
+// fleetLeases sums the instances' lease counters, in the order of
+// fleetLeaseNames.
+func fleetLeases(sts []hybrid.Stats) (sums [6]uint64) {
+	for _, st := range sts {
+		for i, n := range [6]uint64{st.LeasesTaken, st.LeasesWaited, st.LeasesAnswered, st.LeasesTakenOver, st.LeasesTimedOut, st.LeasesSkipped} {
+			sums[i] += n
+		}
+	}
+	return sums
 }
+
+var fleetLeaseNames = [6]string{"taken", "waited", "answered", "taken over", "timed out", "skipped"}
