@@ -194,8 +194,8 @@ func (c *Cache[V]) leaseToken() string {
 func (c *Cache[V]) leasing(e *policy) bool { return e.lease > 0 && c.leaser != nil }
 
 // leased is the lease step of a fill of keys (one key, or a batch's
-// misses; fresh: not to lease at all, as the shared tier just failed). It
-// ends each key in one of two ways: answer(i, it, err), with what another
+// misses), toks their tokens from before the fill's read. It ends each key
+// in one of two ways: answer(i, it, err), with what another
 // instance's load gave (a value, stored in L1 if tok[i] is still valid,
 // or an error); or load(idx, h), which loads keys[idx] and stores them, h
 // being this fill's lease on some of them (nil: none), to release with

@@ -477,3 +477,34 @@ func TestLeaseOptionsChecked(t *testing.T) {
 		t.Error("a 1 µs lease was accepted")
 	}
 }
+
+// Fail-safe applies to a failure shared by the lease: whichever instance
+// holds the lease, both answer with their stale value after one load.
+func TestLeaseFailSafe(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := leaseOptions(ns, []byte("s"))
+	o.TTL, o.FailSafeMaxAge = 100*time.Millisecond, time.Minute
+	ins := newInstances(t, 2, singleNode(nil), o)
+	setStr(t, ins[0], "k", "old")
+	fill(t, ins[1], "k", "old")
+	time.Sleep(150 * time.Millisecond) // past TTL: stale in both tiers
+	db := &fleetLoad{delay: 50 * time.Millisecond, fail: errors.New("db down")}
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := in.c.GetOrCreate(context.Background(), "k", db.load); err != nil || v != "old" {
+				t.Errorf("%s: %q, %v; want the stale value", in.name, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := db.calls.Load(); n != 1 {
+		t.Errorf("%d loads, want 1", n)
+	}
+	if s0, s1 := ins[0].c.Stats(), ins[1].c.Stats(); s0.StaleServed+s1.StaleServed != 2 {
+		t.Errorf("stale served %d + %d times, want once on each instance", s0.StaleServed, s1.StaleServed)
+	}
+}
