@@ -65,11 +65,12 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 		"runs as well as its EVALSHA; INFO excluded) from the barrier until no instance has called Redis for %s "+
 		"(background write-backs done); round trips per key (the wrappers' counts over the same span, every Store call "+
 		"that reaches Redis, lease calls included); p50 and p99 over every call of every caller (%d per key and instance, "+
-		"so most are L1 hits); the lease modes' ratios to the no-lease cell of the same N and traffic in the same run. "+
+		"so most are L1 hits); the lease modes' ratios to the no-lease cell of the same N and traffic in the same run; "+
+		"the p50 of the calls that took at least the load's %s (those that waited for a load: what a cold key costs). "+
 		"The cells take turns within each of %d runs (the modes' order alternating); figures are medians over runs, "+
 		"min–max in parentheses.",
 		joinInts(sizes), fmtDur(float64(fleetLoad)), fleetCallers, fmtCount(float64(nKeys)), fmtDur(float64(fleetLease)),
-		fmtDur(float64(fleetQuiet)), fleetCallers, e.reps)
+		fmtDur(float64(fleetQuiet)), fleetCallers, fmtDur(float64(fleetLoad)), e.reps)
 
 	type cellKey struct {
 		n    int
@@ -106,8 +107,8 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 
 	var t table
 	t.Header = []string{"N", "traffic", "mode", "DB calls / key", "time to all keys", "vs no lease", "Redis commands / key",
-		"round trips / key", "p50", "p99", "p99 vs no lease", "leases " + strings.Join(fleetLeaseNames[:], " / ")}
-	t.Align = []byte{'r', 'l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'}
+		"round trips / key", "p50", "p99", "p99 vs no lease", "p50 of calls ≥ " + fmtDur(float64(fleetLoad)), "leases " + strings.Join(fleetLeaseNames[:], " / ")}
+	t.Align = []byte{'r', 'l', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'}
 	var mixes table
 	mixes.Header = []string{"N", "traffic", "mode", "Redis commands in the last run (mix)"}
 	var remarks []string
@@ -172,6 +173,7 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 					fmtSpreadDur(summarize(field(rs, func(r *fleetResult) float64 { return r.p50 }))),
 					fmtSpreadDur(summarize(field(rs, p99))),
 					vsP99,
+					fmtSpreadDur(summarize(field(rs, func(r *fleetResult) float64 { return r.slowP50 }))),
 					leases,
 				))
 				for ri, r := range rs {
@@ -292,6 +294,7 @@ type fleetResult struct {
 	cmdMix   string
 	trips    int64 // the wrappers' round trips
 	p50, p99 float64
+	slowP50  float64   // p50 of the calls that took fleetLoad or longer
 	leases   [6]uint64 // see fleetLeases
 	remark   string
 }
@@ -432,6 +435,9 @@ func runFleetCell(ctx context.Context, e *env, n, nKeys int, tr fleetTraffic, m 
 	}
 	slices.Sort(all)
 	r.p50, r.p99 = percentileSorted(all, 0.5), percentileSorted(all, 0.99)
+	if i, _ := slices.BinarySearch(all, float64(fleetLoad)); i < len(all) {
+		r.slowP50 = percentileSorted(all[i:], 0.5)
+	}
 	var sts []hybrid.Stats
 	for _, in := range ins {
 		sts = append(sts, in.c.Stats())
