@@ -53,6 +53,7 @@ var scenarios = []scenario{
 	{6, "invalidation propagation", scenarioPropagation},
 	{7, "semantics", scenarioSemantics},
 	{8, "outages", scenarioOutage},
+	{9, "fleet cold start", scenarioFleet},
 }
 
 func main() { os.Exit(run()) }

@@ -455,3 +455,30 @@ func TestFmtSince(t *testing.T) {
 		t.Errorf("pair(1234, 0) = %q", got)
 	}
 }
+
+func TestTimeToAll(t *testing.T) {
+	ms := func(xs ...int) []time.Duration {
+		var out []time.Duration
+		for _, x := range xs {
+			out = append(out, time.Duration(x)*time.Millisecond)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		ends [][][]time.Duration // [instance][caller][key]
+		want time.Duration
+	}{
+		{"none", nil, 0},
+		{"one caller", [][][]time.Duration{{ms(3, 9, 1)}}, 9 * time.Millisecond},
+		{"first caller per key counts", [][][]time.Duration{{ms(3, 9, 1), ms(8, 2, 7)}}, 3 * time.Millisecond},
+		{"slowest instance counts", [][][]time.Duration{{ms(3, 9), ms(8, 2)}, {ms(5, 4), ms(6, 6)}}, 5 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := timeToAll(tt.ends); got != tt.want {
+				t.Errorf("timeToAll = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
