@@ -156,15 +156,19 @@ type BoundedReader interface {
 // the others wait for its value (Options.LoadLease). A lease is held under
 // a token, a string unique to one holder, and always has a lifetime.
 //
-// Each call covers many leases in one round trip (per cluster node). A
-// taker that finds a lease held learns how long it has left, so that it can
-// wait for that long at most before it tries again (the holder died), and
-// need not ask in between.
+// Each call covers many leases in one round trip (per cluster node) where
+// it can. A taker that finds a lease held learns how long it has left, so
+// that it can wait for that long at most before it tries again (the holder
+// died), and need not ask in between.
 type Leaser interface {
 	// TakeLeases takes a lease under token for ttl (SET NX PX) on each of
 	// keys that no one holds. taken[i] reports whether keys[i] was taken;
-	// when it was not, left[i] is how long its holder's lease has left.
-	TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, err error)
+	// when it was, values[i] is what guards[i] (the key the lease is for)
+	// held right after the lease was taken, nil for nothing, so that a
+	// taker sees a value stored by a holder that released its lease
+	// between the taker's first read and its lease; when it was not,
+	// left[i] is how long its holder's lease has left.
+	TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error)
 	// ExtendLeases sets to ttl the lifetime of each lease of keys that is
 	// still held under token, and reports which were.
 	ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error)
@@ -172,6 +176,15 @@ type Leaser interface {
 	// token (one taken over by another holder stays), then, when channel is
 	// not empty, publishes msg on channel.
 	ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error
+	// FillAndRelease is a lease holder's write: it stores value under key
+	// for ttl if key holds nothing or, when old is not nil, only if key
+	// holds exactly old (as SetIfAbsent and CompareAndSet do); then it
+	// releases lease if it is still held under token; then, when channel is
+	// not empty, it publishes stored on channel if it stored value, else
+	// unstored. One atomic step on one Redis server; in that order where a
+	// step cannot span the keys (Redis Cluster). It reports whether it
+	// stored value.
+	FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (wrote bool, err error)
 }
 
 // shared is the Remote and what it can do beyond Remote, resolved once.
