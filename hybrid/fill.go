@@ -86,7 +86,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 			b := c.encodeAbsent(ttl, e.tags)
 			c.storeLocal(nil, key, tagged(item[V]{absent: true}, e.tags), c.size(b), localTTL, tok, &e)
 			finish(v, err)
-			c.releaseLeases(ctx, h, c.stored(c.storeRemote(ctx, key, b, e.physical(ttl), old, tok), b), nil)
+			c.storeFilled(ctx, key, b, e.physical(ttl), old, tok, h)
 			return
 		}
 		if failSafe(err) {
@@ -109,16 +109,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	// our lease.
 	c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, &e)
 	finish(v, nil)
-	c.releaseLeases(ctx, h, c.stored(c.storeRemote(ctx, key, b, e.physical(ttl), old, tok), b), nil)
-}
-
-// stored is what a filled message tells of one key: its stored bytes if
-// the fill wrote b, else nothing (read it from the shared tier).
-func (c *Cache[V]) stored(wrote bool, b []byte) [][]byte {
-	if !wrote {
-		return [][]byte{nil}
-	}
-	return [][]byte{b}
+	c.storeFilled(ctx, key, b, e.physical(ttl), old, tok, h)
 }
 
 // leaseOne is the lease step of a single-key fill (see leased): it returns

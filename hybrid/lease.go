@@ -225,14 +225,14 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 	waited := make(map[int]bool)
 	for {
 		if len(takeNow) > 0 || len(alone) > 0 {
-			mine, h := c.takeRound(ctx, keys, takeNow, e, retry, waited)
+			mine, h, found := c.takeRound(ctx, keys, takeNow, e, retry, waited)
 			if h == nil {
 				// The lease could not be asked for: load them alone.
 				alone = append(alone, mine...)
 				mine = nil
 			} else if len(mine) > 0 {
 				var answered []int
-				mine, answered = c.recheck(ctx, keys, mine, h, e, answer)
+				mine, answered = c.recheck(ctx, keys, mine, h, found, e, answer)
 				pending = without(pending, answered)
 				if len(h.keys) > 0 {
 					c.keepAlive(h, e.lease)
@@ -314,35 +314,44 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 // takeRound takes leases on keys[idx] for this fill. It returns those it
 // took and the lease on them; h is nil when the shared tier could not be
 // asked (then mine is idx: to load alone). For the others, retry gets when
-// their holder's lease ends.
-func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *policy, retry map[int]time.Time, waited map[int]bool) (mine []int, h *heldLease) {
+// their holder's lease ends. What the keys it took held once taken is in
+// found, by index, for recheck.
+func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *policy, retry map[int]time.Time, waited map[int]bool) (mine []int, h *heldLease, found map[int]taken) {
 	if len(idx) == 0 {
-		return nil, &heldLease{}
+		return nil, &heldLease{}, nil
 	}
 	tok := c.leaseToken()
 	ask := pick(keys, idx)
-	var taken []bool
+	toks := c.tokens(ask) // before the read that comes with the take
+	var got []bool
 	var left []time.Duration
+	var vals [][]byte
 	err := c.call(ctx, "lease", leaseName(ask), func(ctx context.Context) (err error) {
-		taken, left, err = c.leaser.TakeLeases(ctx, c.leaseKeys(ask), tok, e.lease)
-		if err == nil && (len(taken) != len(ask) || len(left) != len(ask)) {
-			err = fmt.Errorf("hybrid: TakeLeases returned %d and %d results for %d keys", len(taken), len(left), len(ask))
+		got, left, vals, err = c.leaser.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
+		if err == nil && (len(got) != len(ask) || len(left) != len(ask) || len(vals) != len(ask)) {
+			err = fmt.Errorf("hybrid: TakeLeases returned %d, %d and %d results for %d keys", len(got), len(left), len(vals), len(ask))
 		}
 		return err
 	})
 	if err != nil {
 		c.n.leasesSkipped.Add(uint64(len(idx)))
-		return idx, nil
+		return idx, nil, nil
 	}
 	now := time.Now()
-	var got []string
+	var held []string
 	for j, i := range idx {
-		if taken[j] {
+		if got[j] {
 			mine = append(mine, i)
-			got = append(got, keys[i])
+			held = append(held, keys[i])
 			c.n.leasesTaken.Add(1)
 			if waited[i] {
 				c.n.leasesTakenOver.Add(1)
+			}
+			if vals[j] != nil {
+				if found == nil {
+					found = make(map[int]taken)
+				}
+				found[i] = taken{b: vals[j], tok: toks[j]}
 			}
 			continue
 		}
@@ -352,26 +361,34 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 		}
 		retry[i] = now.Add(max(left[j], time.Millisecond) + leaseSlack)
 	}
-	return mine, &heldLease{keys: got, token: tok}
+	return mine, &heldLease{keys: held, token: tok}, found
 }
 
-// recheck reads again the keys[mine] this fill has just taken leases on
-// (h): another instance may have stored one between this fill's first read
-// and its lease (its lease released in between). Those found are answered
-// and their leases released, announced without a value, so that whoever
-// waits for them reads them too; h keeps the rest, which are returned.
-func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *heldLease, e *policy, answer func(i int, it item[V], err error)) (rest, answered []int) {
-	ask := pick(keys, mine)
-	res, _, cut := c.readRemoteMany(ctx, ask, c.tokens(ask), e)
-	if cut {
+// taken is what a key held right after this fill took its lease: the
+// stored bytes, and the key's token from before that read.
+type taken struct {
+	b   []byte
+	tok token
+}
+
+// recheck looks at what the keys[mine] this fill has just taken leases on
+// (h) held once taken (found): another instance may have stored one
+// between this fill's first read and its lease (its lease released in
+// between). Those holding a live value are answered and their leases
+// released, announced without a value, so that whoever waits for them
+// reads them too; h keeps the rest, which are returned.
+func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *heldLease, found map[int]taken, e *policy, answer func(i int, it item[V], err error)) (rest, answered []int) {
+	if len(found) == 0 {
 		return mine, nil
 	}
 	var filled []string
-	for j, i := range mine {
-		if res[j].st == readHit {
+	for _, i := range mine {
+		f, ok := found[i]
+		var it item[V]
+		if ok && c.take(ctx, nil, &it, keys[i], f.b, f.tok, e) == readHit {
 			answered = append(answered, i)
 			filled = append(filled, keys[i])
-			answer(i, res[j].it, nil)
+			answer(i, it, nil)
 		} else {
 			rest = append(rest, i)
 		}
@@ -472,6 +489,42 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 			}
 		}
 	}()
+}
+
+// storeFilled is storeRemote for a single-key fill, which may hold a
+// lease on key (h): then the write, the release and the announcement to
+// the waiting instances are one call (FillAndRelease). A write not made
+// (the key changed here since tok, or the call failed) still releases the
+// lease, announced without a value.
+func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token, h *heldLease) {
+	if h == nil || len(h.keys) == 0 {
+		c.storeRemote(ctx, key, b, life, old, tok)
+		return
+	}
+	h.halt()
+	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
+	unstored := message.Encode(m, c.o.Secret)
+	stored := unstored
+	if len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+		m.Value = message.PackValues([][]byte{b})
+		stored = message.Encode(m, c.o.Secret)
+	}
+	wrote, tried := false, false
+	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(tok) }, func(ctx context.Context) (err error) {
+		tried = true
+		wrote, err = c.leaser.FillAndRelease(ctx, c.prefix+key, old, b, life, c.leaseKey(key), h.token, c.o.Channel, stored, unstored)
+		return err
+	})
+	switch {
+	case !tried || err != nil:
+		c.releaseLeases(ctx, h, [][]byte{nil}, nil)
+	case !wrote:
+		c.vers.bump(key)
+		c.local.Delete(key)
+		c.n.published.Add(1)
+	default:
+		c.n.published.Add(1)
+	}
 }
 
 // releaseLeases releases h, if it holds keys, and tells the waiting

@@ -561,3 +561,42 @@ func TestLeaseMessageLost(t *testing.T) {
 		t.Errorf("B: %d bus losses, %d reads of the value; want a loss and 2 reads (the miss, the one after the restore)", s.BusLosses, rc.Get+rc.GetMany)
 	}
 }
+
+// A holder that is alive but slow keeps its lease; a waiter gives up after
+// LeaseWait and loads by itself, and the holder's later write, finding the
+// waiter's value, stores nothing.
+func TestLeaseWaitBounded(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: 100 * time.Millisecond, LeaseWait: 300 * time.Millisecond}
+	ins := newInstances(t, 2, singleNode(nil), o)
+	a, b := ins[0], ins[1]
+	gateA, releaseA := gate(t)
+	started := make(chan struct{})
+	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
+		close(started)
+		<-gateA
+		return "from A", nil
+	})
+	<-started
+	began := time.Now()
+	v, err := b.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "from B", nil })
+	if err != nil || v != "from B" {
+		t.Fatalf("B: %q, %v, want its own load after LeaseWait", v, err)
+	}
+	if took := time.Since(began); took < 300*time.Millisecond || took > 3*time.Second {
+		t.Errorf("B loaded after %v, want about LeaseWait (300 ms)", took)
+	}
+	if s := b.c.Stats(); s.LeasesTimedOut != 1 || s.LeasesTakenOver != 0 {
+		t.Errorf("B: %d timed out, %d taken over; want 1 and 0 (A kept its lease alive)", s.LeasesTimedOut, s.LeasesTakenOver)
+	}
+	releaseA()
+	if r := <-resA; r.err != nil || r.v != "from A" {
+		t.Fatalf("A: %q, %v", r.v, r.err)
+	}
+	waitStat(t, a, "Published", func(s hybrid.Stats) uint64 { return s.Published }, 1)
+	if got, _ := redisValue(t, a.rdb, ns, "k"); got != "from B" {
+		t.Errorf("Redis holds %q, want B's value, written first", got)
+	}
+	noLeaseLeft(t, a.rdb, ns, true)
+}
