@@ -97,7 +97,8 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 
 // writes is the number of write calls in c.
 func writes(c hybridtest.Calls) int {
-	return c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.SetPublishAndLog + c.Delete + c.DeleteAndPublish + c.CompareAndSet + c.ReplaceAndPublish
+	return c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.SetPublishAndLog + c.Delete + c.DeleteAndPublish + c.CompareAndSet + c.ReplaceAndPublish +
+		c.FillAndRelease
 }
 
 // stored returns the string value the Remote holds for key (namespaced
@@ -335,8 +336,8 @@ var (
 // countingRemote is an *l2.Store that counts the calls made to it, so a
 // test can tell how often an instance went to Redis. It implements Remote,
 // BatchRemote, CompareAndSetter, Announcer, Replacer, NewerSetter and
-// NewerJournal (both counted as newerSets) by delegating to
-// the Store. A call is counted when it returns, so a count seen means the
+// NewerJournal (both counted as newerSets), and Leaser (FillAndRelease
+// counted apart from the other lease calls), by delegating to the Store. A call is counted when it returns, so a count seen means the
 // call is over. Gets of the cache's own records (keys "ns:\x00...": the
 // clear record, tag records) are counted apart from Gets of values, which
 // the tests of the read path count.
@@ -349,6 +350,7 @@ type countingRemote struct {
 	newerSets                                        atomic.Int64
 	recordGets                                       atomic.Int64
 	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
+	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
 
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
@@ -457,9 +459,9 @@ func (r *countingRemote) ReplacePublishAndLog(ctx context.Context, key string, o
 	return r.s.ReplacePublishAndLog(ctx, key, old, value, channel, msg, log, entry, maxLen)
 }
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, []time.Duration, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, error) {
 	defer r.leaseCalls.Add(1)
-	return r.s.TakeLeases(ctx, keys, token, ttl)
+	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
 }
 
 func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, error) {
@@ -472,11 +474,17 @@ func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token
 	return r.s.ReleaseLeases(ctx, keys, token, channel, msg)
 }
 
+func (r *countingRemote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (bool, error) {
+	defer r.fillAndReleases.Add(1)
+	return r.s.FillAndRelease(ctx, key, old, value, ttl, lease, token, channel, stored, unstored)
+}
+
 // remoteCalls is a snapshot of a countingRemote's counters.
 type remoteCalls struct {
 	Get, GetMany, GetManyKeys                             int64
 	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
 	SetAndPublish, CompareAndSet, ReplaceAndPublish       int64
+	FillAndRelease                                        int64
 	RecordGet                                             int64 // Gets of records, not counted in Get
 }
 
@@ -486,13 +494,15 @@ func (r *countingRemote) calls() remoteCalls {
 		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
 		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
 		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
-		ReplaceAndPublish: r.replaces.Load(), RecordGet: r.recordGets.Load(),
+		ReplaceAndPublish: r.replaces.Load(), FillAndRelease: r.fillAndReleases.Load(),
+		RecordGet: r.recordGets.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet + c.ReplaceAndPublish + c.RecordGet
+	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet + c.ReplaceAndPublish +
+		c.FillAndRelease + c.RecordGet
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when

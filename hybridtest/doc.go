@@ -6,7 +6,9 @@
 // implements hybrid.Remote, hybrid.BatchRemote, hybrid.CompareAndSetter,
 // hybrid.Announcer, hybrid.Journal, hybrid.Replacer, hybrid.NewerSetter,
 // hybrid.NewerJournal and hybrid.Leaser (its leases are entries like any
-// other, holding the holder's token); a Bus is a
+// other, holding the holder's token; a take reads the key its lease guards,
+// and FillAndRelease writes, releases and announces, each as one step, as
+// l2.Store does on one server); a Bus is a
 // publish/subscribe pipe that implements hybrid.Bus. Several caches given
 // the same Remote and Bus behave like several instances of a service
 // sharing one Redis:

@@ -8,7 +8,7 @@ import (
 )
 
 // This file holds the load leases of a Remote: the methods that make it a
-// hybrid.Leaser, with the semantics of l2.Store's over Redis. A lease is an
+// hybrid.Leaser (TakeLeases, ExtendLeases, ReleaseLeases, FillAndRelease), with the semantics of l2.Store's over Redis. A lease is an
 // ordinary entry that holds its holder's token and always has a lifetime,
 // so Get, Peek, Keys and Len see it as they would see the key in Redis.
 
@@ -23,32 +23,41 @@ func checkLeaseTTL(op string, n int, ttl time.Duration) error {
 
 // TakeLeases takes a lease under token for ttl on each of keys that holds
 // no live value (SET NX), as one step: it stores token under the key for
-// ttl. taken[i] reports whether keys[i] was taken; when it was not, left[i]
-// is how long the value that holds it has left (at least a millisecond),
-// else 0. A key held by token itself is not taken again; of repeated keys
-// only the first can be taken. A key found without an expiry is given ttl
-// and reported as having ttl left. ttl must be at least a millisecond.
+// ttl. taken[i] reports whether keys[i] was taken. When it was, values[i]
+// is a copy of what guards[i] held right after the take (nil for nothing);
+// when it was not, values[i] is nil and left[i] is how long the value that
+// holds it has left (at least a millisecond), else 0. A key held by token
+// itself is not taken again; of repeated keys only the first can be taken.
+// A key found without an expiry is given ttl and reported as having ttl
+// left. guards must be as long as keys, and ttl at least a millisecond.
 // With no keys it returns at once. It is l2.Store's TakeLeases.
-func (r *Remote) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, err error) {
+func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error) {
 	defer r.count(func(c *Calls) { c.TakeLeases++ })
+	if len(guards) != len(keys) {
+		return nil, nil, nil, fmt.Errorf("hybridtest: take %d leases: %d guards, want one per key", len(keys), len(guards))
+	}
 	if err := checkLeaseTTL("take", len(keys), ttl); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	if err := r.begin(ctx, false); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
 	taken = make([]bool, len(keys))
 	left = make([]time.Duration, len(keys))
+	values = make([][]byte, len(keys))
 	for i, k := range keys {
 		if _, ok := r.getLocked(k, now); !ok {
 			r.setLocked(k, []byte(token), ttl, now)
 			taken[i] = true
+			if v, ok := r.getLocked(guards[i], now); ok {
+				values[i] = append([]byte{}, v...)
+			}
 			continue
 		}
 		it := r.items[k]
@@ -58,7 +67,7 @@ func (r *Remote) TakeLeases(ctx context.Context, keys []string, token string, tt
 		}
 		left[i] = max(it.expires.Sub(now), time.Millisecond)
 	}
-	return taken, left, nil
+	return taken, left, values, nil
 }
 
 // ExtendLeases sets to ttl the lifetime of each lease of keys that is still
@@ -124,4 +133,51 @@ func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string,
 		}
 	}
 	return nil
+}
+
+// FillAndRelease is a lease holder's write, as one step (see
+// SetAndPublish): it stores a copy of value under key for ttl if key holds
+// no live value (old == nil) or holds exactly old (old != nil; a missing
+// key holds nothing, which no old matches); then it deletes lease if it is
+// still held under token; then, when channel is not empty, it publishes
+// stored on channel of r.Bus if it stored value, else unstored. It
+// reports whether it stored value. When the publish fails, nothing is
+// written or released. ttl must be at least a millisecond. It is
+// l2.Store's FillAndRelease; given a channel, it fails with ErrNoBus when
+// r.Bus is nil.
+func (r *Remote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (wrote bool, err error) {
+	defer r.count(func(c *Calls) { c.FillAndRelease++ })
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("hybridtest: fill and release %q: ttl %v, want at least 1ms", key, ttl)
+	}
+	if r.Bus == nil && channel != "" {
+		return false, ErrNoBus
+	}
+	if err := r.begin(ctx, false); err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	cur, ok := r.getLocked(key, now)
+	write := !ok
+	if old != nil {
+		write = ok && bytes.Equal(cur, old)
+	}
+	if channel != "" {
+		msg := unstored
+		if write {
+			msg = stored
+		}
+		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
+			return false, err
+		}
+	}
+	if write {
+		r.setLocked(key, value, ttl, now)
+	}
+	if v, ok := r.getLocked(lease, now); ok && bytes.Equal(v, []byte(token)) {
+		delete(r.items, lease)
+	}
+	return write, nil
 }

@@ -1,8 +1,10 @@
 package hybridtest_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,14 +14,27 @@ import (
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 
+// guards returns a key for each lease of keys to guard: "g:" and the lease's
+// key.
+func guards(keys []string) []string {
+	if keys == nil {
+		return nil
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "g:" + k
+	}
+	return out
+}
+
 func TestRemoteTakeLeases(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
 	r := &hybridtest.Remote{Now: clk.Now}
 	const ttl = 10 * time.Second
-	taken, left, err := r.TakeLeases(ctx, []string{"a", "b"}, "t1", ttl)
-	if err != nil || !slices.Equal(taken, []bool{true, true}) || !slices.Equal(left, []time.Duration{0, 0}) {
-		t.Fatalf("TakeLeases(t1) = %v, %v, %v; want [true true], [0 0], nil", taken, left, err)
+	taken, left, values, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", ttl)
+	if err != nil || !slices.Equal(taken, []bool{true, true}) || !slices.Equal(left, []time.Duration{0, 0}) || len(values) != 2 || values[0] != nil || values[1] != nil {
+		t.Fatalf("TakeLeases(t1) = %v, %v, %q, %v; want [true true], [0 0], [nil nil], nil", taken, left, values, err)
 	}
 	// A lease is an entry like any other: the token, for ttl.
 	if v, ok := r.Peek("a"); !ok || string(v) != "t1" {
@@ -30,7 +45,7 @@ func TestRemoteTakeLeases(t *testing.T) {
 	}
 
 	clk.Advance(4 * time.Second)
-	taken, left, err = r.TakeLeases(ctx, []string{"a", "c", "c", "b"}, "t2", time.Minute)
+	taken, left, _, err = r.TakeLeases(ctx, []string{"a", "c", "c", "b"}, []string{"g:a", "g:c", "g:c", "g:b"}, "t2", time.Minute)
 	if want := []bool{false, true, false, false}; err != nil || !slices.Equal(taken, want) {
 		t.Fatalf("TakeLeases(t2) = %v, %v; want %v, nil", taken, err, want)
 	}
@@ -38,21 +53,21 @@ func TestRemoteTakeLeases(t *testing.T) {
 		t.Errorf("left: got %v, want %v", left, want)
 	}
 	// The holder itself does not take its lease again (SET NX).
-	taken, left, err = r.TakeLeases(ctx, []string{"a"}, "t1", ttl)
+	taken, left, _, err = r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t1", ttl)
 	if err != nil || taken[0] || left[0] != 6*time.Second {
 		t.Errorf("TakeLeases(t1) again = %v, %v, %v; want [false], [6s], nil", taken, left, err)
 	}
 
 	// Within a millisecond of its end, a lease still has 1ms left.
 	clk.Advance(6*time.Second - time.Microsecond)
-	if _, left, _ := r.TakeLeases(ctx, []string{"a"}, "t2", ttl); left[0] != time.Millisecond {
+	if _, left, _, _ := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); left[0] != time.Millisecond {
 		t.Errorf("left a microsecond before expiry: got %v, want 1ms", left[0])
 	}
 	clk.Advance(time.Microsecond)
 	if _, ok := r.Peek("a"); ok {
 		t.Error("lease a outlived its ttl")
 	}
-	if taken, _, err := r.TakeLeases(ctx, []string{"a"}, "t2", ttl); err != nil || !taken[0] {
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(t2) after expiry = %v, %v; want [true], nil", taken, err)
 	}
 	if got := r.Calls(); got.TakeLeases != 5 || got.Total() != 5 {
@@ -67,7 +82,7 @@ func TestRemoteTakeLeaseWithoutExpiry(t *testing.T) {
 	r := &hybridtest.Remote{Now: clk.Now}
 	r.Put("l", []byte("stray"), 0)
 	const ttl = 10 * time.Second
-	taken, left, err := r.TakeLeases(t.Context(), []string{"l"}, "t", ttl)
+	taken, left, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", ttl)
 	if err != nil || taken[0] || left[0] != ttl {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
@@ -81,10 +96,10 @@ func TestRemoteExtendLeases(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
 	r := &hybridtest.Remote{Now: clk.Now}
-	if _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, "t1", time.Second); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.TakeLeases(ctx, []string{"c"}, "t2", time.Second); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t2", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(500 * time.Millisecond)
@@ -121,7 +136,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 		took []bool
 	)
 	unsub, err := bus.Subscribe(ctx, "ch", func(m []byte) {
-		taken, _, err := r.TakeLeases(ctx, []string{"a"}, "waiter", time.Minute)
+		taken, _, _, err := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "waiter", time.Minute)
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, string(m))
@@ -134,7 +149,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unsub()
-	if _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, "t1", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 
@@ -175,7 +190,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 	mu.Unlock()
 
 	// When the publish fails, nothing is released.
-	if _, _, err := r.TakeLeases(ctx, []string{"c"}, "t1", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	down := errors.New("bus down")
@@ -192,7 +207,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 func TestRemoteLeasesNoBus(t *testing.T) {
 	var r hybridtest.Remote
 	ctx := t.Context()
-	if _, _, err := r.TakeLeases(ctx, []string{"l"}, "t", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "t", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ReleaseLeases(ctx, []string{"l"}, "t", "ch", nil); !errors.Is(err, hybridtest.ErrNoBus) {
@@ -211,14 +226,30 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, err := r.TakeLeases(ctx, keys, "t", ttl)
-			if err == nil || taken != nil || left != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
-				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %v; want an error", len(keys), ttl, taken, left, err)
+			taken, left, values, err := r.TakeLeases(ctx, keys, guards(keys), "t", ttl)
+			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
+				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an error", len(keys), ttl, taken, left, values, err)
 			}
 			held, err := r.ExtendLeases(ctx, keys, "t", ttl)
 			if err == nil || held != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
 				t.Errorf("ExtendLeases(%d keys, ttl %v) = %v, %v; want an error", len(keys), ttl, held, err)
 			}
+		}
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
+		wrote, err := r.FillAndRelease(ctx, "k", nil, []byte("v"), ttl, "l", "t", "", nil, nil)
+		if err == nil || wrote || !strings.HasPrefix(err.Error(), "hybridtest: ") {
+			t.Errorf("FillAndRelease(ttl %v) = %v, %v; want an error", ttl, wrote, err)
+		}
+	}
+	for _, g := range [][]string{nil, {"g:1"}, {"g:1", "g:2", "g:3"}} {
+		keys := []string{"l1", "l2"}
+		if len(g) == 1 {
+			keys = nil
+		}
+		taken, left, values, err := r.TakeLeases(ctx, keys, g, "t", time.Second)
+		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
+			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an error", len(keys), len(g), taken, left, values, err)
 		}
 	}
 	if r.Len() != 0 {
@@ -229,8 +260,8 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 	r.FailWith(errors.New("down"))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if taken, left, err := r.TakeLeases(done, nil, "t", time.Second); err != nil || len(taken) != 0 || len(left) != 0 {
-		t.Errorf("TakeLeases(nil) = %v, %v, %v; want none, nil", taken, left, err)
+	if taken, left, values, err := r.TakeLeases(done, nil, nil, "t", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
+		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
 	}
 	if held, err := r.ExtendLeases(done, nil, "t", time.Second); err != nil || len(held) != 0 {
 		t.Errorf("ExtendLeases(nil) = %v, %v; want none, nil", held, err)
@@ -238,7 +269,7 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 	if err := r.ReleaseLeases(done, nil, "t", "", nil); err != nil {
 		t.Errorf("ReleaseLeases(nil, no channel): %v", err)
 	}
-	if got, want := r.Calls(), (hybridtest.Calls{TakeLeases: 7, ExtendLeases: 7, ReleaseLeases: 1}); got != want {
+	if got, want := r.Calls(), (hybridtest.Calls{TakeLeases: 10, ExtendLeases: 7, ReleaseLeases: 1, FillAndRelease: 3}); got != want {
 		t.Errorf("Calls: got %+v, want %+v (every call counts)", got, want)
 	}
 }
@@ -274,7 +305,7 @@ func TestRemoteTakeLeasesConcurrent(t *testing.T) {
 	n := 0
 	for range takers {
 		wg.Go(func() {
-			taken, _, err := r.TakeLeases(t.Context(), []string{"l"}, "t", time.Minute)
+			taken, _, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", time.Minute)
 			if err != nil {
 				t.Error(err)
 				return
@@ -289,5 +320,177 @@ func TestRemoteTakeLeasesConcurrent(t *testing.T) {
 	wg.Wait()
 	if n != 1 {
 		t.Errorf("%d of %d takers took the lease, want 1", n, takers)
+	}
+}
+
+func TestRemoteTakeLeasesValues(t *testing.T) {
+	// For each lease taken, what its guarded key held right after the
+	// take; nil for nothing, and for the leases not taken.
+	ctx := t.Context()
+	r := new(hybridtest.Remote)
+	r.Put("v:0", []byte("zero"), time.Minute)
+	r.Put("v:1", []byte{}, time.Minute)
+	r.Put("v:3", []byte("three"), time.Minute)
+	r.Put("v:4", []byte("four"), time.Minute)
+	if _, _, _, err := r.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"l:0", "l:1", "l:2", "l:3", "l:4", "l:4"}
+	taken, _, values, err := r.TakeLeases(ctx, keys, []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4"}, "me", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, true, true, false, true, false}; !slices.Equal(taken, want) {
+		t.Errorf("taken: got %v, want %v", taken, want)
+	}
+	want := [][]byte{[]byte("zero"), {}, nil, nil, []byte("four"), nil}
+	for i := range want {
+		if !bytes.Equal(values[i], want[i]) || (values[i] == nil) != (want[i] == nil) {
+			t.Errorf("values[%d]: got %q (nil: %v), want %q (nil: %v)", i, values[i], values[i] == nil, want[i], want[i] == nil)
+		}
+	}
+	// A copy: changing it changes nothing stored.
+	values[0][0] = 'Z'
+	if v, _ := r.Peek("v:0"); string(v) != "zero" {
+		t.Errorf("after the caller changed a value, v:0 holds %q, want \"zero\"", v)
+	}
+}
+
+func TestRemoteFillAndRelease(t *testing.T) {
+	ctx := t.Context()
+	clk := newClock()
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus, Now: clk.Now}
+	// A subscriber that, on hearing a message, reads the key and the lease
+	// finds the write made and the lease released.
+	var (
+		mu    sync.Mutex
+		heard []string
+	)
+	unsub, err := bus.Subscribe(ctx, "ch", func(m []byte) {
+		f := strings.Fields(string(m))
+		key, lease := f[0], f[1]
+		v, _ := r.Peek(key)
+		_, held := r.Peek(lease)
+		mu.Lock()
+		defer mu.Unlock()
+		heard = append(heard, fmt.Sprintf("%s: %s=%q, lease held %v", m, key, v, held))
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	if _, _, _, err := r.TakeLeases(ctx, []string{"la", "lb", "lc", "le", "lq"}, []string{"a", "b", "c", "e", "q"}, "me", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := r.TakeLeases(ctx, []string{"ls"}, []string{"s"}, "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	r.Put("b", []byte("other's"), time.Minute)
+	r.Put("e", []byte{}, time.Minute)
+	const ttl = 10 * time.Second
+	tests := []struct {
+		key, lease string
+		old        []byte
+		value      string
+		wrote      bool
+		want       string // what key holds after; "-": nothing
+		channel    string
+	}{
+		{key: "a", lease: "la", value: "a1", wrote: true, want: "a1", channel: "ch"},                         // absent
+		{key: "b", lease: "lb", value: "b1", want: "other's", channel: "ch"},                                 // present
+		{key: "b", lease: "lb", old: []byte("other's"), value: "b2", wrote: true, want: "b2", channel: "ch"}, // old matches
+		{key: "b", lease: "lb", old: []byte("other's"), value: "b3", want: "b2", channel: "ch"},              // old does not
+		{key: "c", lease: "lc", old: []byte("x"), value: "c1", want: "-", channel: "ch"},                     // missing, old given
+		{key: "c", lease: "lc", old: []byte{}, value: "c2", want: "-", channel: "ch"},                        // missing, old empty
+		{key: "e", lease: "le", old: []byte{}, value: "e1", wrote: true, want: "e1", channel: "ch"},          // empty, old empty
+		{key: "s", lease: "ls", value: "s1", wrote: true, want: "s1", channel: "ch"},                         // a stranger's lease stays
+		{key: "q", lease: "lq", value: "q1", wrote: true, want: "q1"},                                        // no channel
+	}
+	var want []string
+	for _, tt := range tests {
+		stored, unstored := []byte(tt.key+" "+tt.lease+" stored"), []byte(tt.key+" "+tt.lease+" unstored")
+		wrote, err := r.FillAndRelease(ctx, tt.key, tt.old, []byte(tt.value), ttl, tt.lease, "me", tt.channel, stored, unstored)
+		if err != nil || wrote != tt.wrote {
+			t.Errorf("FillAndRelease(%s, old %q, %s) = %v, %v; want %v, nil", tt.key, tt.old, tt.value, wrote, err, tt.wrote)
+		}
+		v, ok := r.Peek(tt.key)
+		if (tt.want == "-") == ok || (ok && string(v) != tt.want) {
+			t.Errorf("after FillAndRelease(%s, old %q, %s), %s holds %q, %v; want %q", tt.key, tt.old, tt.value, tt.key, v, ok, tt.want)
+		}
+		if err := bus.Flush(ctx); err != nil { // the subscriber looks now
+			t.Fatal(err)
+		}
+		_, held := r.Peek(tt.lease)
+		if held != (tt.lease == "ls") {
+			t.Errorf("after FillAndRelease(%s), lease %s held: %v", tt.key, tt.lease, held)
+		}
+		if tt.channel != "" {
+			msg := unstored
+			if tt.wrote {
+				msg = stored
+			}
+			want = append(want, fmt.Sprintf("%s: %s=%q, lease held %v", msg, tt.key, tt.want, tt.lease == "ls"))
+		}
+	}
+	mu.Lock()
+	for i := range want {
+		want[i] = strings.ReplaceAll(want[i], `="-"`, `=""`)
+	}
+	if !slices.Equal(heard, want) {
+		t.Errorf("the subscriber heard\n%s\nwant\n%s", strings.Join(heard, "\n"), strings.Join(want, "\n"))
+	}
+	mu.Unlock()
+
+	// The value lives for ttl.
+	clk.Advance(ttl - time.Millisecond)
+	if _, ok := r.Peek("a"); !ok {
+		t.Error("a gone before its ttl")
+	}
+	clk.Advance(time.Millisecond)
+	if _, ok := r.Peek("a"); ok {
+		t.Error("a outlived its ttl")
+	}
+	if got := r.Calls(); got.FillAndRelease != len(tests) || got.Total() != len(tests)+2 {
+		t.Errorf("Calls: got %+v, want %d FillAndRelease, %d in all", got, len(tests), len(tests)+2)
+	}
+}
+
+func TestRemoteFillAndReleaseFailures(t *testing.T) {
+	ctx := t.Context()
+	// Given a channel, no Bus is an error, and nothing is done.
+	var nobus hybridtest.Remote
+	if _, _, _, err := nobus.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := nobus.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "t", "ch", nil, nil); !errors.Is(err, hybridtest.ErrNoBus) || wrote {
+		t.Errorf("FillAndRelease with a channel and no Bus = %v, %v; want false, %v", wrote, err, hybridtest.ErrNoBus)
+	}
+	if got, want := nobus.Keys(), []string{"l"}; !slices.Equal(got, want) {
+		t.Errorf("Keys after a FillAndRelease without a Bus: got %q, want %q", got, want)
+	}
+	if wrote, err := nobus.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "t", "", nil, nil); err != nil || !wrote {
+		t.Errorf("FillAndRelease without a channel or a Bus = %v, %v; want true, nil", wrote, err)
+	}
+	if got, want := nobus.Keys(), []string{"k"}; !slices.Equal(got, want) {
+		t.Errorf("Keys after FillAndRelease: got %q, want %q", got, want)
+	}
+
+	// When the publish fails, nothing is written or released.
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus}
+	if _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	down := errors.New("bus down")
+	bus.FailWith(down)
+	if wrote, err := r.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "t", "ch", nil, nil); !errors.Is(err, down) || wrote {
+		t.Errorf("FillAndRelease with a failing bus = %v, %v; want false, %v", wrote, err, down)
+	}
+	bus.FailWith(nil)
+	if got, want := r.Keys(), []string{"l"}; !slices.Equal(got, want) {
+		t.Errorf("Keys after a failed FillAndRelease: got %q, want %q", got, want)
 	}
 }

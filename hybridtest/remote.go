@@ -27,9 +27,10 @@ import (
 // counts its call (see Calls), failed or not, as it returns.
 type Remote struct {
 	// Bus receives the messages of SetAndPublish, SetPublishAndLog,
-	// DeleteAndPublish, ReplaceAndPublish and ReleaseLeases, in the order
-	// of their writes. nil: those methods fail (ReplaceAndPublish and
-	// ReleaseLeases only when given a channel).
+	// DeleteAndPublish, ReplaceAndPublish, ReleaseLeases and
+	// FillAndRelease, in the order of their writes. nil: those methods fail
+	// (ReplaceAndPublish, ReleaseLeases and FillAndRelease only when given
+	// a channel).
 	Bus *Bus
 
 	// Now returns the time that lifetimes are measured against, so a test
@@ -62,18 +63,19 @@ type Calls struct {
 	SetIfNewerPublishAndLog                                 int
 	// One per call of the lease methods, however many keys it covers.
 	TakeLeases, ExtendLeases, ReleaseLeases int
+	FillAndRelease                          int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
 	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
 		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish + c.SetIfNewerAndPublish +
-		c.SetIfNewerPublishAndLog + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases
+		c.SetIfNewerPublishAndLog + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases + c.FillAndRelease
 }
 
 // ErrNoBus is returned by SetAndPublish, SetPublishAndLog, DeleteAndPublish
-// and, given a channel, ReplaceAndPublish and ReleaseLeases of a Remote
-// whose Bus is nil. Check it with errors.Is.
+// and, given a channel, ReplaceAndPublish, ReleaseLeases and FillAndRelease
+// of a Remote whose Bus is nil. Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
 // FailWith makes every later call return err, until FailWith(nil).

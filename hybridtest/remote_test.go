@@ -251,14 +251,15 @@ func calls(ctx context.Context, r *hybridtest.Remote) []error {
 	e9 := r.SetPublishAndLog(ctx, "k", []byte("v"), 0, "ch", []byte("m"), "log", []byte("e"), 10)
 	_, e10 := r.OpenLog(ctx, "log")
 	_, _, _, e11 := r.ReadLog(ctx, "log", "", 10)
-	_, _, e12 := r.TakeLeases(ctx, []string{"lease"}, "tok", time.Minute)
+	_, _, _, e12 := r.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 	_, e13 := r.ExtendLeases(ctx, []string{"lease"}, "tok", time.Minute)
 	e14 := r.ReleaseLeases(ctx, []string{"lease"}, "tok", "ch", []byte("m"))
-	return []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14}
+	_, e15 := r.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "lease", "tok", "ch", []byte("s"), []byte("u"))
+	return []error{e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15}
 }
 
 var allOnce = hybridtest.Calls{Get: 1, GetMany: 1, Set: 1, SetIfAbsent: 1, SetManyIfAbsent: 1, Delete: 1, SetAndPublish: 1, DeleteAndPublish: 1,
-	SetPublishAndLog: 1, OpenLog: 1, ReadLog: 1, TakeLeases: 1, ExtendLeases: 1, ReleaseLeases: 1}
+	SetPublishAndLog: 1, OpenLog: 1, ReadLog: 1, TakeLeases: 1, ExtendLeases: 1, ReleaseLeases: 1, FillAndRelease: 1}
 
 func TestRemoteFailWith(t *testing.T) {
 	ctx := t.Context()
@@ -277,7 +278,7 @@ func TestRemoteFailWith(t *testing.T) {
 		t.Errorf("Calls: got %+v, want %+v", got, allOnce)
 	}
 	if got := bus.Stats().Published; got != 0 {
-		t.Errorf("failed SetAndPublish, SetPublishAndLog, DeleteAndPublish and ReleaseLeases published %d messages, want 0", got)
+		t.Errorf("failed SetAndPublish, SetPublishAndLog, DeleteAndPublish, ReleaseLeases and FillAndRelease published %d messages, want 0", got)
 	}
 	if r.Len() != 1 {
 		t.Errorf("failed calls left keys %q, want only k", r.Keys())
@@ -295,11 +296,11 @@ func TestRemoteFailWith(t *testing.T) {
 		}
 	}
 	if got, want := r.Calls(), (hybridtest.Calls{Get: 2, GetMany: 2, Set: 2, SetIfAbsent: 2, SetManyIfAbsent: 2, Delete: 2, SetAndPublish: 2, DeleteAndPublish: 2,
-		SetPublishAndLog: 2, OpenLog: 2, ReadLog: 2, TakeLeases: 2, ExtendLeases: 2, ReleaseLeases: 2}); got != want {
+		SetPublishAndLog: 2, OpenLog: 2, ReadLog: 2, TakeLeases: 2, ExtendLeases: 2, ReleaseLeases: 2, FillAndRelease: 2}); got != want {
 		t.Errorf("Calls: got %+v, want %+v", got, want)
 	}
-	if got := r.Calls().Total(); got != 28 {
-		t.Errorf("Calls().Total: got %d, want 28", got)
+	if got := r.Calls().Total(); got != 30 {
+		t.Errorf("Calls().Total: got %d, want 30", got)
 	}
 }
 

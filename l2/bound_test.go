@@ -107,7 +107,7 @@ func ops() []op {
 		}},
 		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := s.OpenLog(ctx, "log"); return err }},
 		{"TakeLeases", false, func(ctx context.Context, s *l2.Store) error {
-			_, _, err := s.TakeLeases(ctx, []string{"lease"}, "tok", time.Minute)
+			_, _, _, err := s.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", false, func(ctx context.Context, s *l2.Store) error {
@@ -116,6 +116,10 @@ func ops() []op {
 		}},
 		{"ReleaseLeases", false, func(ctx context.Context, s *l2.Store) error {
 			return s.ReleaseLeases(ctx, []string{"lease"}, "tok", "t:l2:bound", nil)
+		}},
+		{"FillAndRelease", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "lease", "tok", "t:l2:bound", nil, nil)
+			return err
 		}},
 		{"ReadLog", true, func(ctx context.Context, s *l2.Store) error {
 			_, _, _, err := s.ReadLog(ctx, "log", "", 10)
@@ -424,7 +428,7 @@ func TestTimeout(t *testing.T) {
 	if _, _, _, err := slow.ReadLog(t.Context(), "log", "", 10); err != nil {
 		t.Fatalf("ReadLog: %v", err)
 	}
-	if _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
+	if _, _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("TakeLeases: %v", err)
 	}
 	if _, err := slow.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
@@ -432,6 +436,9 @@ func TestTimeout(t *testing.T) {
 	}
 	if err := slow.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", nil); err != nil {
 		t.Fatalf("ReleaseLeases: %v", err)
+	}
+	if _, err := slow.FillAndRelease(t.Context(), "k", nil, []byte("v"), time.Minute, "lease", "tok", prefix+"ch", nil, nil); err != nil {
+		t.Fatalf("FillAndRelease: %v", err)
 	}
 	callerDeadline := func() context.Context {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -497,7 +504,7 @@ func TestTimeout(t *testing.T) {
 			}},
 			{"OpenLog", func() error { _, err := fast.OpenLog(t.Context(), "log2"); return err }},
 			{"TakeLeases", func() error {
-				_, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, "tok", time.Minute)
+				_, _, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
 				return err
 			}},
 			{"ExtendLeases", func() error {
@@ -506,6 +513,10 @@ func TestTimeout(t *testing.T) {
 			}},
 			{"ReleaseLeases", func() error {
 				return fast.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", []byte("m"))
+			}},
+			{"FillAndRelease", func() error {
+				_, err := fast.FillAndRelease(t.Context(), "k", []byte("v"), []byte("v4"), time.Minute, "lease", "tok", prefix+"ch", nil, nil)
+				return err
 			}},
 		})
 		// Reads still work while only writes are paused.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,8 +242,9 @@ func TestClusterLogUnsupported(t *testing.T) {
 }
 
 // TestClusterLeases: 50 leases spread over every master are taken,
-// extended and released in one call each, one pipeline per node, with the
-// results in the order of the keys; the release's message reaches a
+// extended and released in one call each, one pipeline per node (and for
+// the take, a second round trip to read the keys of the leases taken), with
+// the results in the order of the keys; the release's message reaches a
 // subscriber on every node.
 func TestClusterLeases(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
@@ -252,14 +254,20 @@ func TestClusterLeases(t *testing.T) {
 			prefix := redistest.Prefix(t) + ":"
 			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
 			const n = 50
-			var keys, others []string
+			var keys, guarded, others []string
 			masters := make(map[string]bool)
 			for i := range n {
 				// As package hybrid names them: never in the slot of the
 				// key they guard, nor of each other.
 				keys = append(keys, fmt.Sprint("ns:\x00lease:user:", i))
+				guarded = append(guarded, fmt.Sprint("ns:user:", i))
 				if i%3 == 0 {
 					others = append(others, keys[i])
+				}
+				if i%2 == 0 {
+					if err := s.Set(ctx, guarded[i], []byte(fmt.Sprint("v", i)), time.Minute); err != nil {
+						t.Fatal(err)
+					}
 				}
 				m, err := clusterOf(c.rdb).MasterForKey(ctx, prefix+keys[i])
 				if err != nil {
@@ -279,8 +287,20 @@ func TestClusterLeases(t *testing.T) {
 			// Every third key is held by another token. The other calls
 			// load each script on every node, so that what follows makes
 			// no NOSCRIPT round trip.
-			if taken, _, err := s.TakeLeases(ctx, others, "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
+			}
+			// Taking none reads nothing.
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			if taken, _, values, err := s.TakeLeases(ctx, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
+				t.Fatalf("TakeLeases(nobody) = %v, %q, %v; want none taken, no values", taken, values, err)
+			}
+			if c.nodes != nil {
+				if cmds, pipes := c.nodes.counts(); cmds+pipes > 3 || strings.Contains(c.nodes.String(), "get") {
+					t.Errorf("TakeLeases taking none sent %v; want at most 3 pipelines (one per node) of scripts", c.nodes)
+				}
 			}
 			if held, err := s.ExtendLeases(ctx, keys, "nobody", time.Minute); err != nil || slices.Contains(held, true) {
 				t.Fatalf("ExtendLeases(nobody) = %v, %v; want none held", held, err)
@@ -317,14 +337,23 @@ func TestClusterLeases(t *testing.T) {
 				c.nodes.reset()
 			}
 
-			taken, left, err := s.TakeLeases(ctx, keys, "me", 10*time.Second)
+			taken, left, values, err := s.TakeLeases(ctx, keys, guarded, "me", 10*time.Second)
 			if err != nil {
 				t.Fatalf("TakeLeases(me): %v", err)
 			}
-			pipelines("TakeLeases", 3)
+			// The takes, then the reads of the keys guarded by the leases
+			// taken, spread over every master too.
+			pipelines("TakeLeases", 6)
 			for i := range n {
 				if want := i%3 != 0; taken[i] != want {
 					t.Errorf("taken[%d]: got %v, want %v", i, taken[i], want)
+				}
+				var want []byte
+				if i%3 != 0 && i%2 == 0 {
+					want = []byte(fmt.Sprint("v", i))
+				}
+				if !bytes.Equal(values[i], want) || (values[i] == nil) != (want == nil) {
+					t.Errorf("values[%d]: got %q, want %q", i, values[i], want)
 				}
 				if i%3 == 0 && (left[i] <= 15*time.Second || left[i] > 20*time.Second) {
 					t.Errorf("left[%d]: got %v, want in (15s, 20s] (the other lease's)", i, left[i])
@@ -388,12 +417,13 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
 	ctx := t.Context()
-	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":"})
+	prefix := redistest.Prefix(t) + ":"
+	s := l2.New(rdb, l2.Options{Prefix: prefix})
 	var keys []string
 	for i := range 30 {
 		keys = append(keys, fmt.Sprint("lease:", i))
 	}
-	if _, _, err := s.TakeLeases(ctx, keys, "warm", time.Minute); err != nil {
+	if _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
@@ -404,7 +434,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	taken, _, err := s.TakeLeases(ctx, keys, "me", time.Minute)
+	taken, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "me", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", taken, err)
 	}
@@ -421,11 +451,144 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := s.ReleaseLeases(ctx, keys, "me", "", nil); err != nil {
 		t.Fatalf("ReleaseLeases after SCRIPT FLUSH on one node: %v", err)
 	}
-	taken, _, err = s.TakeLeases(ctx, keys, "again", time.Minute)
+	// FillAndRelease's scripts (compare and set, release) on every node.
+	for i, k := range keys {
+		if _, err := s.FillAndRelease(ctx, fmt.Sprint("v:", i), []byte("x"), []byte("v"), time.Minute, k, "me", "", nil, nil); err != nil {
+			t.Fatalf("FillAndRelease: %v", err)
+		}
+	}
+	if err := node.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
+	}
+	for i, k := range keys {
+		if _, _, _, err := s.TakeLeases(ctx, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Set(ctx, fmt.Sprint("v:", i), []byte("old"), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		wrote, err := s.FillAndRelease(ctx, fmt.Sprint("v:", i), []byte("old"), []byte("new"), time.Minute, k, "fill", "", nil, nil)
+		if err != nil || !wrote {
+			t.Fatalf("FillAndRelease(%s) after SCRIPT FLUSH on one node = %v, %v; want true, nil", k, wrote, err)
+		}
+		if n, err := rdb.Exists(ctx, prefix+k).Result(); err != nil || n != 0 {
+			t.Errorf("lease %s after FillAndRelease: %d, %v; want released", k, n, err)
+		}
+	}
+	taken, _, _, err = s.TakeLeases(ctx, keys, guards(keys), "again", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", taken, err)
 	}
 	if err := s.ReleaseLeases(ctx, keys, "again", "", nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestClusterTakeLeasesValues: in Redis Cluster, TakeLeases reads the keys
+// guarded by the leases it took, from their own slots, after the takes.
+func TestClusterTakeLeasesValues(t *testing.T) {
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			checkTakeLeasesValues(t, s, c.rdb, prefix)
+			checkTakeSeesFill(t, s, 30)
+		})
+	}
+}
+
+// TestClusterFillAndRelease: in Redis Cluster, FillAndRelease writes on
+// the key's master, then releases and publishes on the lease's: its
+// semantics are those of one server, in two round trips.
+func TestClusterFillAndRelease(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			channel := prefix + "ch"
+			// Leases and keys of checkFillAndRelease are in other slots,
+			// and some on other masters.
+			other := 0
+			for _, k := range []string{"a", "b", "c", "e", "s"} {
+				if slotOf(t, c.rdb, prefix+k) == slotOf(t, c.rdb, prefix+"lease:"+k) {
+					t.Fatalf("%s and its lease share a slot", k)
+				}
+				if masterOf(t, c.rdb, prefix+k) != masterOf(t, c.rdb, prefix+"lease:"+k) {
+					other++
+				}
+			}
+			if other == 0 {
+				t.Fatal("no key on another master than its lease")
+			}
+			sub := redis.NewClient(&redis.Options{Addr: addrs[len(addrs)-1]})
+			t.Cleanup(func() { sub.Close() })
+			checkFillAndRelease(t, s, c.rdb, prefix, channel, receive(subscribe(t, sub, channel), 11))
+
+			if c.nodes == nil {
+				return
+			}
+			// Two round trips: the write, then the release that publishes.
+			for _, old := range [][]byte{nil, []byte("v")} {
+				if err := s.Set(ctx, "r", []byte("v"), time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.FillAndRelease(ctx, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+					t.Fatal(err) // loads the scripts
+				}
+				c.nodes.reset()
+				if _, err := s.FillAndRelease(ctx, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+					t.Fatal(err)
+				}
+				want := "commands [set evalsha], pipelines []"
+				if old != nil {
+					want = "commands [evalsha evalsha], pipelines []"
+				}
+				if got := c.nodes.String(); got != want {
+					t.Errorf("FillAndRelease (old %q) sent %s; want %s", old, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterFillAndReleaseAnnouncesAfter: a subscriber, on hearing a
+// FillAndRelease's message, finds the value written and the lease
+// released. The rounds' keys and leases are spread over every master, so a
+// subscriber on any node hears messages that crossed the cluster bus.
+func TestClusterFillAndReleaseAnnouncesAfter(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	for _, a := range addrs {
+		t.Run(a, func(t *testing.T) {
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(rdb, l2.Options{Prefix: prefix})
+			sub := redis.NewClient(&redis.Options{Addr: a})
+			t.Cleanup(func() { sub.Close() })
+			channel := prefix + "ch"
+			checkFillAnnouncesAfter(t, s, rdb, subscribe(t, sub, channel), prefix, channel, 50)
+		})
+	}
+}
+
+// slotOf returns the hash slot of key, as the cluster computes it.
+func slotOf(t *testing.T, rdb redis.UniversalClient, key string) int64 {
+	t.Helper()
+	n, err := rdb.ClusterKeySlot(t.Context(), key).Result()
+	if err != nil {
+		t.Fatalf("CLUSTER KEYSLOT %q: %v", key, err)
+	}
+	return n
+}
+
+// masterOf returns the address of the master of key's slot.
+func masterOf(t *testing.T, rdb redis.UniversalClient, key string) string {
+	t.Helper()
+	m, err := clusterOf(rdb).MasterForKey(t.Context(), key)
+	if err != nil {
+		t.Fatalf("MasterForKey: %v", err)
+	}
+	return m.Options().Addr
 }

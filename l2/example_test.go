@@ -103,19 +103,29 @@ func ExampleStore_TakeLeases() {
 
 	// Instance A takes the lease on a cold key and loads it; B finds it
 	// held and learns how long it may have to wait.
-	taken, _, err := s.TakeLeases(ctx, []string{"lease:user:1"}, "instance-a", 5*time.Second)
-	fmt.Println("A took it:", taken[0], err)
-	taken, left, err := s.TakeLeases(ctx, []string{"lease:user:1"}, "instance-b", 5*time.Second)
+	// The take reads the key the lease guards, user:1, in the same step.
+	lease, guard := []string{"lease:user:1"}, []string{"user:1"}
+	taken, _, values, err := s.TakeLeases(ctx, lease, guard, "instance-a", 5*time.Second)
+	fmt.Println("A took it:", taken[0], "user:1 found:", values[0] != nil, err)
+	taken, left, _, err := s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
 	fmt.Println("B took it:", taken[0], "left:", left[0], err)
 
-	// A keeps it alive while it loads, then releases it and announces.
-	held, err := s.ExtendLeases(ctx, []string{"lease:user:1"}, "instance-a", 5*time.Second)
+	// A keeps it alive while it loads, then stores the value, releases the
+	// lease and announces, in one step.
+	held, err := s.ExtendLeases(ctx, lease, "instance-a", 5*time.Second)
 	fmt.Println("A still holds it:", held[0], err)
-	err = s.ReleaseLeases(ctx, []string{"lease:user:1"}, "instance-a", "fills", []byte("user:1 filled"))
-	fmt.Println("released:", err, "key left:", mr.Exists("lease:user:1"))
+	wrote, err := s.FillAndRelease(ctx, "user:1", nil, []byte("Ada"), time.Minute, "lease:user:1", "instance-a",
+		"fills", []byte("user:1 filled"), []byte("user:1 not filled"))
+	fmt.Println("wrote:", wrote, err, "lease left:", mr.Exists("lease:user:1"))
+
+	// B, which missed the message, tries again once A's lease would have
+	// ended: it takes the lease, and finds the value in the same step.
+	taken, _, values, err = s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
+	fmt.Printf("B took it: %v, user:1 holds: %s, %v\n", taken[0], values[0], err)
 	// Output:
-	// A took it: true <nil>
+	// A took it: true user:1 found: false <nil>
 	// B took it: false left: 5s <nil>
 	// A still holds it: true <nil>
-	// released: <nil> key left: false
+	// wrote: true <nil> lease left: false
+	// B took it: true, user:1 holds: Ada, <nil>
 }

@@ -443,9 +443,16 @@ func TestCanceledContext(t *testing.T) {
 		{"SetPublishAndLog", func() error { return s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10) }},
 		{"OpenLog", func() error { _, err := s.OpenLog(ctx, "log"); return err }},
 		{"ReadLog", func() error { _, _, _, err := s.ReadLog(ctx, "log", "", 10); return err }},
-		{"TakeLeases", func() error { _, _, err := s.TakeLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
+		{"TakeLeases", func() error {
+			_, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
+			return err
+		}},
 		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
 		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, []string{"l"}, "tok", "ch", nil) }},
+		{"FillAndRelease", func() error {
+			_, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "tok", "ch", nil, nil)
+			return err
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -677,7 +684,7 @@ func TestScriptReloaded(t *testing.T) {
 		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
 			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
-		if taken, _, err := s.TakeLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !taken[0] {
+		if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
 			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, taken, err)
 		}
 		if held, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !held[0] {
@@ -685,6 +692,9 @@ func TestScriptReloaded(t *testing.T) {
 		}
 		if err := s.ReleaseLeases(ctx, []string{"l"}, "tok", prefix+"ch", nil); err != nil {
 			t.Errorf("ReleaseLeases after SCRIPT FLUSH %d: %v", i, err)
+		}
+		if ok, err := s.FillAndRelease(ctx, "k", []byte("v"), []byte("v"), time.Minute, "l", "tok", prefix+"ch", nil, nil); err != nil || !ok {
+			t.Errorf("FillAndRelease after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
 		if !srv.Real() {
 			continue

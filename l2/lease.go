@@ -9,19 +9,24 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file holds the load leases: TakeLeases, ExtendLeases and
-// ReleaseLeases, which make a Store a hybrid.Leaser. See "Leases" in the
-// package doc.
+// This file holds the load leases: TakeLeases, ExtendLeases,
+// ReleaseLeases and FillAndRelease, which make a Store a hybrid.Leaser. See
+// "Leases" in the package doc.
 
 // takeLease takes the lease KEYS[1] under token ARGV[1] for ARGV[2] ms (SET
-// NX PX). It returns 0 if it took it, else the milliseconds the lease held
-// has left, at least 1. A lease that vanished between the SET and the PTTL
-// is tried once more; a key found without an expiry (no lease a Leaser
+// NX PX). If it took it, it returns an array: empty, or, when KEYS[2] is
+// given (the key the lease guards), holding what KEYS[2] holds right after
+// the take (nil for nothing). Else it returns the milliseconds the lease
+// held has left, at least 1. A lease that vanished between the SET and the
+// PTTL is tried once more; a key found without an expiry (no lease a Leaser
 // wrote) is given ARGV[2] ms, so that it cannot block its key for ever.
 var takeLease = redis.NewScript(`
 for _ = 1, 2 do
 	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-		return 0
+		if KEYS[2] then
+			return {redis.call('GET', KEYS[2])}
+		end
+		return {}
 	end
 	local left = redis.call('PTTL', KEYS[1])
 	if left == -1 then
@@ -71,44 +76,105 @@ func leaseMillis(op string, n int, ttl time.Duration) (int64, error) {
 // TakeLeases takes a lease under token for ttl on each of keys that holds
 // nothing: it writes token under key with SET NX PX, so that a lease is a
 // plain string key, with Options.Prefix, that expires by itself. taken[i]
-// reports whether keys[i] was taken; when it was not, left[i] is how long
-// the lease that holds it has left (its PTTL, at least a millisecond), else
-// 0. A key held by token itself is not taken again. Of repeated keys, only
+// reports whether keys[i] was taken. When it was, values[i] is what
+// guards[i] (the key the lease guards, also with the prefix) held right
+// after the take: nil for nothing, a non-nil empty slice for an empty
+// value. When it was not, values[i] is nil and left[i] is how long the
+// lease that holds it has left (its PTTL, at least a millisecond), else 0.
+// A key held by token itself is not taken again. Of repeated keys, only
 // the first can be taken. A key found without an expiry, which a Leaser
 // never writes, is given ttl and reported as having ttl left, so that it
-// cannot hold its key for ever.
+// cannot hold its key for ever. guards must be as long as keys.
 //
 // ttl is rounded down to whole milliseconds and must be at least one. Each
-// key gets a small Lua script (the take and the PTTL in one atomic step);
-// the scripts go in one pipeline, one round trip per node in Redis
-// Cluster. With no keys it returns at once.
+// key gets a small Lua script (the take and the PTTL in one atomic step),
+// and the scripts go in one pipeline. On one server (or a Sentinel-managed
+// primary) each script also reads its guarded key right after its take:
+// one round trip in all. In Redis Cluster, where a lease and the key it
+// guards are generally in different slots, and with a Ring, the scripts
+// take one round trip per node, and the guarded keys of the leases taken
+// are read once they are done, as GetMany reads them: a second round trip,
+// made only if a lease was taken. Either way a guarded key is read after
+// its lease was set, so that a value stored by a holder that released the
+// lease before the take is seen. With no keys it returns at once.
 //
 // NOTE: the takes are not atomic together: when an error is returned (with
-// nil results), some leases may have been taken.
-func (s *Store) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, err error) {
+// nil results), some leases may have been taken (also when only the read
+// of the guarded keys failed, in Redis Cluster).
+func (s *Store) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error) {
+	if len(guards) != len(keys) {
+		return nil, nil, nil, fmt.Errorf("l2: take %d leases: %d guards, want one per key", len(keys), len(guards))
+	}
 	ms, err := leaseMillis("take", len(keys), ttl)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	ctx, cancel := withTimeout(ctx, s.write)
 	defer cancel()
-	res, err := s.evalEach(ctx, takeLease, keys, token, ms)
+	// A script may name its guarded key only where one server holds every
+	// key: a Ring would send it to the lease's shard, Redis Cluster refuse
+	// it across slots.
+	inScript := s.topo == single
+	args := []any{token, ms}
+	cmds, err := s.evalEachCmds(ctx, takeLease, len(keys), func(i int) []string {
+		if inScript {
+			return []string{s.prefix + keys[i], s.prefix + guards[i]}
+		}
+		return []string{s.prefix + keys[i]}
+	}, func(int) []any { return args })
 	if err != nil {
-		return nil, nil, fmt.Errorf("l2: take %d leases: %w", len(keys), withCause(ctx, err))
+		return nil, nil, nil, fmt.Errorf("l2: take %d leases: %w", len(keys), withCause(ctx, err))
 	}
 	taken = make([]bool, len(keys))
 	left = make([]time.Duration, len(keys))
-	for i, n := range res {
-		if n == 0 {
+	values = make([][]byte, len(keys))
+	var read []int // leases taken whose guarded key is still to be read
+	for i, cmd := range cmds {
+		switch r := cmd.Val().(type) {
+		case int64:
+			left[i] = time.Duration(max(r, 1)) * time.Millisecond
+		case []any:
 			taken[i] = true
-		} else {
-			left[i] = time.Duration(max(n, 1)) * time.Millisecond
+			if !inScript {
+				read = append(read, i)
+				break
+			}
+			if len(r) != 1 {
+				return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: %d values, want 1", len(keys), keys[i], len(r))
+			}
+			switch v := r[0].(type) {
+			case nil:
+			case string:
+				values[i] = append([]byte{}, v...)
+			default:
+				return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: a %T", len(keys), keys[i], v)
+			}
+		default:
+			return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: a %T", len(keys), keys[i], r)
 		}
 	}
-	return taken, left, nil
+	if len(read) > 0 {
+		vals, err := s.getMany(ctx, pick(guards, read))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("l2: take %d leases: read %d guarded keys: %w", len(keys), len(read), err)
+		}
+		for j, i := range read {
+			values[i] = vals[j]
+		}
+	}
+	return taken, left, values, nil
+}
+
+// pick returns keys[i] for each i of idx, in order.
+func pick(keys []string, idx []int) []string {
+	out := make([]string, len(idx))
+	for j, i := range idx {
+		out[j] = keys[i]
+	}
+	return out
 }
 
 // ExtendLeases sets to ttl the lifetime of each lease of keys that is still
@@ -187,6 +253,114 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 	return nil
 }
 
+// fillAndRelease is FillAndRelease on one server. It stores ARGV[1] under
+// KEYS[1] for ARGV[2] ms: with SET NX if ARGV[3] is "nx", else only if
+// KEYS[1] holds exactly ARGV[4]. Then it deletes the lease KEYS[2] if it is
+// held under token ARGV[5]. Then, unless channel ARGV[6] is empty, it
+// publishes ARGV[7] on it if it stored, else ARGV[8]. It returns 1 if it
+// stored.
+var fillAndRelease = redis.NewScript(`
+local wrote = 0
+if ARGV[3] == 'nx' then
+	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+		wrote = 1
+	end
+elseif redis.call('GET', KEYS[1]) == ARGV[4] then
+	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+	wrote = 1
+end
+if redis.call('GET', KEYS[2]) == ARGV[5] then
+	redis.call('DEL', KEYS[2])
+end
+if ARGV[6] ~= '' then
+	if wrote == 1 then
+		redis.call('PUBLISH', ARGV[6], ARGV[7])
+	else
+		redis.call('PUBLISH', ARGV[6], ARGV[8])
+	end
+end
+return wrote
+`)
+
+// FillAndRelease is a lease holder's write. It stores value under key for
+// ttl if key holds nothing (old == nil, as SetIfAbsent does) or holds
+// exactly old (old != nil, as CompareAndSet does; an empty old matches an
+// empty value only); then it deletes the lease lease if it is still held
+// under token (one that expired, or that another holder took since,
+// stays); then, when channel is not empty, it publishes stored on channel
+// if it stored value, else unstored. It reports whether it stored value.
+// ttl is rounded down to whole milliseconds and must be at least one: the
+// value always gets an expiry.
+//
+// On one server (or a Sentinel-managed primary) it is one Lua script with
+// key and lease as its KEYS: one atomic step, one round trip. In Redis
+// Cluster, where key and lease are generally in different slots, the write
+// comes first, as its own call (SET NX, or the script of CompareAndSet), on
+// key's master; then lease's master runs the release script of
+// ReleaseLeases, which also publishes the message (cluster-wide, as in
+// SetAndPublish): two round trips, in that order, so that a subscriber that
+// hears the message finds the value written and the lease released. With
+// a Ring the message is a PUBLISH of its own after the release, as with
+// ReleaseLeases.
+//
+// NOTE: as with SetAndPublish, an error does not say the write was not
+// made. In Redis Cluster and with a Ring, an error of the release or the
+// message comes with wrote reporting the write that was made; the lease
+// may then be left to expire, and the message may not have been sent.
+func (s *Store) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (wrote bool, err error) {
+	if ttl < time.Millisecond {
+		return false, fmt.Errorf("l2: fill and release %q: ttl %v, want at least 1ms", key, ttl)
+	}
+	ms := ttl.Milliseconds()
+	ctx, cancel := withTimeout(ctx, s.write)
+	defer cancel()
+	if s.topo == single {
+		mode := "nx"
+		if old != nil {
+			mode = "cas"
+		}
+		n, err := fillAndRelease.Run(ctx, s.rdb, []string{s.prefix + key, s.prefix + lease},
+			value, ms, mode, old, token, channel, stored, unstored).Int()
+		if err != nil {
+			return false, fmt.Errorf("l2: fill and release %q: %w", key, withCause(ctx, err))
+		}
+		return n == 1, nil
+	}
+
+	// One step per key, each on its own master, in order.
+	if old == nil {
+		wrote, err = s.rdb.SetNX(ctx, s.prefix+key, value, time.Duration(ms)*time.Millisecond).Result()
+	} else {
+		var n int
+		n, err = compareAndSet.Run(ctx, s.rdb, []string{s.prefix + key}, old, value, ms).Int()
+		wrote = n == 1
+	}
+	if err != nil {
+		return false, fmt.Errorf("l2: fill and release %q: %w", key, withCause(ctx, err))
+	}
+	msg := unstored
+	if wrote {
+		msg = stored
+	}
+	// In Redis Cluster a PUBLISH from the script reaches every node. With
+	// a Ring it would reach the lease's shard only; a PUBLISH of its own
+	// goes to the channel's shard, where the Ring's subscribers listen.
+	inScript := s.topo == cluster
+	scriptChannel, scriptMsg := "", []byte(nil)
+	if inScript {
+		scriptChannel, scriptMsg = channel, msg
+	}
+	if err := releaseLease.Run(ctx, s.rdb, []string{s.prefix + lease}, token, scriptChannel, scriptMsg).Err(); err != nil {
+		return wrote, fmt.Errorf("l2: fill and release %q: release %q: %w", key, lease, withCause(ctx, err))
+	}
+	if !inScript && channel != "" {
+		if err := s.rdb.Publish(ctx, channel, msg).Err(); err != nil {
+			return wrote, fmt.Errorf("l2: fill and release %q: publish: %w", key, withCause(ctx, err))
+		}
+	}
+	return wrote, nil
+}
+
 // evalEach runs script once for each of keys (with the prefix, as KEYS[1]),
 // with args as ARGV, and returns each reply, an integer, in order. See
 // evalEachArgs.
@@ -195,33 +369,12 @@ func (s *Store) evalEach(ctx context.Context, script *redis.Script, keys []strin
 }
 
 // evalEachArgs runs script once for each of keys (with the prefix, as
-// KEYS[1]), with args(i) as ARGV for keys[i], all in one pipeline by
-// EVALSHA, and returns each reply, an integer, in order. EVALSHA in a
-// pipeline does not fall back by itself: the calls that failed with
-// NOSCRIPT (a server restarted, or its script cache flushed) are sent again
-// by EVAL, in order, in a second pipeline. Any other failure is returned.
+// KEYS[1]), with args(i) as ARGV for keys[i], as evalEachCmds does, and
+// returns each reply, an integer, in order.
 func (s *Store) evalEachArgs(ctx context.Context, script *redis.Script, keys []string, args func(i int) []any) ([]int64, error) {
-	cmds := make([]*redis.Cmd, len(keys))
-	var retry []int
-	pipe := s.rdb.Pipeline()
-	for i, k := range keys {
-		cmds[i] = script.EvalSha(ctx, pipe, []string{s.prefix + k}, args(i)...)
-	}
-	if err := execScripts(ctx, pipe, cmds, func(i int) { retry = append(retry, i) }); err != nil {
+	cmds, err := s.evalEachCmds(ctx, script, len(keys), func(i int) []string { return []string{s.prefix + keys[i]} }, args)
+	if err != nil {
 		return nil, err
-	}
-	if len(retry) > 0 {
-		pipe = s.rdb.Pipeline()
-		again := make([]*redis.Cmd, len(retry))
-		for j, i := range retry {
-			again[j] = script.Eval(ctx, pipe, []string{s.prefix + keys[i]}, args(i)...)
-		}
-		if err := execScripts(ctx, pipe, again, nil); err != nil {
-			return nil, err
-		}
-		for j, i := range retry {
-			cmds[i] = again[j]
-		}
 	}
 	out := make([]int64, len(keys))
 	for i, cmd := range cmds {
@@ -232,6 +385,38 @@ func (s *Store) evalEachArgs(ctx context.Context, script *redis.Script, keys []s
 		out[i] = n
 	}
 	return out, nil
+}
+
+// evalEachCmds runs script n times, the i-th with keys(i) (full keys) as
+// KEYS and args(i) as ARGV, all in one pipeline by EVALSHA, and returns the
+// commands, which hold the replies, in order. EVALSHA in a pipeline does
+// not fall back by itself: the calls that failed with NOSCRIPT (a server
+// restarted, or its script cache flushed) are sent again by EVAL, in order,
+// in a second pipeline. Any other failure is returned.
+func (s *Store) evalEachCmds(ctx context.Context, script *redis.Script, n int, keys func(i int) []string, args func(i int) []any) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	var retry []int
+	pipe := s.rdb.Pipeline()
+	for i := range n {
+		cmds[i] = script.EvalSha(ctx, pipe, keys(i), args(i)...)
+	}
+	if err := execScripts(ctx, pipe, cmds, func(i int) { retry = append(retry, i) }); err != nil {
+		return nil, err
+	}
+	if len(retry) > 0 {
+		pipe = s.rdb.Pipeline()
+		again := make([]*redis.Cmd, len(retry))
+		for j, i := range retry {
+			again[j] = script.Eval(ctx, pipe, keys(i), args(i)...)
+		}
+		if err := execScripts(ctx, pipe, again, nil); err != nil {
+			return nil, err
+		}
+		for j, i := range retry {
+			cmds[i] = again[j]
+		}
+	}
+	return cmds, nil
 }
 
 // execScripts runs pipe, whose commands are cmds, and returns the first

@@ -1,6 +1,7 @@
 package l2_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"slices"
@@ -42,13 +43,26 @@ func holder(t *testing.T, rdb redis.UniversalClient, key string) string {
 	return v
 }
 
+// guards returns a key for each lease of keys to guard: "g:" and the lease's
+// key.
+func guards(keys []string) []string {
+	if keys == nil {
+		return nil
+	}
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = "g:" + k
+	}
+	return out
+}
+
 func TestTakeLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	taken, left, err := s.TakeLeases(ctx, []string{"l"}, "a", ttl)
-	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) {
-		t.Fatalf("TakeLeases(a) = %v, %v, %v; want [true], [0], nil", taken, left, err)
+	taken, left, values, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) || len(values) != 1 || values[0] != nil {
+		t.Fatalf("TakeLeases(a) = %v, %v, %q, %v; want [true], [0], [nil], nil", taken, left, values, err)
 	}
 	if got := holder(t, rdb, prefix+"l"); got != "a" {
 		t.Errorf("lease holds %q, want the token \"a\"", got)
@@ -58,7 +72,7 @@ func TestTakeLeases(t *testing.T) {
 	}
 
 	// Another token is told how long the lease has left.
-	taken, left, err = s.TakeLeases(ctx, []string{"l"}, "b", time.Minute)
+	taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute)
 	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 		t.Fatalf("TakeLeases(b) = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
 	}
@@ -70,7 +84,7 @@ func TestTakeLeases(t *testing.T) {
 	}
 
 	// SET NX: the holder itself does not take it again.
-	taken, left, err = s.TakeLeases(ctx, []string{"l"}, "a", ttl)
+	taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 		t.Fatalf("TakeLeases(a) again = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
 	}
@@ -89,16 +103,20 @@ func TestTakeLeasesMany(t *testing.T) {
 			others = append(others, keys[i])
 		}
 	}
-	if taken, _, err := s.TakeLeases(ctx, others, "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
 	}
 	const ttl = 10 * time.Second
-	taken, left, err := s.TakeLeases(ctx, append(slices.Clone(keys), keys[1]), "me", ttl)
+	mine := append(slices.Clone(keys), keys[1])
+	taken, left, values, err := s.TakeLeases(ctx, mine, guards(mine), "me", ttl)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
-	if len(taken) != n+1 || len(left) != n+1 {
-		t.Fatalf("TakeLeases(me): %d taken, %d left, want %d each", len(taken), len(left), n+1)
+	if len(taken) != n+1 || len(left) != n+1 || len(values) != n+1 {
+		t.Fatalf("TakeLeases(me): %d taken, %d left, %d values, want %d each", len(taken), len(left), len(values), n+1)
+	}
+	if i := slices.IndexFunc(values, func(v []byte) bool { return v != nil }); i >= 0 {
+		t.Errorf("values[%d]: got %q, want nil (nothing guarded)", i, values[i])
 	}
 	for i := range n {
 		want, wantHolder := i%3 != 0, "me"
@@ -135,7 +153,7 @@ func TestTakeLeaseWithoutExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
-	taken, left, err := s.TakeLeases(ctx, []string{"l"}, "a", ttl)
+	taken, left, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || !slices.Equal(left, []time.Duration{ttl}) {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
@@ -153,7 +171,7 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 	for i := range takers {
 		wg.Go(func() {
 			<-start
-			taken, left, err := s.TakeLeases(t.Context(), []string{"l"}, fmt.Sprint("t", i), time.Minute)
+			taken, left, _, err := s.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
 			if err != nil {
 				t.Errorf("taker %d: %v", i, err)
 				return
@@ -184,10 +202,10 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 func TestExtendLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, "a", time.Second); err != nil {
+	if _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.TakeLeases(ctx, []string{"l3"}, "b", time.Second); err != nil {
+	if _, _, _, err := s.TakeLeases(ctx, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	held, err := s.ExtendLeases(ctx, []string{"l1", "l3", "missing", "l2"}, "a", time.Minute)
@@ -223,7 +241,7 @@ func TestReleaseLeases(t *testing.T) {
 	ctx := t.Context()
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 3)
-	if _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, "a", time.Minute); err != nil {
+	if _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 
@@ -269,7 +287,7 @@ func TestReleaseLeases(t *testing.T) {
 	}
 
 	// Released, a lease can be taken by another.
-	if taken, _, err := s.TakeLeases(ctx, []string{"l1"}, "b", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, err := s.TakeLeases(ctx, []string{"l1"}, []string{"g:l1"}, "b", time.Minute); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(b) after the release = %v, %v; want [true], nil", taken, err)
 	}
 }
@@ -278,7 +296,7 @@ func TestLeaseExpires(t *testing.T) {
 	srv.NeedReal(t) // miniredis expires keys only when told to
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if taken, _, err := s.TakeLeases(ctx, []string{"l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
+	if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
 		t.Fatalf("TakeLeases = %v, %v; want [true], nil", taken, err)
 	}
 	// Redis expires it by itself; wait for that.
@@ -292,26 +310,44 @@ func TestLeaseExpires(t *testing.T) {
 	if held, err := s.ExtendLeases(ctx, []string{"l"}, "a", time.Minute); err != nil || held[0] {
 		t.Errorf("ExtendLeases of an expired lease = %v, %v; want [false], nil", held, err)
 	}
-	if taken, _, err := s.TakeLeases(ctx, []string{"l"}, "b", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", taken, err)
 	}
 }
 
-func TestLeasesBadTTL(t *testing.T) {
+// TestLeasesBadArguments: a ttl under a millisecond, or guards that do not
+// match the keys, fail without a round trip.
+func TestLeasesBadArguments(t *testing.T) {
 	s, rdb, _ := newStore(t)
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, err := s.TakeLeases(ctx, keys, "a", ttl)
-			if err == nil || taken != nil || left != nil || !strings.HasPrefix(err.Error(), "l2: ") {
-				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %v; want an l2 error", len(keys), ttl, taken, left, err)
+			taken, left, values, err := s.TakeLeases(ctx, keys, guards(keys), "a", ttl)
+			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
+				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an l2 error", len(keys), ttl, taken, left, values, err)
 			}
 			held, err := s.ExtendLeases(ctx, keys, "a", ttl)
 			if err == nil || held != nil || !strings.HasPrefix(err.Error(), "l2: ") {
 				t.Errorf("ExtendLeases(%d keys, ttl %v) = %v, %v; want an l2 error", len(keys), ttl, held, err)
 			}
+		}
+		// A value is never written without an expiry.
+		wrote, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), ttl, "l", "a", "ch", []byte("s"), []byte("u"))
+		if err == nil || wrote || !strings.HasPrefix(err.Error(), "l2: ") {
+			t.Errorf("FillAndRelease(ttl %v) = %v, %v; want an l2 error", ttl, wrote, err)
+		}
+	}
+	// One guard per key.
+	for _, g := range [][]string{nil, {"g:1"}, {"g:1", "g:2", "g:3"}} {
+		keys := []string{"l1", "l2"}
+		if len(g) == 1 {
+			keys = nil
+		}
+		taken, left, values, err := s.TakeLeases(ctx, keys, g, "a", time.Second)
+		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
+			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an l2 error", len(keys), len(g), taken, left, values, err)
 		}
 	}
 	if c.String() != "commands [], pipelines []" {
@@ -324,8 +360,8 @@ func TestLeasesNoKeys(t *testing.T) {
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
-	if taken, left, err := s.TakeLeases(ctx, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 {
-		t.Errorf("TakeLeases(nil) = %v, %v, %v; want none, nil", taken, left, err)
+	if taken, left, values, err := s.TakeLeases(ctx, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
+		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
 	}
 	if held, err := s.ExtendLeases(ctx, []string{}, "a", time.Second); err != nil || len(held) != 0 {
 		t.Errorf("ExtendLeases([]) = %v, %v; want none, nil", held, err)
@@ -351,24 +387,45 @@ func TestLeasesNoKeys(t *testing.T) {
 	}
 }
 
-// TestLeasesOneRoundTrip: each call is one pipeline of one script per key,
-// the PUBLISH of a release included; after SCRIPT FLUSH, a second pipeline
-// sends them by EVAL.
+// TestLeasesOneRoundTrip: each call is one round trip on one server: one
+// pipeline of one script per key, the read of the guarded key of a take and
+// the PUBLISH of a release included, or FillAndRelease's one script; after
+// SCRIPT FLUSH, the scripts go again by EVAL.
 func TestLeasesOneRoundTrip(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
 	channel := prefix + "ch"
-	msgs := receive(subscribe(t, srv.Client(t), channel), 4)
+	msgs := receive(subscribe(t, srv.Client(t), channel), 8)
 	keys := []string{"a", "b", "c"}
+	for _, k := range guards(keys) {
+		if err := s.Set(ctx, k, []byte("v"+k), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const (
+		pipeline = "commands [], pipelines [[evalsha evalsha evalsha]]"
+		reloaded = "commands [], pipelines [[evalsha evalsha evalsha] [eval eval eval]]"
+	)
 	calls := []struct {
-		name string
-		run  func() error
+		name           string
+		run            func() error
+		want, reloaded string
 	}{
-		{"TakeLeases", func() error { _, _, err := s.TakeLeases(ctx, keys, "tok", time.Minute); return err }},
-		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, keys, "tok", time.Minute); return err }},
-		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, keys, "tok", channel, []byte("m")) }},
+		{"TakeLeases", func() error {
+			taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+			if err == nil && slices.Contains(taken, true) && (len(values) != 3 || string(values[0]) != "vg:a") {
+				err = fmt.Errorf("taken %v, values %q; want \"vg:a\" first", taken, values)
+			}
+			return err
+		}, pipeline, reloaded},
+		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, keys, "tok", time.Minute); return err }, pipeline, reloaded},
+		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, keys, "tok", channel, []byte("m")) }, pipeline, reloaded},
+		{"FillAndRelease", func() error {
+			_, err := s.FillAndRelease(ctx, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
+			return err
+		}, "commands [evalsha], pipelines []", "commands [evalsha eval], pipelines []"},
 	}
 	for _, flush := range []bool{false, true} {
 		for _, call := range calls {
@@ -384,21 +441,27 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 			if err := call.run(); err != nil {
 				t.Fatalf("%s (after SCRIPT FLUSH: %v): %v", call.name, flush, err)
 			}
-			want := "commands [], pipelines [[evalsha evalsha evalsha]]"
+			want := call.want
 			if flush {
-				want = "commands [], pipelines [[evalsha evalsha evalsha] [eval eval eval]]"
+				want = call.reloaded
 			}
 			if got := c.String(); got != want {
 				t.Errorf("%s (after SCRIPT FLUSH: %v): sent %s; want %s", call.name, flush, got, want)
 			}
 		}
 	}
-	if got, want := wait(t, msgs, 4), []string{"m", "m", "m", "m"}; !slices.Equal(got, want) {
+	if got, want := wait(t, msgs, 8), slices.Repeat([]string{"m"}, 8); !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
 	}
 	// The scripts did their work after the flush too.
-	if _, _, err := s.TakeLeases(ctx, keys, "tok", time.Minute); err != nil {
-		t.Fatal(err)
+	taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+	if err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases = %v, %v; want all taken", taken, err)
+	}
+	for i, k := range guards(keys) {
+		if string(values[i]) != "v"+k {
+			t.Errorf("values[%d]: got %q, want %q", i, values[i], "v"+k)
+		}
 	}
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
@@ -409,11 +472,22 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	if d := pttl(t, rdb, prefix+"a"); d <= time.Minute {
 		t.Errorf("PTTL after ExtendLeases(1h) = %v, want over a minute", d)
 	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v", err)
+	}
+	if wrote, err := s.FillAndRelease(ctx, "w", nil, []byte("w"), time.Minute, "a", "tok", "", nil, nil); err != nil || !wrote {
+		t.Errorf("FillAndRelease after SCRIPT FLUSH = %v, %v; want true, nil", wrote, err)
+	}
+	if got := holder(t, rdb, prefix+"a"); got != "" {
+		t.Errorf("after FillAndRelease, the lease holds %q, want it released", got)
+	}
 }
 
 func TestLeasesRing(t *testing.T) {
 	// A Ring shards by key on the client side: each script goes to its
-	// key's shard.
+	// key's shard, the guarded keys are read after the takes, and
+	// FillAndRelease writes, then releases, then publishes on the
+	// channel's shard, where the Ring's subscribers listen.
 	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
 	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
 	t.Cleanup(func() { rdb.Close() })
@@ -423,88 +497,553 @@ func TestLeasesRing(t *testing.T) {
 	for i := range 20 {
 		keys = append(keys, fmt.Sprint("l", i))
 	}
-	taken, _, err := s.TakeLeases(ctx, keys, "a", time.Minute)
+	gs := guards(keys)
+	for _, g := range gs[:10] {
+		if err := s.Set(ctx, g, []byte("v"+g), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Load the script on both shards.
+	if _, _, _, err := s.TakeLeases(ctx, keys, gs, "warm", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	var c counter
+	rdb.AddHook(&c)
+	taken, _, values, err := s.TakeLeases(ctx, keys, gs, "a", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	}
+	for i, g := range gs {
+		want := []byte("v" + g)
+		if i >= 10 {
+			want = nil
+		}
+		if !bytes.Equal(values[i], want) || (values[i] == nil) != (want == nil) {
+			t.Errorf("values[%d]: got %q, want %q", i, values[i], want)
+		}
+	}
+	if _, pipes := c.counts(); pipes != 2 {
+		t.Errorf("TakeLeases sent %v; want 2 pipelines, the takes and the reads", &c)
 	}
 	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
 		t.Fatalf("leases per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
-	taken, left, err := s.TakeLeases(ctx, keys, "b", time.Minute)
+	c.reset()
+	taken, left, values, err := s.TakeLeases(ctx, keys, gs, "b", time.Minute)
 	if err != nil || slices.Contains(taken, true) || slices.ContainsFunc(left, func(d time.Duration) bool { return d <= 0 }) {
 		t.Fatalf("TakeLeases(b) = %v, %v, %v; want none taken, all with time left", taken, left, err)
+	}
+	if slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
+		t.Errorf("TakeLeases(b): values %q; want none for leases not taken", values)
+	}
+	if _, pipes := c.counts(); pipes != 1 {
+		t.Errorf("TakeLeases taking nothing sent %v; want 1 pipeline, no reads", &c)
 	}
 	if held, err := s.ExtendLeases(ctx, keys, "a", time.Hour); err != nil || slices.Contains(held, false) {
 		t.Fatalf("ExtendLeases(a) = %v, %v; want all held", held, err)
 	}
+
+	// FillAndRelease, with a subscriber of the Ring, which listens on the
+	// channel's shard: the fills' leases are on the other shard.
+	shard := func(key string) string {
+		c, err := rdb.GetShardClientForKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Options().Addr
+	}
+	var away []int // leases of values not set, then of values set
+	for _, from := range []int{10, 0} {
+		for i := from; i < from+10; i++ {
+			if shard("p:"+keys[i]) != shard("fills") {
+				away = append(away, i)
+				break
+			}
+		}
+	}
+	if len(away) != 2 {
+		t.Fatalf("leases on another shard than the channel's: %v; want one of l0-l9 and one of l10-l19", away)
+	}
+	fresh, set := away[0], away[1]
+	ps := rdb.Subscribe(ctx, "fills")
+	t.Cleanup(func() { ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	msgs := receive(ps, 2)
+	if wrote, err := s.FillAndRelease(ctx, gs[fresh], nil, []byte("new"), time.Minute, keys[fresh], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
+		t.Fatalf("FillAndRelease(absent) = %v, %v; want true, nil", wrote, err)
+	}
+	if wrote, err := s.FillAndRelease(ctx, gs[set], []byte("old"), []byte("new"), time.Minute, keys[set], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || wrote {
+		t.Fatalf("FillAndRelease(mismatch) = %v, %v; want false, nil", wrote, err)
+	}
+	if got, want := wait(t, msgs, 2), []string{"stored", "unstored"}; !slices.Equal(got, want) {
+		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	if v, ok, err := s.Get(ctx, gs[fresh]); err != nil || string(v) != "new" {
+		t.Errorf("Get(%s) = %q, %v, %v; want \"new\"", gs[fresh], v, ok, err)
+	}
+	if v, ok, err := s.Get(ctx, gs[set]); err != nil || string(v) != "v"+gs[set] {
+		t.Errorf("Get(%s) = %q, %v, %v; want %q", gs[set], v, ok, err, "v"+gs[set])
+	}
+	for _, i := range []int{fresh, set} {
+		if _, ok, err := s.Get(ctx, keys[i]); err != nil || ok {
+			t.Errorf("lease %s after FillAndRelease: found %v, %v; want released", keys[i], ok, err)
+		}
+	}
+
 	if err := s.ReleaseLeases(ctx, keys, "a", "", nil); err != nil {
 		t.Fatalf("ReleaseLeases(a): %v", err)
 	}
-	if n := len(m1.Keys()) + len(m2.Keys()); n != 0 {
-		t.Errorf("%d keys left after the release, want 0", n)
+	if n := len(m1.Keys()) + len(m2.Keys()); n != 11 {
+		t.Errorf("%d keys left after the release, want 11 (the values)", n)
 	}
 }
 
 // TestLeasesMatchDouble runs one history of lease calls on a Store and on
-// hybridtest.Remote and checks that they answer alike.
+// hybridtest.Remote and checks that they answer alike, publish alike and
+// leave the same keys.
 func TestLeasesMatchDouble(t *testing.T) {
-	s, _, _ := newStore(t)
+	s, rdb, prefix := newStore(t)
 	bus := new(hybridtest.Bus)
 	t.Cleanup(func() { bus.Close() })
 	double := &hybridtest.Remote{Bus: bus}
 	const ttl = time.Minute
-	run := func(l hybrid.Leaser, exists func(key string) bool) []string {
+	channel := prefix + "ch"
+	type sides struct {
+		l     hybrid.Leaser
+		put   func(key, value string)
+		get   func(key string) ([]byte, bool)
+		heard func(n int) []string // the next n messages on channel
+	}
+	run := func(x sides) []string {
 		ctx := t.Context()
 		var out []string
+		show := func(vs [][]byte) string {
+			var ss []string
+			for _, v := range vs {
+				if v == nil {
+					ss = append(ss, "nil")
+				} else {
+					ss = append(ss, fmt.Sprintf("%q", v))
+				}
+			}
+			return "[" + strings.Join(ss, " ") + "]"
+		}
 		take := func(token string, keys ...string) {
-			taken, left, err := l.TakeLeases(ctx, keys, token, ttl)
+			gs := make([]string, len(keys))
+			for i, k := range keys {
+				gs[i] = "v:" + k
+			}
+			taken, left, values, err := x.l.TakeLeases(ctx, keys, gs, token, ttl)
 			var leftOK []bool
 			for _, d := range left {
 				leftOK = append(leftOK, d > 0 && d <= ttl)
 			}
-			out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, %v", token, keys, taken, leftOK, err))
+			out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, values %s, %v", token, keys, taken, leftOK, show(values), err))
 		}
 		extend := func(token string, keys ...string) {
-			held, err := l.ExtendLeases(ctx, keys, token, ttl)
+			held, err := x.l.ExtendLeases(ctx, keys, token, ttl)
 			out = append(out, fmt.Sprintf("extend %s %q: %v, %v", token, keys, held, err))
 		}
 		release := func(token string, keys ...string) {
-			err := l.ReleaseLeases(ctx, keys, token, "", nil)
+			err := x.l.ReleaseLeases(ctx, keys, token, "", nil)
 			out = append(out, fmt.Sprintf("release %s %q: %v", token, keys, err))
+		}
+		fill := func(token, key string, old []byte, value string, announce bool) {
+			ch := ""
+			if announce {
+				ch = channel
+			}
+			wrote, err := x.l.FillAndRelease(ctx, "v:"+key, old, []byte(value), ttl, key, token, ch,
+				[]byte("stored "+value), []byte("unstored "+value))
+			out = append(out, fmt.Sprintf("fill %s %s old %s with %q: %v, %v", token, key, show([][]byte{old}), value, wrote, err))
+			if announce {
+				out = append(out, fmt.Sprintf("heard %q", x.heard(1)))
+			}
 		}
 		state := func() {
 			var live []string
 			for _, k := range []string{"a", "b", "c", "d", "e"} {
-				if exists(k) {
-					live = append(live, k)
+				if v, ok := x.get(k); ok {
+					live = append(live, k+"="+string(v))
+				}
+				if v, ok := x.get("v:" + k); ok {
+					live = append(live, "v:"+k+"="+string(v))
 				}
 			}
 			out = append(out, fmt.Sprintf("live %q", live))
 		}
+		x.put("v:b", "B")
+		x.put("v:e", "")
 		take("t1", "a", "b", "c")
 		take("t2", "b", "d")
 		take("t1", "a", "e", "a")
 		state()
 		extend("t1", "a", "d", "missing", "c")
 		extend("t2", "d")
-		release("t1", "a", "d", "missing")
+		fill("t1", "a", nil, "A1", true)         // absent: written
+		fill("t1", "b", nil, "B1", true)         // present: not written
+		fill("t1", "c", []byte("X"), "C1", true) // missing, old given: not written
+		fill("t2", "e", []byte{}, "E1", false)   // empty, old empty: written; a stranger's lease stays
+		fill("t1", "b", []byte("B"), "B2", true) // old matches, lease gone already
+		fill("t1", "b", []byte("B"), "B3", false)
 		state()
-		take("t3", "a", "d")
+		take("t3", "a", "b", "d", "e")
+		release("t1", "a", "d", "missing", "e")
+		state()
+		take("t3", "e")
 		release("t2", "b", "d")
 		state()
 		return out
 	}
-	want := run(double, func(k string) bool { _, ok := double.Peek(k); return ok })
-	got := run(s, func(k string) bool {
-		_, ok, err := s.Get(t.Context(), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
+	var fromBus []string
+	var mu sync.Mutex
+	unsub, err := bus.Subscribe(t.Context(), channel, func(m []byte) {
+		mu.Lock()
+		fromBus = append(fromBus, string(m))
+		mu.Unlock()
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(unsub)
+	want := run(sides{
+		l:   double,
+		put: func(k, v string) { double.Put(k, []byte(v), ttl) },
+		get: double.Peek,
+		heard: func(n int) []string {
+			if err := bus.Flush(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			got := fromBus[:min(n, len(fromBus))]
+			fromBus = fromBus[len(got):]
+			return got
+		},
 	})
+	msgs := receive(subscribe(t, srv.Client(t), channel), 5)
+	got := run(sides{
+		l: s,
+		put: func(k, v string) {
+			if err := s.Set(t.Context(), k, []byte(v), ttl); err != nil {
+				t.Fatal(err)
+			}
+		},
+		get: func(k string) ([]byte, bool) {
+			v, ok, err := s.Get(t.Context(), k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v, ok
+		},
+		heard: func(n int) []string { return wait(t, msgs, n) },
+	})
+	if len(got) != len(want) {
+		t.Fatalf("Store made %d steps, hybridtest.Remote %d", len(got), len(want))
+	}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i], want[i])
+		}
+	}
+	// Nothing more was published by either.
+	if err := rdb.Publish(t.Context(), channel, "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, msgs, 1); got[0] != "end" {
+		t.Errorf("Store: message after the history: got %q, want \"end\"", got[0])
+	}
+	if err := bus.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(fromBus) != 0 {
+		t.Errorf("hybridtest.Remote: messages after the history: %q, want none", fromBus)
+	}
+}
+
+// checkTakeLeasesValues checks the values TakeLeases returns through s
+// (whose keys have prefix in rdb): what each guarded key held when its
+// lease was taken, nil for nothing, and nil for every lease not taken.
+func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	ctx := t.Context()
+	keys := []string{"l:0", "l:1", "l:2", "l:3", "l:4", "l:4", "l:5"}
+	gs := []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4", "v:5"}
+	for k, v := range map[string]string{"v:0": "zero", "v:1": "", "v:3": "three", "v:4": "four", "v:5": "five"} {
+		if err := s.Set(ctx, k, []byte(v), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// l:3 is held by another; l:5 is a lease this token holds already.
+	if taken, _, _, err := s.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
+		t.Fatalf("TakeLeases(other) = %v, %v; want [true], nil", taken, err)
+	}
+	if taken, _, values, err := s.TakeLeases(ctx, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
+		t.Fatalf("TakeLeases(me, l:5) = %v, %q, %v; want [true], [\"five\"], nil", taken, values, err)
+	}
+	taken, left, values, err := s.TakeLeases(ctx, keys, gs, "me", time.Minute)
+	if err != nil {
+		t.Fatalf("TakeLeases(me): %v", err)
+	}
+	if want := []bool{true, true, true, false, true, false, false}; !slices.Equal(taken, want) {
+		t.Errorf("taken: got %v, want %v", taken, want)
+	}
+	want := [][]byte{[]byte("zero"), {}, nil, nil, []byte("four"), nil, nil}
+	if len(values) != len(want) {
+		t.Fatalf("got %d values, want %d", len(values), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(values[i], want[i]) || (values[i] == nil) != (want[i] == nil) {
+			t.Errorf("values[%d] (%s, guarding %s): got %q (nil: %v), want %q (nil: %v)",
+				i, keys[i], gs[i], values[i], values[i] == nil, want[i], want[i] == nil)
+		}
+		if taken[i] == (left[i] != 0) {
+			t.Errorf("left[%d]: got %v with taken %v", i, left[i], taken[i])
+		}
+	}
+	// The leases are the tokens; the guarded keys are unchanged.
+	for i, k := range keys {
+		wantHolder := "me"
+		if k == "l:3" {
+			wantHolder = "other"
+		}
+		if got := holder(t, rdb, prefix+k); got != wantHolder {
+			t.Errorf("lease %s holds %q, want %q", k, got, wantHolder)
+		}
+		if v, _, err := s.Get(ctx, gs[i]); err != nil || (gs[i] != "v:2" && v == nil) || (gs[i] == "v:2" && v != nil) {
+			t.Errorf("Get(%s) after the takes = %q, %v", gs[i], v, err)
+		}
+	}
+}
+
+func TestTakeLeasesValues(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	checkTakeLeasesValues(t, s, rdb, prefix)
+}
+
+// checkTakeSeesFill checks that a guarded key is read after its lease is
+// taken. In each round a holder takes a lease, then fills its key and
+// releases it with FillAndRelease, while a taker tries to take the lease
+// until it does: it must find the holder's value every time it takes it
+// (the fill writes before it releases). A read made before the take, or
+// alongside it on another node, would sometimes find nothing.
+func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
+	t.Helper()
+	ctx := t.Context()
+	for round := range rounds {
+		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
+		value := []byte(fmt.Sprint("value ", round))
+		taken, _, values, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "holder", time.Minute)
+		if err != nil || !taken[0] || values[0] != nil {
+			t.Fatalf("round %d: holder's TakeLeases = %v, %q, %v; want [true], [nil], nil", round, taken, values, err)
+		}
+		start := make(chan struct{})
+		filled := make(chan error, 1)
+		go func() {
+			<-start
+			wrote, err := s.FillAndRelease(ctx, key, nil, value, time.Minute, lease, "holder", "", nil, nil)
+			if err == nil && !wrote {
+				err = errors.New("not written")
+			}
+			filled <- err
+		}()
+		close(start)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			taken, _, values, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "taker", time.Minute)
+			if err != nil {
+				t.Fatalf("round %d: taker's TakeLeases: %v", round, err)
+			}
+			if taken[0] {
+				if !bytes.Equal(values[0], value) {
+					t.Errorf("round %d: the taker took the released lease and found %q, want %q", round, values[0], value)
+				}
+				break
+			}
+			if values[0] != nil {
+				t.Errorf("round %d: a lease not taken came with value %q, want nil", round, values[0])
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: lease not released after 10s", round)
+			}
+		}
+		if err := <-filled; err != nil {
+			t.Fatalf("round %d: FillAndRelease: %v", round, err)
+		}
+	}
+}
+
+func TestTakeLeasesSeesFill(t *testing.T) {
+	s, _, _ := newStore(t)
+	checkTakeSeesFill(t, s, 50)
+}
+
+// checkFillAndRelease checks FillAndRelease through s (whose keys have
+// prefix in rdb): which writes it makes, which leases it releases, and
+// that it publishes exactly one of its two messages on channel, which msgs
+// receives (rdb publishes on it too).
+func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, prefix, channel string, msgs *messages) {
+	t.Helper()
+	ctx := t.Context()
+	const ttl = 10 * time.Second
+	take := func(token string, leases ...string) {
+		t.Helper()
+		taken, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, 20*time.Second)
+		if err != nil || slices.Contains(taken, false) {
+			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
+		}
+	}
+	set := func(key, value string) {
+		t.Helper()
+		if err := s.Set(ctx, key, []byte(value), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take("me", "lease:a", "lease:b", "lease:c", "lease:e", "lease:f", "lease:q")
+	take("other", "lease:s")
+	set("b", "other's")
+	set("e", "")
+	tests := []struct {
+		name       string
+		key        string
+		old        []byte
+		lease      string
+		wrote      bool
+		want       string // what key holds after
+		wantLease  string // what lease holds after
+		noChannel  bool
+		leaseAfter time.Duration // when wantLease is not empty: at most this long left
+	}{
+		{name: "absent", key: "a", lease: "lease:a", wrote: true, want: "a1"},
+		{name: "present, old nil", key: "b", lease: "lease:b", want: "other's"},
+		{name: "old matches", key: "b", old: []byte("other's"), lease: "lease:b", wrote: true, want: "b2"},
+		{name: "old does not match", key: "b", old: []byte("other's"), lease: "lease:b", want: "b2"},
+		{name: "missing, old given", key: "c", old: []byte("x"), lease: "lease:c"},
+		{name: "missing, old empty", key: "c", old: []byte{}, lease: "lease:c"},
+		{name: "empty, old empty", key: "e", old: []byte{}, lease: "lease:e", wrote: true, want: "e1"},
+		{name: "present, old empty", key: "e", old: []byte{}, lease: "lease:f", want: "e1"},
+		{name: "a stranger's lease stays", key: "s", lease: "lease:s", wrote: true, want: "s1", wantLease: "other", leaseAfter: 20 * time.Second},
+		{name: "no lease", key: "n", lease: "lease:none", wrote: true, want: "n1"},
+		{name: "no channel", key: "q", lease: "lease:q", wrote: true, want: "q1", noChannel: true},
+	}
+	for i, tt := range tests {
+		value := []byte(fmt.Sprint(tt.key, i))
+		if tt.wrote {
+			value = []byte(tt.want)
+		}
+		ch := channel
+		if tt.noChannel {
+			ch = ""
+		}
+		stored, unstored := []byte("stored "+tt.name), []byte("unstored "+tt.name)
+		wrote, err := s.FillAndRelease(ctx, tt.key, tt.old, value, ttl, tt.lease, "me", ch, stored, unstored)
+		if err != nil || wrote != tt.wrote {
+			t.Errorf("%s: FillAndRelease = %v, %v; want %v, nil", tt.name, wrote, err, tt.wrote)
+		}
+		got, ok, err := s.Get(ctx, tt.key)
+		if err != nil || ok != (tt.want != "") || string(got) != tt.want {
+			t.Errorf("%s: %s holds %q (found %v, %v); want %q", tt.name, tt.key, got, ok, err, tt.want)
+		}
+		if tt.wrote {
+			if d := pttl(t, rdb, prefix+tt.key); d <= 0 || d > ttl {
+				t.Errorf("%s: PTTL of the written key = %v, want in (0, %v]", tt.name, d, ttl)
+			}
+		}
+		if got := holder(t, rdb, prefix+tt.lease); got != tt.wantLease {
+			t.Errorf("%s: lease holds %q, want %q", tt.name, got, tt.wantLease)
+		}
+		if tt.wantLease != "" {
+			if d := pttl(t, rdb, prefix+tt.lease); d <= 0 || d > tt.leaseAfter {
+				t.Errorf("%s: PTTL of the lease = %v, want in (0, %v]", tt.name, d, tt.leaseAfter)
+			}
+		}
+		if tt.noChannel {
+			continue
+		}
+		want := unstored
+		if tt.wrote {
+			want = stored
+		}
+		if got := wait(t, msgs, 1); got[0] != string(want) {
+			t.Errorf("%s: message %q, want %q", tt.name, got[0], want)
+		}
+	}
+	// Exactly one message each: the next is one sent now.
+	if err := rdb.Publish(ctx, channel, "end").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, msgs, 1); got[0] != "end" {
+		t.Errorf("message after the last FillAndRelease: got %q, want \"end\"", got[0])
+	}
+}
+
+func TestFillAndRelease(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 11)
+	checkFillAndRelease(t, s, rdb, prefix, channel, msgs)
+}
+
+// TestFillAndReleaseAnnouncesAfter: a subscriber that hears a
+// FillAndRelease's message finds the value written and the lease released.
+func TestFillAndReleaseAnnouncesAfter(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	channel := prefix + "ch"
+	checkFillAnnouncesAfter(t, s, rdb, subscribe(t, srv.Client(t), channel), prefix, channel, 50)
+}
+
+// checkFillAnnouncesAfter makes rounds FillAndRelease calls through s, and
+// checks that when ps receives each one's message, the value is already
+// written and the lease released, as a second client, rdb, reads them.
+func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClient, ps *redis.PubSub, prefix, channel string, rounds int) {
+	t.Helper()
+	ctx := t.Context()
+	checked := make(chan error, rounds)
+	go func() {
+		for range rounds {
+			m, err := ps.ReceiveMessage(ctx)
+			if err != nil {
+				checked <- err
+				return
+			}
+			key, lease, _ := strings.Cut(m.Payload, " ")
+			v, err := rdb.Get(ctx, prefix+key).Result()
+			switch {
+			case err != nil:
+				err = fmt.Errorf("on hearing %q, GET %s: %w", m.Payload, key, err)
+			case v != "v "+key:
+				err = fmt.Errorf("on hearing %q, %s holds %q, want %q", m.Payload, key, v, "v "+key)
+			default:
+				if n, xerr := rdb.Exists(ctx, prefix+lease).Result(); xerr != nil || n != 0 {
+					err = fmt.Errorf("on hearing %q, the lease %q is there (%v, %v)", m.Payload, lease, n, xerr)
+				}
+			}
+			checked <- err
+		}
+	}()
+	for round := range rounds {
+		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
+		if taken, _, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
+			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, taken, err)
+		}
+		msg := []byte(key + " " + lease)
+		if wrote, err := s.FillAndRelease(ctx, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, msg, []byte("unstored")); err != nil || !wrote {
+			t.Fatalf("round %d: FillAndRelease = %v, %v; want true, nil", round, wrote, err)
+		}
+	}
+	for round := range rounds {
+		select {
+		case err := <-checked:
+			if err != nil {
+				t.Errorf("round %d: %v", round, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: no message within 10s", round)
 		}
 	}
 }

@@ -48,7 +48,9 @@ type Options struct {
 	// WriteTimeout bounds each write (Set, SetIfAbsent, SetManyIfAbsent,
 	// CompareAndSet, SetAndPublish, SetIfNewerAndPublish, SetPublishAndLog,
 	// SetIfNewerPublishAndLog, OpenLog, TakeLeases, ExtendLeases,
-	// ReleaseLeases) as ReadTimeout bounds reads.
+	// ReleaseLeases, FillAndRelease) as ReadTimeout bounds reads. A
+	// TakeLeases that reads the keys its leases guard in a second round
+	// trip (Redis Cluster, Ring) does so within the same bound.
 	//
 	// default (0): 1 second, longer than reads: a failed write is returned
 	// to the caller and may have been applied all the same, a script may
@@ -194,16 +196,26 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	}
 	ctx, cancel := withTimeout(ctx, s.read)
 	defer cancel()
+	out, err := s.getMany(ctx, keys)
+	if err != nil {
+		return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
+	}
+	return out, nil
+}
+
+// getMany is GetMany without its bound and its wrapping: TakeLeases reads
+// the keys its leases guard with it.
+func (s *Store) getMany(ctx context.Context, keys []string) ([][]byte, error) {
 	full := s.fullKeys(keys)
 	out := make([][]byte, len(keys))
 	groups := s.split(full)
 	if groups == nil {
 		vals, err := s.rdb.MGet(ctx, full...).Result()
 		if err != nil {
-			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), withCause(ctx, err))
+			return nil, withCause(ctx, err)
 		}
 		if err := fill(out, nil, vals); err != nil {
-			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
+			return nil, err
 		}
 		return out, nil
 	}
@@ -243,7 +255,7 @@ func (s *Store) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("l2: get %d keys: %w", len(keys), err)
+			return nil, err
 		}
 	}
 	return out, nil
