@@ -85,7 +85,7 @@ type ours[V any] struct {
 func oursOptions(e *env, s spec, remote *countingRemote, bus hybrid.Bus) hybrid.Options {
 	return hybrid.Options{
 		Namespace:     s.prefix,
-		Remote:        remote.remote(),
+		Remote:        remote,
 		Bus:           bus,
 		Secret:        e.secret,
 		Codec:         s.f.codec,
@@ -156,53 +156,43 @@ func noLoadMany[V any](context.Context, []string) (map[string]V, error) {
 // countingRemote wraps an l2.Store and counts its round trips to Redis,
 // its value reads and the bytes it read, delegating everything, so the
 // cache sees every capability the Store has: Remote, BatchRemote,
-// CompareAndSetter, Announcer, Journal, Replacer and BoundedReader, and,
-// through remote, Leaser.
+// CompareAndSetter, Announcer, Journal, Replacer, BoundedReader and
+// Leaser.
 type countingRemote struct {
 	s         *l2.Store
 	trips     atomic.Int64 // every call that reaches Redis
 	reads     atomic.Int64 // Get and GetMany calls
-	leases    atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases calls
+	leases    atomic.Int64 // TakeLeases, ExtendLeases, ReleaseLeases and FillAndRelease calls
 	bytesRead atomic.Int64
 }
 
-// remote returns r as a cache should be given it: r itself, or, when the
-// Store holds leases, r with the Store's hybrid.Leaser passed on. The check
-// is made at run time, so that the cache sees a Leaser exactly when the
-// Store is one (New refuses Options.LoadLease without it), whichever
-// version of l2 the harness is built with.
-func (r *countingRemote) remote() hybrid.Remote {
-	if l, ok := any(r.s).(hybrid.Leaser); ok {
-		return &leasingRemote{countingRemote: r, l: l}
-	}
-	return r
-}
+var _ hybrid.Leaser = (*countingRemote)(nil)
 
-// leasingRemote is a countingRemote whose Store is a hybrid.Leaser: it
-// passes the lease calls on too, each counted as a round trip.
-type leasingRemote struct {
-	*countingRemote
-	l hybrid.Leaser
-}
+// The lease calls are passed on, each counted as a round trip (a take on
+// Redis Cluster makes two when it takes a lease; counted as one).
 
-var _ hybrid.Leaser = (*leasingRemote)(nil)
-
-func (r *leasingRemote) TakeLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, []time.Duration, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, error) {
 	r.trips.Add(1)
 	r.leases.Add(1)
-	return r.l.TakeLeases(ctx, keys, token, ttl)
+	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
 }
 
-func (r *leasingRemote) ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, error) {
+func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) ([]bool, error) {
 	r.trips.Add(1)
 	r.leases.Add(1)
-	return r.l.ExtendLeases(ctx, keys, token, ttl)
+	return r.s.ExtendLeases(ctx, keys, token, ttl)
 }
 
-func (r *leasingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
 	r.trips.Add(1)
 	r.leases.Add(1)
-	return r.l.ReleaseLeases(ctx, keys, token, channel, msg)
+	return r.s.ReleaseLeases(ctx, keys, token, channel, msg)
+}
+
+func (r *countingRemote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (bool, error) {
+	r.trips.Add(1)
+	r.leases.Add(1)
+	return r.s.FillAndRelease(ctx, key, old, value, ttl, lease, token, channel, stored, unstored)
 }
 
 var (

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -78,25 +77,16 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 	}
 	goroutines := runtime.NumGoroutine()
 	res := map[cellKey][]*fleetResult{}
-	na := map[cellKey]string{}
 	for rep := range e.reps {
 		for _, n := range sizes {
 			for t, tr := range fleetTraffics {
 				for j := range fleetModes {
 					m := (j + rep) % len(fleetModes)
 					k := cellKey{n, t, m}
-					if na[k] != "" {
-						continue
-					}
 					e.progressf("    N=%d, %s, %s (run %d of %d)", n, tr.name, fleetModes[m].name, rep+1, e.reps)
 					settle()
 					r, err := runFleetCell(ctx, e, n, nKeys, tr, fleetModes[m])
-					var nae *naError
-					switch {
-					case errors.As(err, &nae):
-						na[k] = nae.reason
-						continue
-					case err != nil:
+					if err != nil {
 						return sec, fmt.Errorf("N=%d, %s, %s: %w", n, tr.name, fleetModes[m].name, err)
 					}
 					res[k] = append(res[k], r)
@@ -118,10 +108,6 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 			for mi, m := range fleetModes {
 				k := cellKey{n, ti, mi}
 				label := []string{fmt.Sprint(n), tr.name, m.name}
-				if na[k] != "" {
-					t.Rows = append(t.Rows, append(label, "n/a: "+na[k]))
-					continue
-				}
 				rs := res[k]
 				if len(rs) == 0 {
 					continue
@@ -230,11 +216,6 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 	return sec, nil
 }
 
-// naError says a cell cannot be run with this build, and why.
-type naError struct{ reason string }
-
-func (e *naError) Error() string { return "n/a: " + e.reason }
-
 func joinInts(xs []int) string {
 	var s []string
 	for _, x := range xs {
@@ -318,11 +299,6 @@ func openFleet(e *env, ns string, n int, m fleetMode) ([]*fleetInst, error) {
 		c, err := hybrid.New[*Record](o)
 		if err != nil {
 			closeAll()
-			if m.lease > 0 {
-				if _, ok := in.remote.remote().(hybrid.Leaser); !ok {
-					return nil, &naError{"this build's l2.Store holds no leases (hybrid.Leaser), which LoadLease needs"}
-				}
-			}
 			return nil, err
 		}
 		in.c = c

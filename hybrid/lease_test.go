@@ -440,10 +440,12 @@ func TestLeaseOnlyOnColdFills(t *testing.T) {
 	if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil {
 		t.Fatal(err)
 	}
-	// Take, then release once the value is written (after the callers
-	// have it).
-	waitFor(t, 5*time.Second, "the lease taken and released", func() bool { return in.remote.leaseCalls.Load() == 2 },
-		func() string { return fmt.Sprint(in.remote.leaseCalls.Load(), " lease calls") })
+	// Take, then write and release in one call once the callers have
+	// the value.
+	waitFor(t, 5*time.Second, "the lease taken and released", func() bool { return in.remote.calls().FillAndRelease == 1 }, nil)
+	if n := in.remote.leaseCalls.Load(); n != 1 {
+		t.Fatalf("%d lease calls besides the write for one cold fill, want 1 (the take)", n)
+	}
 	in.c.ClearLocal(context.Background())
 	for range 3 {
 		if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil { // L2 hit, then L1 hits
@@ -454,9 +456,9 @@ func TestLeaseOnlyOnColdFills(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fill's write-back comes before any release would.
-	waitFor(t, 5*time.Second, "b written back", func() bool { return in.remote.calls().SetIfAbsent == 2 }, nil)
-	if n := in.remote.leaseCalls.Load(); n != 2 {
-		t.Errorf("%d lease calls after hits and a fill without a lease, want still 2", n)
+	waitFor(t, 5*time.Second, "b written back", func() bool { return in.remote.calls().SetIfAbsent == 1 }, nil)
+	if n, w := in.remote.leaseCalls.Load(), in.remote.calls().FillAndRelease; n != 1 || w != 1 {
+		t.Errorf("%d lease calls and %d writes with a release after hits and a fill without a lease, want still 1 and 1", n, w)
 	}
 }
 
