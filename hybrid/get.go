@@ -68,17 +68,21 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	call, leader := c.flights.Join(key)
 	if leader {
 		var pre *remoteRead[V]
+		cut := false
 		if c.leaderReads(ctx) {
 			if pre = c.leadRead(ctx, key, call, &e); pre == nil {
 				return call.Wait(ctx)
 			}
 			if pre.st == readCut {
-				pre = nil // the fill reads again, for the callers still waiting
+				pre, cut = nil, true // the fill reads again, for the callers still waiting
 			}
 		}
 		if !c.runFill(ctx, key, load, e, call, stale, pre) {
 			c.flights.Finish(key, call, zero, ErrClosed)
 			return zero, ErrClosed
+		}
+		if cut {
+			return zero, ctx.Err() // whether or not the fill is already done
 		}
 	}
 	return call.Wait(ctx)
