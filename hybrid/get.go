@@ -81,8 +81,11 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 			c.flights.Finish(key, call, zero, ErrClosed)
 			return zero, ErrClosed
 		}
-		if cut {
-			return zero, ctx.Err() // whether or not the fill is already done
+		if cut { // whether or not the fill is already done
+			if err := ctx.Err(); err != nil {
+				return zero, err
+			}
+			return zero, context.DeadlineExceeded // past its deadline, its timer not yet fired
 		}
 	}
 	return call.Wait(ctx)
