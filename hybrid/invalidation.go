@@ -40,6 +40,9 @@ func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 // onMessage applies another instance's invalidation to L1. It runs on the
 // bus's goroutine.
 func (c *Cache[V]) onMessage(b []byte) {
+	if op := message.OpOf(b); (op == message.OpFilled || op == message.OpLoadFailed) && c.leases.waiting.Load() == 0 {
+		return // a lease holder's news, and no fill here waits for any
+	}
 	m, err := message.Decode(b, c.o.Secret)
 	if err != nil || m.Namespace != c.o.Namespace {
 		c.n.invalid.Add(1)

@@ -183,6 +183,17 @@ func Positioned(pos string, msg []byte) []byte {
 	return append(b, msg...)
 }
 
+// OpOf returns the op of b, a version 1 message, without decoding or
+// verifying it: 0 for anything else (a positioned message included). It
+// lets a receiver skip a message it has no use for cheaply; what it
+// returns is not to be trusted.
+func OpOf(b []byte) Op {
+	if len(b) < 2 || b[0] != Version {
+		return 0
+	}
+	return Op(b[1])
+}
+
 // Decode parses b, a version 1 message or a positioned one (version 2),
 // whose Position it sets. A signed message whose signature does not verify
 // with secret (or any signed message when secret is empty) decodes with

@@ -161,3 +161,18 @@ func TestPackValues(t *testing.T) {
 		}
 	}
 }
+
+func TestOpOf(t *testing.T) {
+	for _, op := range []message.Op{message.OpSet, message.OpFilled, message.OpLoadFailed} {
+		b := message.Encode(message.Message{Op: op, Namespace: "ns", Keys: []string{"k"}}, []byte("s"))
+		if got := message.OpOf(b); got != op {
+			t.Errorf("OpOf(%v message) = %v", op, got)
+		}
+	}
+	positioned := message.Positioned("1-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}}, nil))
+	for name, b := range map[string][]byte{"empty": nil, "one byte": {1}, "positioned": positioned} {
+		if got := message.OpOf(b); got != 0 {
+			t.Errorf("OpOf(%s) = %v, want 0", name, got)
+		}
+	}
+}
