@@ -521,14 +521,12 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 	case !wrote:
 		c.vers.bump(key)
 		c.local.Delete(key)
-		c.n.published.Add(1)
-	default:
-		c.n.published.Add(1)
 	}
 }
 
-// releaseLeases releases h, if it holds keys, and tells the waiting
-// instances how the load went: for the keys it stored, their stored values
+// releaseLeases releases h, if it holds keys, and tells the instances
+// waiting for one of them (the Leaser announces only if one asked) how the
+// load went: for the keys it stored, their stored values
 // (vals[i] for h.keys[i], nil: read it from the shared tier), or its load
 // error. A fill ended by Close tells them nothing but that the lease is
 // free, so that one of them takes over at once.
@@ -557,11 +555,11 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	// still wanted, for at most what the lease had left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.LoadLease+time.Second)
 	defer cancel()
-	if err := c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
+	// Not counted in Published: the Leaser announces only when another
+	// instance asked for one of the leases.
+	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
 		return c.leaser.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, c.o.Channel, msg)
-	}); err == nil {
-		c.n.published.Add(1)
-	}
+	})
 }
 
 // A load error travels in a load_failed message as one byte (1 if it

@@ -269,8 +269,7 @@ func TestLeaseHungHolderTakenOver(t *testing.T) {
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: got %q, %v, want its own load", r.v, r.err)
 	}
-	// A's release announces, once its write is over.
-	waitStat(t, a, "Published", func(s hybrid.Stats) uint64 { return s.Published }, 1)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
 	if got, _ := redisValue(t, rdb, ns, "k"); got != "from B" {
 		t.Fatalf("Redis holds %q after A's late write, want B's value kept", got)
 	}
@@ -545,7 +544,7 @@ func TestLeaseMessageLost(t *testing.T) {
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: %q, %v", r.v, r.err)
 	}
-	waitStat(t, a, "Published", func(s hybrid.Stats) uint64 { return s.Published }, 1)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
 	began := time.Now()
 	setFault(t, p.Pass())
 	r := <-resB
@@ -596,7 +595,7 @@ func TestLeaseWaitBounded(t *testing.T) {
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: %q, %v", r.v, r.err)
 	}
-	waitStat(t, a, "Published", func(s hybrid.Stats) uint64 { return s.Published }, 1)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
 	if got, _ := redisValue(t, a.rdb, ns, "k"); got != "from B" {
 		t.Errorf("Redis holds %q, want B's value, written first", got)
 	}

@@ -167,21 +167,25 @@ type Leaser interface {
 	// held right after the lease was taken, nil for nothing, so that a
 	// taker sees a value stored by a holder that released its lease
 	// between the taker's first read and its lease; when it was not,
-	// left[i] is how long its holder's lease has left.
+	// left[i] is how long its holder's lease has left, and the lease is
+	// marked as asked for, so that its release announces (see
+	// ReleaseLeases).
 	TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error)
 	// ExtendLeases sets to ttl the lifetime of each lease of keys that is
 	// still held under token, and reports which were.
 	ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error)
 	// ReleaseLeases deletes each lease of keys that is still held under
 	// token (one taken over by another holder stays), then, when channel is
-	// not empty, publishes msg on channel.
+	// not empty and someone may wait for one of them (it was asked for
+	// while held, or is no longer held under token), publishes msg on
+	// channel: no message for leases no one else asked for.
 	ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error
 	// FillAndRelease is a lease holder's write: it stores value under key
 	// for ttl if key holds nothing or, when old is not nil, only if key
 	// holds exactly old (as SetIfAbsent and CompareAndSet do); then it
 	// releases lease if it is still held under token; then, when channel is
-	// not empty, it publishes stored on channel if it stored value, else
-	// unstored. One atomic step on one Redis server; in that order where a
+	// not empty and someone may wait for the lease (as for ReleaseLeases),
+	// it publishes stored on channel if it stored value, else unstored. One atomic step on one Redis server; in that order where a
 	// step cannot span the keys (Redis Cluster). It reports whether it
 	// stored value.
 	FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (wrote bool, err error)

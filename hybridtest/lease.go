@@ -25,8 +25,10 @@ func checkLeaseTTL(op string, n int, ttl time.Duration) error {
 // no live value (SET NX), as one step: it stores token under the key for
 // ttl. taken[i] reports whether keys[i] was taken. When it was, values[i]
 // is a copy of what guards[i] held right after the take (nil for nothing);
-// when it was not, values[i] is nil and left[i] is how long the value that
-// holds it has left (at least a millisecond), else 0. A key held by token
+// when it was not, values[i] is nil, left[i] is how long the value that
+// holds it has left (at least a millisecond), else 0, and the lease is
+// marked as asked for (a '*' after its token), so that its release
+// announces. A key held by token
 // itself is not taken again; of repeated keys only the first can be taken.
 // A key found without an expiry is given ttl and reported as having ttl
 // left. guards must be as long as keys, and ttl at least a millisecond.
@@ -63,8 +65,11 @@ func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token st
 		it := r.items[k]
 		if it.expires.IsZero() {
 			it.expires = now.Add(ttl)
-			r.items[k] = it
 		}
+		if !bytes.HasSuffix(it.value, []byte("*")) {
+			it.value = append(clone(it.value), '*') // asked for: its release announces
+		}
+		r.items[k] = it
 		left[i] = max(it.expires.Sub(now), time.Millisecond)
 	}
 	return taken, left, values, nil
@@ -90,7 +95,7 @@ func (r *Remote) ExtendLeases(ctx context.Context, keys []string, token string, 
 	now := r.now()
 	held = make([]bool, len(keys))
 	for i, k := range keys {
-		if v, ok := r.getLocked(k, now); ok && bytes.Equal(v, []byte(token)) {
+		if v, ok := r.getLocked(k, now); ok && heldBy(v, token) {
 			it := r.items[k]
 			it.expires = now.Add(ttl)
 			r.items[k] = it
@@ -102,7 +107,9 @@ func (r *Remote) ExtendLeases(ctx context.Context, keys []string, token string, 
 
 // ReleaseLeases deletes each lease of keys that is still held under token
 // (one that expired, or that another holder took, stays), then, when
-// channel is not empty, publishes msg on channel of r.Bus, as one step
+// channel is not empty and someone may wait for one of them (TakeLeases
+// found it held and marked it, or it is no longer held under token),
+// publishes msg on channel of r.Bus, as one step
 // (see SetAndPublish): a subscriber that calls r on hearing the message
 // finds the leases released. When the publish fails, nothing is released. With no keys it
 // only publishes, and with no channel either it returns at once. It is
@@ -121,26 +128,44 @@ func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string,
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if channel != "" {
+	now := r.now()
+	waited := false
+	for _, k := range keys {
+		waited = waited || r.waitedLocked(k, token, now)
+	}
+	if channel != "" && (waited || len(keys) == 0) {
 		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
 			return err
 		}
 	}
-	now := r.now()
 	for _, k := range keys {
-		if v, ok := r.getLocked(k, now); ok && bytes.Equal(v, []byte(token)) {
+		if v, ok := r.getLocked(k, now); ok && heldBy(v, token) {
 			delete(r.items, k)
 		}
 	}
 	return nil
 }
 
+// heldBy reports whether v, a lease's value, is token's: the token, marked
+// with '*' or not.
+func heldBy(v []byte, token string) bool {
+	return string(v) == token || string(v) == token+"*"
+}
+
+// waitedLocked reports whether someone may wait for the lease k of token:
+// it was asked for while held (marked), or it is not held under token.
+func (r *Remote) waitedLocked(k, token string, now time.Time) bool {
+	v, ok := r.getLocked(k, now)
+	return !ok || string(v) != token
+}
+
 // FillAndRelease is a lease holder's write, as one step (see
 // SetAndPublish): it stores a copy of value under key for ttl if key holds
 // no live value (old == nil) or holds exactly old (old != nil; a missing
 // key holds nothing, which no old matches); then it deletes lease if it is
-// still held under token; then, when channel is not empty, it publishes
-// stored on channel of r.Bus if it stored value, else unstored. It
+// still held under token; then, when channel is not empty and someone may
+// wait for the lease (as for ReleaseLeases), it publishes stored on
+// channel of r.Bus if it stored value, else unstored. It
 // reports whether it stored value. When the publish fails, nothing is
 // written or released. ttl must be at least a millisecond. It is
 // l2.Store's FillAndRelease; given a channel, it fails with ErrNoBus when
@@ -164,7 +189,7 @@ func (r *Remote) FillAndRelease(ctx context.Context, key string, old, value []by
 	if old != nil {
 		write = ok && bytes.Equal(cur, old)
 	}
-	if channel != "" {
+	if channel != "" && r.waitedLocked(lease, token, now) {
 		msg := unstored
 		if write {
 			msg = stored
@@ -176,7 +201,7 @@ func (r *Remote) FillAndRelease(ctx context.Context, key string, old, value []by
 	if write {
 		r.setLocked(key, value, ttl, now)
 	}
-	if v, ok := r.getLocked(lease, now); ok && bytes.Equal(v, []byte(token)) {
+	if v, ok := r.getLocked(lease, now); ok && heldBy(v, token) {
 		delete(r.items, lease)
 	}
 	return write, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,10 +17,11 @@ import (
 // takeLease takes the lease KEYS[1] under token ARGV[1] for ARGV[2] ms (SET
 // NX PX). If it took it, it returns an array: empty, or, when KEYS[2] is
 // given (the key the lease guards), holding what KEYS[2] holds right after
-// the take (nil for nothing). Else it returns the milliseconds the lease
-// held has left, at least 1. A lease that vanished between the SET and the
-// PTTL is tried once more; a key found without an expiry (no lease a Leaser
-// wrote) is given ARGV[2] ms, so that it cannot block its key for ever.
+// the take (nil for nothing). Else it marks the lease as asked for (a '*'
+// after its token, see below) and returns the milliseconds it has left, at
+// least 1. A lease that vanished between the SET and the PTTL is tried
+// once more; a key found without an expiry (no lease a Leaser wrote) is
+// given ARGV[2] ms, so that it cannot block its key for ever.
 var takeLease = redis.NewScript(`
 for _ = 1, 2 do
 	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -30,38 +32,75 @@ for _ = 1, 2 do
 	end
 	local left = redis.call('PTTL', KEYS[1])
 	if left == -1 then
-		redis.call('PEXPIRE', KEYS[1], ARGV[2])
-		return tonumber(ARGV[2])
+		left = tonumber(ARGV[2])
 	end
 	if left >= 0 then
-		return math.max(left, 1)
+		left = math.max(left, 1)
+		local v = redis.call('GET', KEYS[1])
+		if string.sub(v, -1) ~= '*' then
+			v = v .. '*'
+		end
+		redis.call('SET', KEYS[1], v, 'PX', left)
+		return left
 	end
 end
 return 1
 `)
 
+// A lease holds its holder's token, followed by '*' once someone who
+// wanted it found it held (takeLease marks it so). Its holder's release
+// announces then, and only then or when the lease is no longer its own:
+// no one else waits for a lease no one else asked for.
+
 // extendLease sets the lifetime of the lease KEYS[1] to ARGV[2] ms if it is
 // held under token ARGV[1]; it returns 1 if it was.
 var extendLease = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] or v == ARGV[1] .. '*' then
 	redis.call('PEXPIRE', KEYS[1], ARGV[2])
 	return 1
 end
 return 0
 `)
 
-// releaseLease deletes the lease KEYS[1] if it is held under token ARGV[1],
-// then publishes ARGV[3] on channel ARGV[2] unless ARGV[2] is empty. It
-// returns 1 if it deleted.
+// releaseLease deletes the lease KEYS[1] if it is held under token ARGV[1];
+// then, if someone may wait for it (it was asked for while held, or it is
+// no longer held under the token), and channel ARGV[2] is not empty, it
+// publishes ARGV[3] on it. It returns 1 if someone may wait, else 0.
 var releaseLease = redis.NewScript(`
-local n = 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-	n = redis.call('DEL', KEYS[1])
+local v = redis.call('GET', KEYS[1])
+local waited = 1
+if v == ARGV[1] then
+	redis.call('DEL', KEYS[1])
+	waited = 0
+elseif v == ARGV[1] .. '*' then
+	redis.call('DEL', KEYS[1])
 end
-if ARGV[2] ~= '' then
+if waited == 1 and ARGV[2] ~= '' then
 	redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return n
+return waited
+`)
+
+// releaseLeases is releaseLease for every lease of KEYS at once, on one
+// server, with one message if someone may wait for any of them.
+var releaseLeases = redis.NewScript(`
+local waited = 0
+for _, k in ipairs(KEYS) do
+	local v = redis.call('GET', k)
+	if v == ARGV[1] then
+		redis.call('DEL', k)
+	else
+		waited = 1
+		if v == ARGV[1] .. '*' then
+			redis.call('DEL', k)
+		end
+	end
+end
+if waited == 1 and ARGV[2] ~= '' then
+	redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return waited
 `)
 
 // leaseMillis returns ttl in whole milliseconds, or an error if it is
@@ -79,8 +118,10 @@ func leaseMillis(op string, n int, ttl time.Duration) (int64, error) {
 // reports whether keys[i] was taken. When it was, values[i] is what
 // guards[i] (the key the lease guards, also with the prefix) held right
 // after the take: nil for nothing, a non-nil empty slice for an empty
-// value. When it was not, values[i] is nil and left[i] is how long the
-// lease that holds it has left (its PTTL, at least a millisecond), else 0.
+// value. When it was not, values[i] is nil, left[i] is how long the lease
+// that holds it has left (its PTTL, at least a millisecond), else 0, and
+// the lease is marked as asked for (a '*' after its holder's token), so
+// that its holder's release announces.
 // A key held by token itself is not taken again. Of repeated keys, only
 // the first can be taken. A key found without an expiry, which a Leaser
 // never writes, is given ttl and reported as having ttl left, so that it
@@ -206,16 +247,17 @@ func (s *Store) ExtendLeases(ctx context.Context, keys []string, token string, t
 
 // ReleaseLeases deletes each lease of keys that is still held under token
 // (one that expired, or that another holder took since, stays), then, when
-// channel is not empty, publishes msg on channel. The message leaves after
-// every release: a subscriber that tries to take a lease on hearing it
-// finds it released.
+// channel is not empty and someone may wait for one of them (a taker found
+// it held, or it is no longer held under token), publishes msg on channel.
+// The message leaves after every release: a subscriber that tries to take
+// a lease on hearing it finds it released.
 //
-// One Lua script per key, all in one pipeline. On one server that is one
-// round trip: the last key's script also publishes. In Redis Cluster the
-// scripts take one round trip per node, run in parallel, and the PUBLISH
-// follows once they are done (with a go-redis Ring it reaches one shard
-// only, as with SetAndPublish). With no keys it only publishes, and with
-// no channel either it returns at once.
+// On one server it is one Lua script over every lease: one atomic step,
+// one round trip. In Redis Cluster a script per key, all in one pipeline,
+// take one round trip per node, run in parallel, and the PUBLISH follows
+// once they are done (with a go-redis Ring it reaches one shard only, as
+// with SetAndPublish). With no keys it only publishes, and with no channel
+// either it returns at once.
 //
 // NOTE: when an error is returned, some leases may have been released, and
 // the message may have been published.
@@ -231,21 +273,25 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		}
 		return nil
 	}
-	// On one server the commands of a pipeline run in order, so the last
-	// script publishes after every release. Elsewhere they run on several
-	// nodes at once, and the PUBLISH must wait for all of them.
-	inScript := s.topo == single
-	last := len(keys) - 1
-	_, err := s.evalEachArgs(ctx, releaseLease, keys, func(i int) []any {
-		if inScript && i == last {
-			return []any{token, channel, msg}
+	if s.topo == single {
+		// One script for every lease: the release and, if any was waited
+		// for, the message, in one atomic step.
+		full := make([]string, len(keys))
+		for i, k := range keys {
+			full[i] = s.prefix + k
 		}
-		return []any{token, "", ""}
-	})
+		if err := releaseLeases.Run(ctx, s.rdb, full, token, channel, msg).Err(); err != nil {
+			return fmt.Errorf("l2: release %d leases: %w", len(keys), withCause(ctx, err))
+		}
+		return nil
+	}
+	// Elsewhere the scripts run on several nodes at once, and the PUBLISH
+	// must wait for all of them.
+	waited, err := s.evalEach(ctx, releaseLease, keys, token, "", "")
 	if err != nil {
 		return fmt.Errorf("l2: release %d leases: %w", len(keys), withCause(ctx, err))
 	}
-	if !inScript && channel != "" {
+	if channel != "" && slices.Contains(waited, 1) {
 		if err := s.rdb.Publish(ctx, channel, msg).Err(); err != nil {
 			return fmt.Errorf("l2: release %d leases: publish: %w", len(keys), withCause(ctx, err))
 		}
@@ -256,9 +302,9 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 // fillAndRelease is FillAndRelease on one server. It stores ARGV[1] under
 // KEYS[1] for ARGV[2] ms: with SET NX if ARGV[3] is "nx", else only if
 // KEYS[1] holds exactly ARGV[4]. Then it deletes the lease KEYS[2] if it is
-// held under token ARGV[5]. Then, unless channel ARGV[6] is empty, it
-// publishes ARGV[7] on it if it stored, else ARGV[8]. It returns 1 if it
-// stored.
+// held under token ARGV[5]. Then, if someone may wait for the lease (as in
+// releaseLease) and channel ARGV[6] is not empty, it publishes ARGV[7] on
+// it if it stored, else ARGV[8]. It returns 1 if it stored.
 var fillAndRelease = redis.NewScript(`
 local wrote = 0
 if ARGV[3] == 'nx' then
@@ -269,10 +315,15 @@ elseif redis.call('GET', KEYS[1]) == ARGV[4] then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	wrote = 1
 end
-if redis.call('GET', KEYS[2]) == ARGV[5] then
+local v = redis.call('GET', KEYS[2])
+local waited = 1
+if v == ARGV[5] then
+	redis.call('DEL', KEYS[2])
+	waited = 0
+elseif v == ARGV[5] .. '*' then
 	redis.call('DEL', KEYS[2])
 end
-if ARGV[6] ~= '' then
+if waited == 1 and ARGV[6] ~= '' then
 	if wrote == 1 then
 		redis.call('PUBLISH', ARGV[6], ARGV[7])
 	else
@@ -287,8 +338,10 @@ return wrote
 // exactly old (old != nil, as CompareAndSet does; an empty old matches an
 // empty value only); then it deletes the lease lease if it is still held
 // under token (one that expired, or that another holder took since,
-// stays); then, when channel is not empty, it publishes stored on channel
-// if it stored value, else unstored. It reports whether it stored value.
+// stays); then, when channel is not empty and someone may wait for the
+// lease (a taker found it held, or it is no longer held under token), it
+// publishes stored on channel if it stored value, else unstored. It
+// reports whether it stored value.
 // ttl is rounded down to whole milliseconds and must be at least one: the
 // value always gets an expiry.
 //
@@ -350,10 +403,11 @@ func (s *Store) FillAndRelease(ctx context.Context, key string, old, value []byt
 	if inScript {
 		scriptChannel, scriptMsg = channel, msg
 	}
-	if err := releaseLease.Run(ctx, s.rdb, []string{s.prefix + lease}, token, scriptChannel, scriptMsg).Err(); err != nil {
+	waited, err := releaseLease.Run(ctx, s.rdb, []string{s.prefix + lease}, token, scriptChannel, scriptMsg).Int()
+	if err != nil {
 		return wrote, fmt.Errorf("l2: fill and release %q: release %q: %w", key, lease, withCause(ctx, err))
 	}
-	if !inScript && channel != "" {
+	if !inScript && channel != "" && waited == 1 {
 		if err := s.rdb.Publish(ctx, channel, msg).Err(); err != nil {
 			return wrote, fmt.Errorf("l2: fill and release %q: publish: %w", key, withCause(ctx, err))
 		}
