@@ -139,9 +139,9 @@
 // takes a lease on the key in the shared tier first (a batch, on all its
 // missing keys in one round trip). The holder loads, writes, and releases
 // the lease together with a "filled" message that carries the value when
-// a Secret is set; the other instances wait for that message (no call to
-// the shared tier while they wait), and read the shared tier once if it
-// carries no value. The holder renews its lease while it loads; a waiter
+// a Secret is set, sent only if another instance asked for the lease; the
+// other instances wait for that message (no call to the shared tier while
+// they wait), and read the shared tier once if it carries no value. The holder renews its lease while it loads; a waiter
 // takes over a lease that ends without a value; a holder that closes frees
 // its lease at once. A holder's load error reaches the waiters' callers
 // (ErrLeaseHolderFailed) instead of a load of their own. An instance that

@@ -143,9 +143,9 @@ type Options struct {
 	// and loads. An instance that cannot reach the shared tier for the
 	// lease, or has waited LeaseWait, loads by itself. It needs a Remote
 	// that is a Leaser (such as *l2.Store) and a Bus. Costs, per key cold
-	// in both tiers, two more shared-tier calls before the load (the lease,
-	// a second read) and one after it on the instance that loads, one on
-	// an instance that waits; hits cost nothing.
+	// in both tiers, one more shared-tier call before the load on the
+	// instance that loads it (its write is one call, as without a lease),
+	// and one on an instance that waits; hits cost nothing.
 	// Default: 0, off: each instance loads a cold key once.
 	LoadLease time.Duration
 
