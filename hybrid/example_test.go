@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
@@ -269,4 +271,46 @@ func ExampleWithFailSafe() {
 	// Output:
 	// 1.08
 	// 1.08 <nil> 1
+}
+
+// With LoadLease, a key that is cold everywhere is loaded by one instance
+// of the fleet; the others wait for the value it announces.
+func ExampleOptions_loadLease() {
+	bus := new(hybridtest.Bus) // stand-ins for Redis, as in ExampleNew
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+
+	var fleet []*hybrid.Cache[User]
+	for range 3 {
+		c, err := hybrid.New[User](hybrid.Options{
+			Namespace: "users", Remote: remote, Bus: bus,
+			Secret:    []byte("shared secret"), // the value travels in the message
+			LoadLease: 2 * time.Second,
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		fleet = append(fleet, c)
+	}
+	var loads atomic.Int64
+	load := func(ctx context.Context, id string) (User, error) {
+		loads.Add(1)
+		time.Sleep(50 * time.Millisecond) // a slow query
+		return User{ID: id, Name: "Ada"}, nil
+	}
+	var wg sync.WaitGroup
+	for _, c := range fleet {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.GetOrCreate(context.Background(), "42", load); err != nil {
+				log.Fatal(err)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("loads across 3 instances:", loads.Load())
+	// Output:
+	// loads across 3 instances: 1
 }
