@@ -6,12 +6,12 @@
 // implements hybrid.Remote, hybrid.BatchRemote, hybrid.CompareAndSetter,
 // hybrid.Announcer, hybrid.Journal, hybrid.Replacer, hybrid.NewerSetter,
 // hybrid.NewerJournal and hybrid.Leaser (its leases are entries like any
-// other, holding the holder's token; a take reads the key its lease guards,
-// and FillAndRelease writes, releases and announces, each as one step, as
-// l2.Store does on one server); a Bus is a
-// publish/subscribe pipe that implements hybrid.Bus. Several caches given
-// the same Remote and Bus behave like several instances of a service
-// sharing one Redis:
+// other, holding the holder's token, marked once a taker found it held; a
+// take reads the key its lease guards, and FillAndRelease writes, releases
+// and, when someone may wait for the lease, announces, each as one step, as
+// l2.Store does on one server); a Bus is a publish/subscribe pipe that
+// implements hybrid.Bus. Several caches given the same Remote and Bus
+// behave like several instances of a service sharing one Redis:
 //
 //	bus := new(hybridtest.Bus)
 //	defer bus.Close()

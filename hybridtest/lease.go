@@ -8,9 +8,11 @@ import (
 )
 
 // This file holds the load leases of a Remote: the methods that make it a
-// hybrid.Leaser (TakeLeases, ExtendLeases, ReleaseLeases, FillAndRelease), with the semantics of l2.Store's over Redis. A lease is an
-// ordinary entry that holds its holder's token and always has a lifetime,
-// so Get, Peek, Keys and Len see it as they would see the key in Redis.
+// hybrid.Leaser (TakeLeases, ExtendLeases, ReleaseLeases, FillAndRelease),
+// with the semantics of l2.Store's over Redis. A lease is an ordinary
+// entry that holds its holder's token (followed by '*' once a taker found
+// it held) and always has a lifetime, so Get, Peek, Keys and Len see it as
+// they would see the key in Redis.
 
 // checkLeaseTTL returns an error if ttl is shorter than a millisecond: a
 // lease always has a lifetime.
@@ -28,11 +30,11 @@ func checkLeaseTTL(op string, n int, ttl time.Duration) error {
 // when it was not, values[i] is nil, left[i] is how long the value that
 // holds it has left (at least a millisecond), else 0, and the lease is
 // marked as asked for (a '*' after its token), so that its release
-// announces. A key held by token
-// itself is not taken again; of repeated keys only the first can be taken.
-// A key found without an expiry is given ttl and reported as having ttl
-// left. guards must be as long as keys, and ttl at least a millisecond.
-// With no keys it returns at once. It is l2.Store's TakeLeases.
+// announces. A key held by token itself is not taken again; of repeated
+// keys only the first can be taken. A key found without an expiry is given
+// ttl and reported as having ttl left. guards must be as long as keys, and
+// ttl at least a millisecond. With no keys it returns at once. It is
+// l2.Store's TakeLeases.
 func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error) {
 	defer r.count(func(c *Calls) { c.TakeLeases++ })
 	if len(guards) != len(keys) {
@@ -109,12 +111,13 @@ func (r *Remote) ExtendLeases(ctx context.Context, keys []string, token string, 
 // (one that expired, or that another holder took, stays), then, when
 // channel is not empty and someone may wait for one of them (TakeLeases
 // found it held and marked it, or it is no longer held under token),
-// publishes msg on channel of r.Bus, as one step
-// (see SetAndPublish): a subscriber that calls r on hearing the message
-// finds the leases released. When the publish fails, nothing is released. With no keys it
-// only publishes, and with no channel either it returns at once. It is
-// l2.Store's ReleaseLeases; given a channel, it fails with ErrNoBus when
-// r.Bus is nil.
+// publishes msg on channel of r.Bus, as one step (see SetAndPublish): a
+// subscriber that calls r on hearing the message finds the leases
+// released. A lease named more than once is released once. When the
+// publish fails, nothing is released; when none is due, r.Bus is not
+// used. With no keys it only publishes, and with no channel either it
+// returns at once. It is l2.Store's ReleaseLeases; given a channel, it
+// fails with ErrNoBus when r.Bus is nil.
 func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
 	defer r.count(func(c *Calls) { c.ReleaseLeases++ })
 	if len(keys) == 0 && channel == "" {
@@ -165,11 +168,11 @@ func (r *Remote) waitedLocked(k, token string, now time.Time) bool {
 // key holds nothing, which no old matches); then it deletes lease if it is
 // still held under token; then, when channel is not empty and someone may
 // wait for the lease (as for ReleaseLeases), it publishes stored on
-// channel of r.Bus if it stored value, else unstored. It
-// reports whether it stored value. When the publish fails, nothing is
-// written or released. ttl must be at least a millisecond. It is
-// l2.Store's FillAndRelease; given a channel, it fails with ErrNoBus when
-// r.Bus is nil.
+// channel of r.Bus if it stored value, else unstored. It reports whether
+// it stored value. When the publish fails, nothing is written or
+// released; when none is due, r.Bus is not used. ttl must be at least a
+// millisecond. It is l2.Store's FillAndRelease; given a channel, it fails
+// with ErrNoBus when r.Bus is nil.
 func (r *Remote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (wrote bool, err error) {
 	defer r.count(func(c *Calls) { c.FillAndRelease++ })
 	if ttl < time.Millisecond {

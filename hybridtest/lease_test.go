@@ -52,10 +52,21 @@ func TestRemoteTakeLeases(t *testing.T) {
 	if want := []time.Duration{6 * time.Second, 0, time.Minute, 6 * time.Second}; !slices.Equal(left, want) {
 		t.Errorf("left: got %v, want %v", left, want)
 	}
-	// The holder itself does not take its lease again (SET NX).
+	// Each lease found held is marked as asked for, c by its repeat: its
+	// token and a '*', with the lifetime it had.
+	for k, want := range map[string]string{"a": "t1*", "b": "t1*", "c": "t2*"} {
+		if v, ok := r.Peek(k); !ok || string(v) != want {
+			t.Errorf("after t2's take, %s holds %q, %v; want %q, true", k, v, ok, want)
+		}
+	}
+	// The holder itself does not take its lease again (SET NX); marked
+	// once, a lease stays so.
 	taken, left, _, err = r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t1", ttl)
 	if err != nil || taken[0] || left[0] != 6*time.Second {
 		t.Errorf("TakeLeases(t1) again = %v, %v, %v; want [false], [6s], nil", taken, left, err)
+	}
+	if v, _ := r.Peek("a"); string(v) != "t1*" {
+		t.Errorf("after another take, a holds %q, want \"t1*\"", v)
 	}
 
 	// Within a millisecond of its end, a lease still has 1ms left.
@@ -86,6 +97,9 @@ func TestRemoteTakeLeaseWithoutExpiry(t *testing.T) {
 	if err != nil || taken[0] || left[0] != ttl {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
+	if v, _ := r.Peek("l"); string(v) != "stray*" {
+		t.Errorf("after the take, l holds %q, want \"stray*\" (marked)", v)
+	}
 	clk.Advance(ttl)
 	if _, ok := r.Peek("l"); ok {
 		t.Errorf("l outlived the ttl the take gave it")
@@ -102,10 +116,17 @@ func TestRemoteExtendLeases(t *testing.T) {
 	if _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t2", time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// b is asked for: still t1's.
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"b"}, []string{"g:b"}, "t3", time.Hour); err != nil || taken[0] {
+		t.Fatalf("TakeLeases(t3, b) = %v, %v; want [false], nil", taken, err)
+	}
 	clk.Advance(500 * time.Millisecond)
 	held, err := r.ExtendLeases(ctx, []string{"a", "c", "missing", "b"}, "t1", time.Minute)
 	if want := []bool{true, false, false, true}; err != nil || !slices.Equal(held, want) {
 		t.Fatalf("ExtendLeases(t1) = %v, %v; want %v, nil", held, err, want)
+	}
+	if v, _ := r.Peek("b"); string(v) != "t1*" {
+		t.Errorf("b, marked, after its holder extended it holds %q, want \"t1*\"", v)
 	}
 	if _, ok := r.Peek("missing"); ok {
 		t.Error("ExtendLeases made a lease")
@@ -125,82 +146,131 @@ func TestRemoteExtendLeases(t *testing.T) {
 
 func TestRemoteReleaseLeases(t *testing.T) {
 	ctx := t.Context()
+	clk := newClock()
 	bus := new(hybridtest.Bus)
 	defer bus.Close()
-	r := &hybridtest.Remote{Bus: bus}
-	// A subscriber that tries to take the lease on hearing the message
-	// finds it released.
+	r := &hybridtest.Remote{Bus: bus, Now: clk.Now}
+	// A subscriber that tries to take the lease a message names on hearing
+	// it finds it released (and, when it does not, asks for it).
 	var (
 		mu   sync.Mutex
 		got  []string
 		took []bool
 	)
 	unsub, err := bus.Subscribe(ctx, "ch", func(m []byte) {
-		taken, _, _, err := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "waiter", time.Minute)
+		_, lease, _ := strings.Cut(string(m), " ")
+		taken, _, _, err := r.TakeLeases(ctx, []string{lease}, []string{"g:" + lease}, "waiter", time.Minute)
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, string(m))
 		took = append(took, err == nil && taken[0])
 		if taken != nil && taken[0] {
-			_ = r.ReleaseLeases(ctx, []string{"a"}, "waiter", "", nil)
+			_ = r.ReleaseLeases(ctx, []string{lease}, "waiter", "", nil)
 		}
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unsub()
-	if _, _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", time.Minute); err != nil {
-		t.Fatal(err)
+	take := func(token string, ttl time.Duration, keys ...string) {
+		t.Helper()
+		if taken, _, _, err := r.TakeLeases(ctx, keys, guards(keys), token, ttl); err != nil || slices.Contains(taken, false) {
+			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, keys, taken, err)
+		}
 	}
+	release := func(token string, keys []string, channel, msg string) {
+		t.Helper()
+		if err := r.ReleaseLeases(ctx, keys, token, channel, []byte(msg)); err != nil {
+			t.Fatalf("ReleaseLeases(%s, %q): %v", token, keys, err)
+		}
+		if err := bus.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := func(key, want string) {
+		t.Helper()
+		v, ok := r.Peek(key)
+		if ok != (want != "") || string(v) != want {
+			t.Errorf("%s holds %q, %v; want %q", key, v, ok, want)
+		}
+	}
+	take("t1", time.Minute, "a", "b", "c", "f")
+	take("t1", time.Second, "d", "e")
 
-	// A stranger releases nothing; its message goes out all the same.
-	if err := r.ReleaseLeases(ctx, []string{"a", "b"}, "t2", "ch", []byte("m1")); err != nil {
-		t.Fatalf("ReleaseLeases(t2): %v", err)
+	// A stranger releases nothing and marks nothing; as the leases are not
+	// held under its token, someone may wait: its message goes out. (On
+	// hearing it, the subscriber asks for a.)
+	release("t2", []string{"a", "b"}, "ch", "m1 a")
+	holds("a", "t1*")
+	holds("b", "t1")
+	// The holder's release of leases no one asked for deletes them, with
+	// no message; a lease named twice is released once, quietly too.
+	release("t1", []string{"b", "b"}, "ch", "not sent")
+	holds("b", "")
+	// Asked for, a lease's release announces, once for all the leases.
+	release("t1", []string{"a", "c"}, "ch", "m2 a")
+	holds("a", "")
+	holds("c", "")
+	// Expired, or another's since: someone may wait, and another's lease
+	// stays as it is.
+	clk.Advance(time.Second)
+	release("t1", []string{"d"}, "ch", "m3 d")
+	take("t3", time.Minute, "e")
+	release("t1", []string{"e"}, "ch", "m4 e")
+	holds("e", "t3*") // asked for by the subscriber, on hearing m4
+	// No channel: no message, even for a lease asked for.
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"f"}, []string{"g:f"}, "t2", time.Minute); err != nil || taken[0] {
+		t.Fatalf("TakeLeases(t2, f) = %v, %v; want [false], nil", taken, err)
 	}
-	if err := bus.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := r.Keys(), []string{"a", "b"}; !slices.Equal(got, want) {
-		t.Errorf("Keys after a stranger's release: got %q, want %q", got, want)
-	}
-	// The holder's release deletes.
-	if err := r.ReleaseLeases(ctx, []string{"a", "missing"}, "t1", "ch", []byte("m2")); err != nil {
-		t.Fatalf("ReleaseLeases(t1): %v", err)
-	}
-	if err := bus.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// No channel: no message.
-	if err := r.ReleaseLeases(ctx, []string{"b"}, "t1", "", []byte("not sent")); err != nil {
-		t.Fatalf("ReleaseLeases without a channel: %v", err)
-	}
-	if err := bus.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if r.Len() != 0 {
-		t.Errorf("Keys after the holder's releases: got %q, want none", r.Keys())
-	}
+	release("t1", []string{"f"}, "", "not sent")
+	holds("f", "")
+
 	mu.Lock()
-	if want := []string{"m1", "m2"}; !slices.Equal(got, want) {
+	if want := []string{"m1 a", "m2 a", "m3 d", "m4 e"}; !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
 	}
-	if want := []bool{false, true}; !slices.Equal(took, want) {
+	if want := []bool{false, true, true, false}; !slices.Equal(took, want) {
 		t.Errorf("the subscriber took the lease on hearing each message: got %v, want %v", took, want)
 	}
 	mu.Unlock()
+	if got, want := bus.Stats().Published, uint64(4); got != want {
+		t.Errorf("Bus published %d messages, want %d", got, want)
+	}
+}
 
-	// When the publish fails, nothing is released.
-	if _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t1", time.Minute); err != nil {
-		t.Fatal(err)
+// TestRemoteReleaseLeasesFailingBus: when a message is due and the publish
+// fails, nothing is released; when none is due, the bus is not used, and
+// the release succeeds.
+func TestRemoteReleaseLeasesFailingBus(t *testing.T) {
+	ctx := t.Context()
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	r := &hybridtest.Remote{Bus: bus}
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"asked", "quiet"}, []string{"g:asked", "g:quiet"}, "t1", time.Minute); err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases(t1) = %v, %v; want all taken", taken, err)
+	}
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"asked"}, []string{"g:asked"}, "t2", time.Minute); err != nil || taken[0] {
+		t.Fatalf("TakeLeases(t2) = %v, %v; want [false], nil", taken, err)
 	}
 	down := errors.New("bus down")
 	bus.FailWith(down)
-	if err := r.ReleaseLeases(ctx, []string{"c"}, "t1", "ch", []byte("m3")); !errors.Is(err, down) {
-		t.Errorf("ReleaseLeases with a failing bus: got %v, want %v", err, down)
+	if err := r.ReleaseLeases(ctx, []string{"quiet", "asked"}, "t1", "ch", []byte("m")); !errors.Is(err, down) {
+		t.Errorf("ReleaseLeases of a lease asked for with a failing bus: got %v, want %v", err, down)
+	}
+	for k, want := range map[string]string{"asked": "t1*", "quiet": "t1"} {
+		if v, ok := r.Peek(k); !ok || string(v) != want {
+			t.Errorf("after a failed release, %s holds %q, %v; want %q, true", k, v, ok, want)
+		}
+	}
+	if err := r.ReleaseLeases(ctx, []string{"quiet"}, "t1", "ch", []byte("m")); err != nil {
+		t.Errorf("ReleaseLeases of a lease not asked for with a failing bus: %v", err)
+	}
+	if v, ok := r.Peek("quiet"); ok {
+		t.Errorf("after its release, quiet holds %q", v)
 	}
 	bus.FailWith(nil)
-	if v, ok := r.Peek("c"); !ok || string(v) != "t1" {
-		t.Errorf("after a failed release, c holds %q, %v; want \"t1\", true", v, ok)
+	if got := bus.Stats().Published; got != 0 {
+		t.Errorf("Bus published %d messages, want none", got)
 	}
 }
 
@@ -381,14 +451,20 @@ func TestRemoteFillAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unsub()
-	if _, _, _, err := r.TakeLeases(ctx, []string{"la", "lb", "lc", "le", "lq"}, []string{"a", "b", "c", "e", "q"}, "me", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"la", "lb", "lc", "le", "lq", "lu", "lv"}, []string{"a", "b", "c", "e", "q", "u", "v"}, "me", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"ls"}, []string{"s"}, "other", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"ls", "lt"}, []string{"s", "t"}, "other", time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	// All but lu, lv and ls are asked for.
+	asked := []string{"la", "lb", "lc", "le", "lq", "lt"}
+	if taken, _, _, err := r.TakeLeases(ctx, asked, asked, "waiter", time.Minute); err != nil || slices.Contains(taken, true) {
+		t.Fatalf("TakeLeases(waiter) = %v, %v; want none taken", taken, err)
 	}
 	r.Put("b", []byte("other's"), time.Minute)
 	r.Put("e", []byte{}, time.Minute)
+	r.Put("v", []byte("there"), time.Minute)
 	const ttl = 10 * time.Second
 	tests := []struct {
 		key, lease string
@@ -397,16 +473,21 @@ func TestRemoteFillAndRelease(t *testing.T) {
 		wrote      bool
 		want       string // what key holds after; "-": nothing
 		channel    string
+		silent     bool   // no one may wait for the lease: no message
+		leaseAfter string // what the lease holds after; "": nothing
 	}{
 		{key: "a", lease: "la", value: "a1", wrote: true, want: "a1", channel: "ch"},                         // absent
 		{key: "b", lease: "lb", value: "b1", want: "other's", channel: "ch"},                                 // present
-		{key: "b", lease: "lb", old: []byte("other's"), value: "b2", wrote: true, want: "b2", channel: "ch"}, // old matches
+		{key: "b", lease: "lb", old: []byte("other's"), value: "b2", wrote: true, want: "b2", channel: "ch"}, // old matches, lease gone
 		{key: "b", lease: "lb", old: []byte("other's"), value: "b3", want: "b2", channel: "ch"},              // old does not
 		{key: "c", lease: "lc", old: []byte("x"), value: "c1", want: "-", channel: "ch"},                     // missing, old given
 		{key: "c", lease: "lc", old: []byte{}, value: "c2", want: "-", channel: "ch"},                        // missing, old empty
 		{key: "e", lease: "le", old: []byte{}, value: "e1", wrote: true, want: "e1", channel: "ch"},          // empty, old empty
-		{key: "s", lease: "ls", value: "s1", wrote: true, want: "s1", channel: "ch"},                         // a stranger's lease stays
+		{key: "s", lease: "ls", value: "s1", wrote: true, want: "s1", channel: "ch", leaseAfter: "other"},    // a stranger's lease stays
+		{key: "t", lease: "lt", value: "t1", wrote: true, want: "t1", channel: "ch", leaseAfter: "other*"},   // and one asked for
 		{key: "q", lease: "lq", value: "q1", wrote: true, want: "q1"},                                        // no channel
+		{key: "u", lease: "lu", value: "u1", wrote: true, want: "u1", channel: "ch", silent: true},           // not asked for
+		{key: "v", lease: "lv", value: "v1", want: "there", channel: "ch", silent: true},                     // not asked for, present
 	}
 	var want []string
 	for _, tt := range tests {
@@ -422,16 +503,15 @@ func TestRemoteFillAndRelease(t *testing.T) {
 		if err := bus.Flush(ctx); err != nil { // the subscriber looks now
 			t.Fatal(err)
 		}
-		_, held := r.Peek(tt.lease)
-		if held != (tt.lease == "ls") {
-			t.Errorf("after FillAndRelease(%s), lease %s held: %v", tt.key, tt.lease, held)
+		if v, held := r.Peek(tt.lease); held != (tt.leaseAfter != "") || string(v) != tt.leaseAfter {
+			t.Errorf("after FillAndRelease(%s), lease %s holds %q, %v; want %q", tt.key, tt.lease, v, held, tt.leaseAfter)
 		}
-		if tt.channel != "" {
+		if tt.channel != "" && !tt.silent {
 			msg := unstored
 			if tt.wrote {
 				msg = stored
 			}
-			want = append(want, fmt.Sprintf("%s: %s=%q, lease held %v", msg, tt.key, tt.want, tt.lease == "ls"))
+			want = append(want, fmt.Sprintf("%s: %s=%q, lease held %v", msg, tt.key, tt.want, tt.leaseAfter != ""))
 		}
 	}
 	mu.Lock()
@@ -452,8 +532,8 @@ func TestRemoteFillAndRelease(t *testing.T) {
 	if _, ok := r.Peek("a"); ok {
 		t.Error("a outlived its ttl")
 	}
-	if got := r.Calls(); got.FillAndRelease != len(tests) || got.Total() != len(tests)+2 {
-		t.Errorf("Calls: got %+v, want %d FillAndRelease, %d in all", got, len(tests), len(tests)+2)
+	if got := r.Calls(); got.FillAndRelease != len(tests) || got.Total() != len(tests)+3 {
+		t.Errorf("Calls: got %+v, want %d FillAndRelease, %d in all", got, len(tests), len(tests)+3)
 	}
 }
 
@@ -477,20 +557,37 @@ func TestRemoteFillAndReleaseFailures(t *testing.T) {
 		t.Errorf("Keys after FillAndRelease: got %q, want %q", got, want)
 	}
 
-	// When the publish fails, nothing is written or released.
+	// When a message is due (the lease was asked for) and the publish
+	// fails, nothing is written or released.
 	bus := new(hybridtest.Bus)
 	defer bus.Close()
 	r := &hybridtest.Remote{Bus: bus}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute); err != nil {
+	if _, _, _, err := r.TakeLeases(ctx, []string{"l", "m"}, []string{"k", "k2"}, "t", time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if taken, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "waiter", time.Minute); err != nil || taken[0] {
+		t.Fatalf("TakeLeases(waiter) = %v, %v; want [false], nil", taken, err)
 	}
 	down := errors.New("bus down")
 	bus.FailWith(down)
 	if wrote, err := r.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "t", "ch", nil, nil); !errors.Is(err, down) || wrote {
 		t.Errorf("FillAndRelease with a failing bus = %v, %v; want false, %v", wrote, err, down)
 	}
-	bus.FailWith(nil)
-	if got, want := r.Keys(), []string{"l"}; !slices.Equal(got, want) {
+	if got, want := r.Keys(), []string{"l", "m"}; !slices.Equal(got, want) {
 		t.Errorf("Keys after a failed FillAndRelease: got %q, want %q", got, want)
+	}
+	if v, _ := r.Peek("l"); string(v) != "t*" {
+		t.Errorf("after a failed FillAndRelease, l holds %q, want \"t*\"", v)
+	}
+	// When none is due, the bus is not used: written and released.
+	if wrote, err := r.FillAndRelease(ctx, "k2", nil, []byte("v"), time.Minute, "m", "t", "ch", nil, nil); err != nil || !wrote {
+		t.Errorf("FillAndRelease of a lease not asked for with a failing bus = %v, %v; want true, nil", wrote, err)
+	}
+	if got, want := r.Keys(), []string{"k2", "l"}; !slices.Equal(got, want) {
+		t.Errorf("Keys after FillAndRelease of m: got %q, want %q", got, want)
+	}
+	bus.FailWith(nil)
+	if got := bus.Stats().Published; got != 0 {
+		t.Errorf("Bus published %d messages, want none", got)
 	}
 }

@@ -244,8 +244,10 @@ func TestClusterLogUnsupported(t *testing.T) {
 // TestClusterLeases: 50 leases spread over every master are taken,
 // extended and released in one call each, one pipeline per node (and for
 // the take, a second round trip to read the keys of the leases taken), with
-// the results in the order of the keys; the release's message reaches a
-// subscriber on every node.
+// the results in the order of the keys; a failed take marks the lease it
+// found held; the release's message, sent because one lease was asked for,
+// reaches a subscriber on every node; a release of leases no one asked for
+// sends none.
 func TestClusterLeases(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	for _, c := range clusterClients(t) {
@@ -282,7 +284,7 @@ func TestClusterLeases(t *testing.T) {
 			for _, a := range addrs {
 				sub := redis.NewClient(&redis.Options{Addr: a})
 				t.Cleanup(func() { sub.Close() })
-				all = append(all, receive(subscribe(t, sub, prefix+"ch"), 1))
+				all = append(all, receive(subscribe(t, sub, prefix+"ch"), 2))
 			}
 			// Every third key is held by another token. The other calls
 			// load each script on every node, so that what follows makes
@@ -323,7 +325,7 @@ func TestClusterLeases(t *testing.T) {
 				for i, k := range keys {
 					want := "me"
 					if i%3 == 0 {
-						want = "other"
+						want = "other*" // asked for by nobody and me
 					}
 					if got := holder(t, c.rdb, prefix+k); got != want {
 						t.Errorf("after %s, %q holds %q, want %q", call, k, got, want)
@@ -381,6 +383,14 @@ func TestClusterLeases(t *testing.T) {
 				}
 			}
 
+			// One of me's leases is asked for: marked, and still held.
+			askFor(t, s, keys[1])
+			if got := holder(t, c.rdb, prefix+keys[1]); got != "me*" {
+				t.Errorf("asked for, %q holds %q, want \"me*\"", keys[1], got)
+			}
+			if d := pttl(t, c.rdb, prefix+keys[1]); d <= 50*time.Second || d > time.Minute {
+				t.Errorf("asked for, PTTL of %q = %v, want in (50s, 1m] (its own)", keys[1], d)
+			}
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
@@ -395,7 +405,7 @@ func TestClusterLeases(t *testing.T) {
 			for i, k := range keys {
 				want := ""
 				if i%3 == 0 {
-					want = "other"
+					want = "other*"
 				}
 				if got := holder(t, c.rdb, prefix+k); got != want {
 					t.Errorf("after ReleaseLeases, %q holds %q, want %q", k, got, want)
@@ -404,6 +414,41 @@ func TestClusterLeases(t *testing.T) {
 			for j, m := range all {
 				if got := wait(t, m, 1); got[0] != "released" {
 					t.Errorf("subscriber on %s: got %q, want \"released\"", addrs[j], got[0])
+				}
+			}
+
+			// Leases no one asked for: released by their scripts, and no
+			// PUBLISH. A PUBLISH would reach the subscriber on its node
+			// before the "end" published after it.
+			quiet := make([]string, n)
+			for i := range quiet {
+				quiet[i] = fmt.Sprint("ns:\x00lease:quiet:", i)
+			}
+			if taken, _, _, err := s.TakeLeases(ctx, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
+				t.Fatalf("TakeLeases(me, quiet) = %v, %v; want all taken", taken, err)
+			}
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			if err := s.ReleaseLeases(ctx, quiet, "me", prefix+"ch", []byte("not sent")); err != nil {
+				t.Fatalf("ReleaseLeases(me, quiet): %v", err)
+			}
+			if c.nodes != nil {
+				if cmds, pipes := c.nodes.counts(); cmds != 0 || pipes != 3 {
+					t.Errorf("ReleaseLeases of leases not asked for sent %d commands and %d pipelines, want 3 pipelines, no PUBLISH: %v", cmds, pipes, c.nodes)
+				}
+			}
+			for _, k := range quiet {
+				if got := holder(t, c.rdb, prefix+k); got != "" {
+					t.Errorf("after ReleaseLeases, %q holds %q, want it released", k, got)
+				}
+			}
+			if err := c.rdb.Publish(ctx, prefix+"ch", "end").Err(); err != nil {
+				t.Fatal(err)
+			}
+			for j, m := range all {
+				if got := wait(t, m, 1); got[0] != "end" {
+					t.Errorf("subscriber on %s: got %q, want \"end\" (no message for leases not asked for)", addrs[j], got[0])
 				}
 			}
 		})
@@ -505,31 +550,40 @@ func TestClusterFillAndRelease(t *testing.T) {
 	for _, c := range clusterClients(t) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
-			prefix := redistest.Prefix(t) + ":"
+			// Leases and keys of checkFillAndRelease are in other slots,
+			// and some on other masters. A key and its lease share most of
+			// their name, so their slots are often close, on one master: a
+			// prefix is drawn until some are not.
+			var prefix string
+			for attempt := 0; ; attempt++ {
+				if attempt == 100 {
+					t.Fatal("for 100 prefixes, a key shares its lease's slot or none is on another master")
+				}
+				prefix = redistest.Prefix(t) + ":"
+				apart, other := true, 0
+				for _, k := range []string{"a", "b", "c", "e", "q", "s", "t", "u", "v", "w"} {
+					if slotOf(t, c.rdb, prefix+k) == slotOf(t, c.rdb, prefix+"lease:"+k) {
+						apart = false
+					}
+					if masterOf(t, c.rdb, prefix+k) != masterOf(t, c.rdb, prefix+"lease:"+k) {
+						other++
+					}
+				}
+				if apart && other > 0 {
+					break
+				}
+			}
 			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
 			channel := prefix + "ch"
-			// Leases and keys of checkFillAndRelease are in other slots,
-			// and some on other masters.
-			other := 0
-			for _, k := range []string{"a", "b", "c", "e", "s"} {
-				if slotOf(t, c.rdb, prefix+k) == slotOf(t, c.rdb, prefix+"lease:"+k) {
-					t.Fatalf("%s and its lease share a slot", k)
-				}
-				if masterOf(t, c.rdb, prefix+k) != masterOf(t, c.rdb, prefix+"lease:"+k) {
-					other++
-				}
-			}
-			if other == 0 {
-				t.Fatal("no key on another master than its lease")
-			}
 			sub := redis.NewClient(&redis.Options{Addr: addrs[len(addrs)-1]})
 			t.Cleanup(func() { sub.Close() })
-			checkFillAndRelease(t, s, c.rdb, prefix, channel, receive(subscribe(t, sub, channel), 11))
+			checkFillAndRelease(t, s, c.rdb, prefix, channel, receive(subscribe(t, sub, channel), 32))
 
 			if c.nodes == nil {
 				return
 			}
-			// Two round trips: the write, then the release that publishes.
+			// Two round trips: the write, then the release, which publishes
+			// (the lease is gone: someone may wait).
 			for _, old := range [][]byte{nil, []byte("v")} {
 				if err := s.Set(ctx, "r", []byte("v"), time.Minute); err != nil {
 					t.Fatal(err)
@@ -555,8 +609,9 @@ func TestClusterFillAndRelease(t *testing.T) {
 
 // TestClusterFillAndReleaseAnnouncesAfter: a subscriber, on hearing a
 // FillAndRelease's message, finds the value written and the lease
-// released. The rounds' keys and leases are spread over every master, so a
-// subscriber on any node hears messages that crossed the cluster bus.
+// released; a lease no one asked for is released without a message. The
+// rounds' keys and leases are spread over every master, so a subscriber on
+// any node hears messages that crossed the cluster bus.
 func TestClusterFillAndReleaseAnnouncesAfter(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})

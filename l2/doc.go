@@ -117,40 +117,44 @@
 // while the others wait for its value (hybrid.Options.LoadLease). A lease
 // is a plain string under Options.Prefix + key (package hybrid names it:
 // its namespace's prefix, "\x00lease:" and the cache key) that holds its
-// holder's token, and it always has an expiry, so that a holder that dies
+// holder's token, followed by '*' once a taker found it held (it is then
+// asked for), and it always has an expiry, so that a holder that dies
 // holds it no longer than its ttl:
 //
 //	take:    SET <lease> <token> NX PX <ttl>, then GET <key>;
-//	         else PTTL <lease>                                -> value, or time left
-//	extend:  if GET <lease> == <token>: PEXPIRE <lease> <ttl> -> held
-//	release: if GET <lease> == <token>: DEL <lease>; then PUBLISH <channel> <msg>
+//	         else mark it: SET <lease> <held>* PX <its PTTL>    -> value, or time left
+//	extend:  if GET <lease> is <token> or <token>*: PEXPIRE <lease> <ttl> -> held
+//	release: if GET <lease> is <token> or <token>*: DEL <lease>; then, unless
+//	         it was <token> (no one asked for it), PUBLISH <channel> <msg>
 //	fill:    SET <key> <value> NX PX <ttl> (or, given old, if GET <key> == <old>:
-//	         SET <key> <value> PX <ttl>); then release, publishing one of two
-//	         messages: stored or not                          -> stored
+//	         SET <key> <value> PX <ttl>); then release, publishing (unless no
+//	         one asked for the lease) one of two messages: stored or not -> stored
 //
-// Each is a small Lua script per lease, so that its check and its write
-// are one atomic step. The scripts of one call go in one pipeline by
-// EVALSHA (those that meet NOSCRIPT are sent again by EVAL), so a call
-// costs one round trip per node. The GET of a take reads the key the lease
-// guards after the lease is set, so that a taker sees a value that a
-// holder stored before it released its lease; the fill writes before it
-// releases and publishes, so that whoever takes the lease or hears the
-// message after it finds the value.
+// A lease no longer held under the token (expired, or another holder's) may
+// have been waited for, so its release publishes too; a release of leases
+// no one asked for publishes nothing. Each is a small Lua script, so that
+// its check and its write are one atomic step. The scripts of one call go
+// in one pipeline by EVALSHA (those that meet NOSCRIPT are sent again by
+// EVAL), so a call costs one round trip per node. The GET of a take reads
+// the key the lease guards after the lease is set, so that a taker sees a
+// value that a holder stored before it released its lease; the fill writes
+// before it releases and publishes, so that whoever takes the lease or
+// hears the message after it finds the value.
 //
 // On one server (or a Sentinel-managed primary) the take's script reads the
 // guarded key itself, and the fill is one script over both keys: one round
 // trip each, atomic. In Redis Cluster a lease key is generally in another
 // hash slot than the key it guards, and a script may not span slots: each
-// script goes to the master of its own key's slot, a take reads the
-// guarded keys of the leases it took in a second round trip (as GetMany
-// does; none if it took none), and a fill writes the key, then runs the
-// release script, which publishes: two round trips, in that order. The
-// PUBLISH of ReleaseLeases follows every release: on one server the last
-// script sends it, in the same round trip; in Redis Cluster it is sent once
-// the scripts on every node are done. A go-redis Ring is treated as Redis
-// Cluster, except that the messages of ReleaseLeases and FillAndRelease
-// are PUBLISH commands of their own, which the Ring sends to the channel's
-// shard.
+// script goes to the master of its own key's slot, a take reads the guarded
+// keys of the leases it took in a second round trip (as GetMany does; none
+// if it took none), and a fill writes the key, then runs the release
+// script, which publishes: two round trips, in that order. On one server
+// ReleaseLeases is one script over every lease, which publishes in the same
+// atomic step; in Redis Cluster each lease's script reports whether someone
+// may wait for it, and the PUBLISH, if one may, is sent once the scripts on
+// every node are done. A go-redis Ring is treated as Redis Cluster, except
+// that the messages of ReleaseLeases and FillAndRelease are PUBLISH
+// commands of their own, which the Ring sends to the channel's shard.
 //
 // # Failures and timeouts
 //

@@ -83,7 +83,8 @@ return waited
 `)
 
 // releaseLeases is releaseLease for every lease of KEYS at once, on one
-// server, with one message if someone may wait for any of them.
+// server, with one message if someone may wait for any of them. KEYS must
+// be distinct: a second release of one would find it gone and announce.
 var releaseLeases = redis.NewScript(`
 local waited = 0
 for _, k in ipairs(KEYS) do
@@ -250,7 +251,8 @@ func (s *Store) ExtendLeases(ctx context.Context, keys []string, token string, t
 // channel is not empty and someone may wait for one of them (a taker found
 // it held, or it is no longer held under token), publishes msg on channel.
 // The message leaves after every release: a subscriber that tries to take
-// a lease on hearing it finds it released.
+// a lease on hearing it finds it released. A lease named more than once is
+// released once.
 //
 // On one server it is one Lua script over every lease: one atomic step,
 // one round trip. In Redis Cluster a script per key, all in one pipeline,
@@ -273,6 +275,9 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		}
 		return nil
 	}
+	// A lease named twice is released once: its second release would find
+	// it gone, as if someone else had taken it, and announce.
+	keys = distinct(keys)
 	if s.topo == single {
 		// One script for every lease: the release and, if any was waited
 		// for, the message, in one atomic step.
@@ -297,6 +302,32 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		}
 	}
 	return nil
+}
+
+// distinct returns keys without their repeats, in order: keys itself when
+// none repeats.
+func distinct(keys []string) []string {
+	if len(keys) < 2 {
+		return keys
+	}
+	seen := make(map[string]struct{}, len(keys))
+	var out []string // nil until a repeat is found
+	for i, k := range keys {
+		if _, ok := seen[k]; ok {
+			if out == nil {
+				out = slices.Clone(keys[:i])
+			}
+			continue
+		}
+		seen[k] = struct{}{}
+		if out != nil {
+			out = append(out, k)
+		}
+	}
+	if out == nil {
+		return keys
+	}
+	return out
 }
 
 // fillAndRelease is FillAndRelease on one server. It stores ARGV[1] under

@@ -2,11 +2,14 @@ package l2_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +46,46 @@ func holder(t *testing.T, rdb redis.UniversalClient, key string) string {
 	return v
 }
 
+// askFor makes each lease of leases asked for, as another instance that
+// wants it does: a TakeLeases under the token "waiter", which must find
+// every one held (and so marks it), with time left.
+func askFor(t *testing.T, s *l2.Store, leases ...string) {
+	t.Helper()
+	taken, left, values, err := s.TakeLeases(t.Context(), leases, guards(leases), "waiter", time.Hour)
+	if err != nil || slices.Contains(taken, true) || slices.Contains(left, 0) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
+		t.Fatalf("TakeLeases(waiter, %q) = %v, %v, %q, %v; want none taken, all with time left", leases, taken, left, values, err)
+	}
+}
+
+// quiet checks that nothing was published on channel since the messages
+// msgs received last: it publishes a message of its own, "end " and what,
+// and checks that it is the next one. In Redis Cluster it publishes from
+// the master of near, whose messages cross the cluster bus in order, so
+// that it follows one that node published before; on one server, or when
+// near is empty, it publishes through rdb.
+func quiet(t *testing.T, rdb redis.UniversalClient, near, channel string, msgs *messages, what string) {
+	t.Helper()
+	ctx := t.Context()
+	pub := rdb
+	switch rdb.(type) {
+	case *redis.ClusterClient, embedded:
+		if near != "" {
+			m, err := clusterOf(rdb).MasterForKey(ctx, near)
+			if err != nil {
+				t.Fatalf("MasterForKey(%q): %v", near, err)
+			}
+			pub = m
+		}
+	}
+	end := "end " + what
+	if err := pub.Publish(ctx, channel, end).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := wait(t, msgs, 1); got[0] != end {
+		t.Errorf("%s: message %q, want none (the next one heard should be %q)", what, got[0], end)
+	}
+}
+
 // guards returns a key for each lease of keys to guard: "g:" and the lease's
 // key.
 func guards(keys []string) []string {
@@ -71,22 +114,53 @@ func TestTakeLeases(t *testing.T) {
 		t.Errorf("PTTL after TakeLeases = %v, want in (0, %v]", d, ttl)
 	}
 
-	// Another token is told how long the lease has left.
-	taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute)
-	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
-		t.Fatalf("TakeLeases(b) = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
-	}
-	if got := holder(t, rdb, prefix+"l"); got != "a" {
-		t.Errorf("after a failed take, lease holds %q, want \"a\"", got)
-	}
-	if d := pttl(t, rdb, prefix+"l"); d <= 0 || d > ttl {
-		t.Errorf("PTTL after a failed take = %v, want in (0, %v]", d, ttl)
+	// Another token is told how long the lease has left, and marks it as
+	// asked for: the holder's token and a '*', with the lifetime it had
+	// (not the taker's ttl). A second taker leaves it so.
+	for _, token := range []string{"b", "c"} {
+		taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, token, time.Minute)
+		if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
+			t.Fatalf("TakeLeases(%s) = %v, %v, %v; want [false], [(0, %v]], nil", token, taken, left, err, ttl)
+		}
+		if got := holder(t, rdb, prefix+"l"); got != "a*" {
+			t.Errorf("after %s's failed take, lease holds %q, want \"a*\" (marked)", token, got)
+		}
+		if d := pttl(t, rdb, prefix+"l"); d <= 0 || d > ttl {
+			t.Errorf("PTTL after %s's failed take = %v, want in (0, %v]", token, d, ttl)
+		}
 	}
 
 	// SET NX: the holder itself does not take it again.
 	taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 		t.Fatalf("TakeLeases(a) again = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
+	}
+	if got := holder(t, rdb, prefix+"l"); got != "a*" {
+		t.Errorf("after its holder's take, lease holds %q, want \"a*\"", got)
+	}
+}
+
+// TestTakeLeasesMarks: a failed take marks the lease it found held, and
+// only that one: a lease taken, or one held without being asked for, is
+// the bare token.
+func TestTakeLeasesMarks(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	ctx := t.Context()
+	const ttl = 10 * time.Second
+	if taken, _, _, err := s.TakeLeases(ctx, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	}
+	taken, _, _, err := s.TakeLeases(ctx, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
+	if want := []bool{false, true}; err != nil || !slices.Equal(taken, want) {
+		t.Fatalf("TakeLeases(b) = %v, %v; want %v, nil", taken, err, want)
+	}
+	for k, want := range map[string]string{"asked": "a*", "quiet": "a", "free": "b"} {
+		if got := holder(t, rdb, prefix+k); got != want {
+			t.Errorf("%s holds %q, want %q", k, got, want)
+		}
+		if d := pttl(t, rdb, prefix+k); d <= 0 || d > ttl {
+			t.Errorf("PTTL of %s = %v, want in (0, %v]", k, d, ttl)
+		}
 	}
 }
 
@@ -119,9 +193,14 @@ func TestTakeLeasesMany(t *testing.T) {
 		t.Errorf("values[%d]: got %q, want nil (nothing guarded)", i, values[i])
 	}
 	for i := range n {
+		// The others' leases were asked for; so was keys[1], repeated:
+		// its second take found it held.
 		want, wantHolder := i%3 != 0, "me"
-		if !want {
-			wantHolder = "other"
+		switch {
+		case !want:
+			wantHolder = "other*"
+		case i == 1:
+			wantHolder = "me*"
 		}
 		if taken[i] != want {
 			t.Errorf("taken[%d]: got %v, want %v", i, taken[i], want)
@@ -159,6 +238,9 @@ func TestTakeLeaseWithoutExpiry(t *testing.T) {
 	}
 	if d := pttl(t, rdb, prefix+"l"); d <= 0 || d > ttl {
 		t.Errorf("PTTL after the take = %v, want in (0, %v]", d, ttl)
+	}
+	if got := holder(t, rdb, prefix+"l"); got != "stray*" {
+		t.Errorf("after the take, the key holds %q, want \"stray*\" (marked)", got)
 	}
 }
 
@@ -234,62 +316,105 @@ func TestExtendLeases(t *testing.T) {
 	if d := pttl(t, rdb, prefix+"l1"); d <= 0 || d > 2*time.Second {
 		t.Errorf("PTTL of l1 after an extend to 2s = %v, want in (0, 2s]", d)
 	}
+	// A lease asked for is still its holder's: extended, and still marked.
+	askFor(t, s, "l2")
+	if held, err := s.ExtendLeases(ctx, []string{"l2"}, "a", 2*time.Minute); err != nil || !held[0] {
+		t.Fatalf("ExtendLeases(a) of a marked lease = %v, %v; want [true], nil", held, err)
+	}
+	if got := holder(t, rdb, prefix+"l2"); got != "a*" {
+		t.Errorf("l2 after its holder extended it holds %q, want \"a*\"", got)
+	}
+	if d := pttl(t, rdb, prefix+"l2"); d <= 110*time.Second || d > 2*time.Minute {
+		t.Errorf("PTTL of the marked l2 after an extend to 2m = %v, want in (110s, 2m]", d)
+	}
 }
 
 func TestReleaseLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	channel := prefix + "ch"
-	msgs := receive(subscribe(t, srv.Client(t), channel), 3)
-	if _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-
-	// A stranger releases nothing; its message goes out all the same.
-	if err := s.ReleaseLeases(ctx, []string{"l1", "l2"}, "b", channel, []byte("m1")); err != nil {
-		t.Fatalf("ReleaseLeases(b): %v", err)
-	}
-	for _, k := range []string{"l1", "l2"} {
-		if got := holder(t, rdb, prefix+k); got != "a" {
-			t.Errorf("after a stranger's release, %s holds %q, want \"a\"", k, got)
+	msgs := receive(subscribe(t, srv.Client(t), channel), 20)
+	const ttl = time.Minute
+	take := func(token string, leases ...string) {
+		t.Helper()
+		if taken, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
+			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
 		}
 	}
-	if got := wait(t, msgs, 1); got[0] != "m1" {
-		t.Errorf("message: got %q, want \"m1\"", got[0])
+	release := func(token string, leases []string, channel, msg string) {
+		t.Helper()
+		if err := s.ReleaseLeases(ctx, leases, token, channel, []byte(msg)); err != nil {
+			t.Fatalf("ReleaseLeases(%s, %q): %v", token, leases, err)
+		}
+	}
+	heard := func(want string) {
+		t.Helper()
+		if got := wait(t, msgs, 1); got[0] != want {
+			t.Errorf("message: got %q, want %q", got[0], want)
+		}
+	}
+	holds := func(lease, want string) {
+		t.Helper()
+		if got := holder(t, rdb, prefix+lease); got != want {
+			t.Errorf("%s holds %q, want %q", lease, got, want)
+		}
+	}
+	take("a", "l1", "l2", "l3", "l4", "l5", "l6")
+
+	// A stranger releases nothing and marks nothing; as its leases are not
+	// held under its token, someone may wait: its message goes out.
+	release("b", []string{"l1", "l2"}, channel, "m1")
+	heard("m1")
+	holds("l1", "a")
+	holds("l2", "a")
+
+	// The holder's release of leases no one asked for deletes them and
+	// publishes nothing.
+	release("a", []string{"l1", "l2"}, channel, "not sent")
+	quiet(t, rdb, "", channel, msgs, "release of leases not asked for")
+	for _, k := range []string{"l1", "l2"} {
+		if d := pttl(t, rdb, prefix+k); d != -2 {
+			t.Errorf("PTTL of %s after its holder released it = %v, want -2 (missing)", k, d)
+		}
 	}
 
-	// The holder's release deletes, then publishes.
-	if err := s.ReleaseLeases(ctx, []string{"l1", "missing"}, "a", channel, []byte("m2")); err != nil {
-		t.Fatalf("ReleaseLeases(a): %v", err)
-	}
-	if got := wait(t, msgs, 1); got[0] != "m2" {
-		t.Errorf("message: got %q, want \"m2\"", got[0])
-	}
-	if d := pttl(t, rdb, prefix+"l1"); d != -2 {
-		t.Errorf("PTTL of l1 after its holder released it = %v, want -2 (missing)", d)
-	}
-	if got := holder(t, rdb, prefix+"l2"); got != "a" {
-		t.Errorf("l2, not released, holds %q, want \"a\"", got)
-	}
+	// A lease named twice is released once: the second name finds it gone
+	// by the first, not released by someone else.
+	release("a", []string{"l6", "l6"}, channel, "not sent")
+	quiet(t, rdb, "", channel, msgs, "release of a lease named twice")
+	holds("l6", "")
 
-	// No channel: nothing published.
-	if err := s.ReleaseLeases(ctx, []string{"l2"}, "a", "", []byte("not sent")); err != nil {
-		t.Fatalf("ReleaseLeases without a channel: %v", err)
+	// Asked for, a lease is marked and still its holder's; its release,
+	// with others not asked for, deletes them all and publishes once.
+	askFor(t, s, "l3")
+	holds("l3", "a*")
+	if d := pttl(t, rdb, prefix+"l3"); d <= 0 || d > ttl {
+		t.Errorf("PTTL of the marked l3 = %v, want in (0, %v] (its own)", d, ttl)
 	}
-	if d := pttl(t, rdb, prefix+"l2"); d != -2 {
-		t.Errorf("PTTL of l2 after its holder released it = %v, want -2 (missing)", d)
-	}
-	if err := rdb.Publish(ctx, channel, "end").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if got := wait(t, msgs, 1); got[0] != "end" {
-		t.Errorf("message after a release without a channel: got %q, want \"end\"", got[0])
-	}
+	release("a", []string{"l4", "l3"}, channel, "m2")
+	heard("m2")
+	quiet(t, rdb, "", channel, msgs, "one message for a release of many leases")
+	holds("l3", "")
+	holds("l4", "")
+
+	// A lease no longer held under the token (expired, or another's since)
+	// may be waited for: its holder's release announces, and leaves
+	// another's lease as it is, unmarked.
+	release("a", []string{"gone"}, channel, "m3")
+	heard("m3")
+	take("c", "l1")
+	release("a", []string{"l1"}, channel, "m4")
+	heard("m4")
+	holds("l1", "c")
+
+	// No channel: nothing published, even for a lease asked for.
+	askFor(t, s, "l5")
+	release("a", []string{"l5"}, "", "not sent")
+	holds("l5", "")
+	quiet(t, rdb, "", channel, msgs, "release without a channel")
 
 	// Released, a lease can be taken by another.
-	if taken, _, _, err := s.TakeLeases(ctx, []string{"l1"}, []string{"g:l1"}, "b", time.Minute); err != nil || !taken[0] {
-		t.Errorf("TakeLeases(b) after the release = %v, %v; want [true], nil", taken, err)
-	}
+	take("b", "l2", "l3", "l5")
 }
 
 func TestLeaseExpires(t *testing.T) {
@@ -309,6 +434,16 @@ func TestLeaseExpires(t *testing.T) {
 	}
 	if held, err := s.ExtendLeases(ctx, []string{"l"}, "a", time.Minute); err != nil || held[0] {
 		t.Errorf("ExtendLeases of an expired lease = %v, %v; want [false], nil", held, err)
+	}
+	// Someone may have waited for it and seen it expire: its holder's
+	// release, never asked for, announces all the same.
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 1)
+	if err := s.ReleaseLeases(ctx, []string{"l"}, "a", channel, []byte("expired")); err != nil {
+		t.Fatalf("ReleaseLeases of an expired lease: %v", err)
+	}
+	if got := wait(t, msgs, 1); got[0] != "expired" {
+		t.Errorf("message: got %q, want \"expired\"", got[0])
 	}
 	if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", taken, err)
@@ -388,50 +523,80 @@ func TestLeasesNoKeys(t *testing.T) {
 }
 
 // TestLeasesOneRoundTrip: each call is one round trip on one server: one
-// pipeline of one script per key, the read of the guarded key of a take and
-// the PUBLISH of a release included, or FillAndRelease's one script; after
-// SCRIPT FLUSH, the scripts go again by EVAL.
+// pipeline of one script per key for a take (the read of its guarded key
+// included) or an extend, one script over every lease for ReleaseLeases
+// and FillAndRelease, each publishing within, only when a lease was asked
+// for; after SCRIPT FLUSH, the scripts go again by EVAL.
 func TestLeasesOneRoundTrip(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
 	channel := prefix + "ch"
-	msgs := receive(subscribe(t, srv.Client(t), channel), 8)
+	msgs := receive(subscribe(t, srv.Client(t), channel), 9)
 	keys := []string{"a", "b", "c"}
 	for _, k := range guards(keys) {
 		if err := s.Set(ctx, k, []byte("v"+k), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// hold makes "tok" hold every lease of keys afresh, and asked asked
+	// for.
+	hold := func(asked ...string) func() {
+		return func() {
+			if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+				t.Fatal(err)
+			}
+			if taken, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
+				t.Fatalf("TakeLeases(tok) = %v, %v; want all taken", taken, err)
+			}
+			if len(asked) > 0 {
+				askFor(t, s, asked...)
+			}
+		}
+	}
 	const (
 		pipeline = "commands [], pipelines [[evalsha evalsha evalsha]]"
 		reloaded = "commands [], pipelines [[evalsha evalsha evalsha] [eval eval eval]]"
+		script   = "commands [evalsha], pipelines []"
+		again    = "commands [evalsha eval], pipelines []"
 	)
+	release := func() error { return s.ReleaseLeases(ctx, keys, "tok", channel, []byte("m")) }
+	fill := func() error {
+		_, err := s.FillAndRelease(ctx, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
+		return err
+	}
 	calls := []struct {
 		name           string
+		prep           func() // before the call, not counted
 		run            func() error
 		want, reloaded string
+		released       []string // leases the call releases
 	}{
-		{"TakeLeases", func() error {
+		{"TakeLeases", func() {
+			if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+				t.Fatal(err)
+			}
+		}, func() error {
 			taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
-			if err == nil && slices.Contains(taken, true) && (len(values) != 3 || string(values[0]) != "vg:a") {
-				err = fmt.Errorf("taken %v, values %q; want \"vg:a\" first", taken, values)
+			if err == nil && (slices.Contains(taken, false) || len(values) != 3 || string(values[0]) != "vg:a") {
+				err = fmt.Errorf("taken %v, values %q; want all taken, \"vg:a\" first", taken, values)
 			}
 			return err
-		}, pipeline, reloaded},
-		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, keys, "tok", time.Minute); return err }, pipeline, reloaded},
-		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, keys, "tok", channel, []byte("m")) }, pipeline, reloaded},
-		{"FillAndRelease", func() error {
-			_, err := s.FillAndRelease(ctx, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
-			return err
-		}, "commands [evalsha], pipelines []", "commands [evalsha eval], pipelines []"},
+		}, pipeline, reloaded, nil},
+		{"ExtendLeases", hold("b"), func() error { _, err := s.ExtendLeases(ctx, keys, "tok", time.Minute); return err }, pipeline, reloaded, nil},
+		{"ReleaseLeases, none asked for", hold(), release, script, again, keys},
+		{"ReleaseLeases, one asked for", hold("b"), release, script, again, keys},
+		{"FillAndRelease, not asked for", hold(), fill, script, again, []string{"a"}},
+		{"FillAndRelease, asked for", hold("a"), fill, script, again, []string{"a"}},
 	}
 	for _, flush := range []bool{false, true} {
 		for _, call := range calls {
+			call.prep()
 			if err := call.run(); err != nil { // loads the script
 				t.Fatalf("%s: %v", call.name, err)
 			}
+			call.prep()
 			if flush {
 				if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 					t.Fatalf("SCRIPT FLUSH: %v", err)
@@ -448,10 +613,20 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 			if got := c.String(); got != want {
 				t.Errorf("%s (after SCRIPT FLUSH: %v): sent %s; want %s", call.name, flush, got, want)
 			}
+			for _, k := range call.released {
+				if got := holder(t, rdb, prefix+k); got != "" {
+					t.Errorf("%s (after SCRIPT FLUSH: %v): lease %s holds %q, want it released", call.name, flush, k, got)
+				}
+			}
 		}
 	}
+	// A message for each call of a lease asked for, none for the others.
 	if got, want := wait(t, msgs, 8), slices.Repeat([]string{"m"}, 8); !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	quiet(t, rdb, "", channel, msgs, "calls with leases not asked for")
+	if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+		t.Fatal(err)
 	}
 	// The scripts did their work after the flush too.
 	taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
@@ -489,7 +664,28 @@ func TestLeasesRing(t *testing.T) {
 	// FillAndRelease writes, then releases, then publishes on the
 	// channel's shard, where the Ring's subscribers listen.
 	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
-	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
+	// A Ring sends PUBLISH to its shard's client past its own hooks: the
+	// shards' hook counts them.
+	var shards counter
+	rdb := redis.NewRing(&redis.RingOptions{
+		Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()},
+		NewClient: func(opt *redis.Options) *redis.Client {
+			c := redis.NewClient(opt)
+			c.AddHook(&shards)
+			return c
+		},
+	})
+	publishes := func() int {
+		shards.mu.Lock()
+		defer shards.mu.Unlock()
+		n := 0
+		for _, name := range shards.cmds {
+			if name == "publish" {
+				n++
+			}
+		}
+		return n
+	}
 	t.Cleanup(func() { rdb.Close() })
 	s := l2.New(rdb, l2.Options{Prefix: "p:"})
 	ctx := t.Context()
@@ -542,6 +738,11 @@ func TestLeasesRing(t *testing.T) {
 	if _, pipes := c.counts(); pipes != 1 {
 		t.Errorf("TakeLeases taking nothing sent %v; want 1 pipeline, no reads", &c)
 	}
+	for _, k := range keys {
+		if got := holder(t, rdb, "p:"+k); got != "a*" {
+			t.Errorf("after b's failed take, %s holds %q, want \"a*\"", k, got)
+		}
+	}
 	if held, err := s.ExtendLeases(ctx, keys, "a", time.Hour); err != nil || slices.Contains(held, false) {
 		t.Fatalf("ExtendLeases(a) = %v, %v; want all held", held, err)
 	}
@@ -573,7 +774,8 @@ func TestLeasesRing(t *testing.T) {
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatalf("subscribe: %v", err)
 	}
-	msgs := receive(ps, 2)
+	msgs := receive(ps, 10)
+	shards.reset()
 	if wrote, err := s.FillAndRelease(ctx, gs[fresh], nil, []byte("new"), time.Minute, keys[fresh], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
 		t.Fatalf("FillAndRelease(absent) = %v, %v; want true, nil", wrote, err)
 	}
@@ -582,6 +784,9 @@ func TestLeasesRing(t *testing.T) {
 	}
 	if got, want := wait(t, msgs, 2), []string{"stored", "unstored"}; !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	if n := publishes(); n != 2 {
+		t.Errorf("two FillAndRelease of leases asked for sent %d PUBLISH, want 2", n)
 	}
 	if v, ok, err := s.Get(ctx, gs[fresh]); err != nil || string(v) != "new" {
 		t.Errorf("Get(%s) = %q, %v, %v; want \"new\"", gs[fresh], v, ok, err)
@@ -595,17 +800,57 @@ func TestLeasesRing(t *testing.T) {
 		}
 	}
 
-	if err := s.ReleaseLeases(ctx, keys, "a", "", nil); err != nil {
+	// Leases no one asked for: released, and no PUBLISH.
+	var quietKeys []string
+	for i := range 10 {
+		quietKeys = append(quietKeys, fmt.Sprint("q", i))
+	}
+	if taken, _, _, err := s.TakeLeases(ctx, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases(q) = %v, %v; want all taken", taken, err)
+	}
+	shards.reset()
+	if err := s.ReleaseLeases(ctx, quietKeys[:9], "q", "fills", []byte("not sent")); err != nil {
+		t.Fatalf("ReleaseLeases(q): %v", err)
+	}
+	if n := publishes(); n != 0 {
+		t.Errorf("ReleaseLeases of leases not asked for sent %d PUBLISH, want none", n)
+	}
+	c.reset()
+	if wrote, err := s.FillAndRelease(ctx, "g:q9", nil, []byte("q"), time.Minute, quietKeys[9], "q", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
+		t.Fatalf("FillAndRelease(q9) = %v, %v; want true, nil", wrote, err)
+	}
+	if want := "commands [set evalsha], pipelines []"; c.String() != want {
+		t.Errorf("FillAndRelease of a lease not asked for sent %v; want %s", &c, want)
+	}
+	if n := publishes(); n != 0 {
+		t.Errorf("FillAndRelease of a lease not asked for sent %d PUBLISH, want none", n)
+	}
+	quiet(t, rdb, "", "fills", msgs, "Ring: leases not asked for")
+	for _, k := range quietKeys {
+		if got := holder(t, rdb, "p:"+k); got != "" {
+			t.Errorf("%s holds %q, want it released", k, got)
+		}
+	}
+
+	// The leases asked for: one PUBLISH, after the scripts.
+	shards.reset()
+	if err := s.ReleaseLeases(ctx, keys, "a", "fills", []byte("released")); err != nil {
 		t.Fatalf("ReleaseLeases(a): %v", err)
 	}
-	if n := len(m1.Keys()) + len(m2.Keys()); n != 11 {
-		t.Errorf("%d keys left after the release, want 11 (the values)", n)
+	if n := publishes(); n != 1 {
+		t.Errorf("ReleaseLeases of leases asked for sent %d PUBLISH, want 1", n)
+	}
+	if got := wait(t, msgs, 1); got[0] != "released" {
+		t.Errorf("message: got %q, want \"released\"", got[0])
+	}
+	if n := len(m1.Keys()) + len(m2.Keys()); n != 12 {
+		t.Errorf("%d keys left after the release, want 12 (the values)", n)
 	}
 }
 
 // TestLeasesMatchDouble runs one history of lease calls on a Store and on
-// hybridtest.Remote and checks that they answer alike, publish alike and
-// leave the same keys.
+// hybridtest.Remote and checks that they answer alike, mark alike, publish
+// alike (and stay silent alike) and leave the same keys.
 func TestLeasesMatchDouble(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	bus := new(hybridtest.Bus)
@@ -617,7 +862,7 @@ func TestLeasesMatchDouble(t *testing.T) {
 		l     hybrid.Leaser
 		put   func(key, value string)
 		get   func(key string) ([]byte, bool)
-		heard func(n int) []string // the next n messages on channel
+		heard func() []string // the messages on channel since the last call
 	}
 	run := func(x sides) []string {
 		ctx := t.Context()
@@ -649,9 +894,14 @@ func TestLeasesMatchDouble(t *testing.T) {
 			held, err := x.l.ExtendLeases(ctx, keys, token, ttl)
 			out = append(out, fmt.Sprintf("extend %s %q: %v, %v", token, keys, held, err))
 		}
-		release := func(token string, keys ...string) {
-			err := x.l.ReleaseLeases(ctx, keys, token, "", nil)
-			out = append(out, fmt.Sprintf("release %s %q: %v", token, keys, err))
+		release := func(token string, announce bool, keys ...string) {
+			ch := ""
+			if announce {
+				ch = channel
+			}
+			err := x.l.ReleaseLeases(ctx, keys, token, ch, []byte(fmt.Sprintf("released by %s %q", token, keys)))
+			out = append(out, fmt.Sprintf("release %s %q (announce %v): %v", token, keys, announce, err))
+			out = append(out, fmt.Sprintf("heard %q", x.heard()))
 		}
 		fill := func(token, key string, old []byte, value string, announce bool) {
 			ch := ""
@@ -660,14 +910,12 @@ func TestLeasesMatchDouble(t *testing.T) {
 			}
 			wrote, err := x.l.FillAndRelease(ctx, "v:"+key, old, []byte(value), ttl, key, token, ch,
 				[]byte("stored "+value), []byte("unstored "+value))
-			out = append(out, fmt.Sprintf("fill %s %s old %s with %q: %v, %v", token, key, show([][]byte{old}), value, wrote, err))
-			if announce {
-				out = append(out, fmt.Sprintf("heard %q", x.heard(1)))
-			}
+			out = append(out, fmt.Sprintf("fill %s %s old %s with %q (announce %v): %v, %v", token, key, show([][]byte{old}), value, announce, wrote, err))
+			out = append(out, fmt.Sprintf("heard %q", x.heard()))
 		}
 		state := func() {
 			var live []string
-			for _, k := range []string{"a", "b", "c", "d", "e"} {
+			for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 				if v, ok := x.get(k); ok {
 					live = append(live, k+"="+string(v))
 				}
@@ -679,24 +927,32 @@ func TestLeasesMatchDouble(t *testing.T) {
 		}
 		x.put("v:b", "B")
 		x.put("v:e", "")
-		take("t1", "a", "b", "c")
-		take("t2", "b", "d")
-		take("t1", "a", "e", "a")
+		take("t1", "a", "b", "c", "f", "g", "h")
+		take("t2", "b", "d")      // b asked for; d taken
+		take("t1", "a", "e", "a") // a found held, if by its own holder; e taken; a repeated
+		take("t3", "b")           // asked for again: still one mark
 		state()
-		extend("t1", "a", "d", "missing", "c")
+		extend("t1", "a", "b", "d", "missing", "c") // marked or not, t1's
 		extend("t2", "d")
-		fill("t1", "a", nil, "A1", true)         // absent: written
-		fill("t1", "b", nil, "B1", true)         // present: not written
-		fill("t1", "c", []byte("X"), "C1", true) // missing, old given: not written
-		fill("t2", "e", []byte{}, "E1", false)   // empty, old empty: written; a stranger's lease stays
-		fill("t1", "b", []byte("B"), "B2", true) // old matches, lease gone already
-		fill("t1", "b", []byte("B"), "B3", false)
 		state()
-		take("t3", "a", "b", "d", "e")
-		release("t1", "a", "d", "missing", "e")
+		fill("t1", "a", nil, "A1", true)          // absent: written; asked for: announced
+		fill("t1", "b", nil, "B1", true)          // present: not written; asked for: announced
+		fill("t1", "c", []byte("X"), "C1", true)  // missing, old given: not written; not asked for: silent
+		fill("t2", "e", []byte{}, "E1", true)     // empty, old empty: written; another's lease stays: announced
+		fill("t1", "b", []byte("B"), "B2", true)  // old matches; lease gone already: announced
+		fill("t1", "b", []byte("B"), "B3", false) // no channel
+		fill("t1", "f", nil, "F1", true)          // absent: written; not asked for: silent
 		state()
-		take("t3", "e")
-		release("t2", "b", "d")
+		take("t3", "a", "b", "d", "e", "g") // a, b taken; d, e, g asked for
+		state()
+		release("t1", true, "a", "d", "missing", "e") // none t1's but e (marked): announced once
+		state()
+		release("t3", true, "a", "a") // named twice, not asked for: silent
+		release("t1", true, "g", "h") // g asked for: announced
+		release("t2", false, "d")     // asked for, no channel: silent
+		take("t4", "h")
+		release("t4", true, "h") // not asked for: silent
+		release("t4", true)      // no keys: announced
 		state()
 		return out
 	}
@@ -711,22 +967,30 @@ func TestLeasesMatchDouble(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(unsub)
+	// Each side's heard publishes "end" and returns what came before it.
 	want := run(sides{
 		l:   double,
 		put: func(k, v string) { double.Put(k, []byte(v), ttl) },
 		get: double.Peek,
-		heard: func(n int) []string {
+		heard: func() []string {
+			if err := bus.Publish(t.Context(), channel, []byte("end")); err != nil {
+				t.Fatal(err)
+			}
 			if err := bus.Flush(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			got := fromBus[:min(n, len(fromBus))]
-			fromBus = fromBus[len(got):]
+			i := slices.Index(fromBus, "end")
+			if i < 0 {
+				t.Fatalf("hybridtest.Bus: \"end\" not heard after Flush; heard %q", fromBus)
+			}
+			got := slices.Clone(fromBus[:i])
+			fromBus = fromBus[i+1:]
 			return got
 		},
 	})
-	msgs := receive(subscribe(t, srv.Client(t), channel), 5)
+	msgs := receive(subscribe(t, srv.Client(t), channel), 100)
 	got := run(sides{
 		l: s,
 		put: func(k, v string) {
@@ -741,7 +1005,19 @@ func TestLeasesMatchDouble(t *testing.T) {
 			}
 			return v, ok
 		},
-		heard: func(n int) []string { return wait(t, msgs, n) },
+		heard: func() []string {
+			if err := rdb.Publish(t.Context(), channel, "end").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for {
+				m := wait(t, msgs, 1)[0]
+				if m == "end" {
+					return got
+				}
+				got = append(got, m)
+			}
+		},
 	})
 	if len(got) != len(want) {
 		t.Fatalf("Store made %d steps, hybridtest.Remote %d", len(got), len(want))
@@ -751,18 +1027,34 @@ func TestLeasesMatchDouble(t *testing.T) {
 			t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i], want[i])
 		}
 	}
-	// Nothing more was published by either.
-	if err := rdb.Publish(t.Context(), channel, "end").Err(); err != nil {
-		t.Fatal(err)
+	// The history is about the marks and the messages: the double's (so
+	// the Store's) are these.
+	if !slices.Contains(want, `live ["a=t1*" "b=t1*" "v:b=B" "c=t1" "d=t2" "e=t1" "v:e=" "f=t1" "g=t1" "h=t1"]`) {
+		t.Errorf("hybridtest.Remote: no state with a and b marked, the others not")
 	}
-	if got := wait(t, msgs, 1); got[0] != "end" {
-		t.Errorf("Store: message after the history: got %q, want \"end\"", got[0])
+	var heard []string
+	for _, step := range want {
+		if strings.HasPrefix(step, "heard ") {
+			heard = append(heard, step)
+		}
 	}
-	if err := bus.Flush(t.Context()); err != nil {
-		t.Fatal(err)
+	wantHeard := []string{
+		`heard ["stored A1"]`,
+		`heard ["unstored B1"]`,
+		`heard []`, // fill of c, not asked for
+		`heard ["stored E1"]`,
+		`heard ["stored B2"]`,
+		`heard []`, // no channel
+		`heard []`, // fill of f, not asked for
+		`heard ["released by t1 [\"a\" \"d\" \"missing\" \"e\"]"]`,
+		`heard []`, // a named twice, not asked for
+		`heard ["released by t1 [\"g\" \"h\"]"]`,
+		`heard []`, // no channel
+		`heard []`, // h, not asked for
+		`heard ["released by t4 []"]`,
 	}
-	if len(fromBus) != 0 {
-		t.Errorf("hybridtest.Remote: messages after the history: %q, want none", fromBus)
+	if !slices.Equal(heard, wantHeard) {
+		t.Errorf("hybridtest.Remote heard\n%s\nwant\n%s", strings.Join(heard, "\n"), strings.Join(wantHeard, "\n"))
 	}
 }
 
@@ -806,11 +1098,15 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 			t.Errorf("left[%d]: got %v with taken %v", i, left[i], taken[i])
 		}
 	}
-	// The leases are the tokens; the guarded keys are unchanged.
+	// The leases are the tokens, marked where a take found them held (l:4
+	// repeated, l:5 already held); the guarded keys are unchanged.
 	for i, k := range keys {
 		wantHolder := "me"
-		if k == "l:3" {
-			wantHolder = "other"
+		switch k {
+		case "l:3":
+			wantHolder = "other*"
+		case "l:4", "l:5":
+			wantHolder = "me*"
 		}
 		if got := holder(t, rdb, prefix+k); got != wantHolder {
 			t.Errorf("lease %s holds %q, want %q", k, got, wantHolder)
@@ -886,7 +1182,9 @@ func TestTakeLeasesSeesFill(t *testing.T) {
 // checkFillAndRelease checks FillAndRelease through s (whose keys have
 // prefix in rdb): which writes it makes, which leases it releases, and
 // that it publishes exactly one of its two messages on channel, which msgs
-// receives (rdb publishes on it too).
+// receives (rdb publishes on it too), when someone may wait for the lease
+// (a taker asked for it, or it is no longer held under the token), and
+// none otherwise.
 func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, prefix, channel string, msgs *messages) {
 	t.Helper()
 	ctx := t.Context()
@@ -904,10 +1202,28 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 			t.Fatal(err)
 		}
 	}
-	take("me", "lease:a", "lease:b", "lease:c", "lease:e", "lease:f", "lease:q")
-	take("other", "lease:s")
+	asked := []string{"lease:a", "lease:b", "lease:c", "lease:e", "lease:f", "lease:q"}
+	take("me", asked...)
+	take("me", "lease:u", "lease:v", "lease:w")
+	take("other", "lease:s", "lease:t")
+	askFor(t, s, append(asked, "lease:t")...)
+	// Marked, each lease keeps its holder's lifetime.
+	for _, k := range append(asked, "lease:t") {
+		want := "me*"
+		if k == "lease:t" {
+			want = "other*"
+		}
+		if got := holder(t, rdb, prefix+k); got != want {
+			t.Errorf("asked for, %s holds %q, want %q", k, got, want)
+		}
+		if d := pttl(t, rdb, prefix+k); d <= 0 || d > 20*time.Second {
+			t.Errorf("asked for, PTTL of %s = %v, want in (0, 20s]", k, d)
+		}
+	}
 	set("b", "other's")
 	set("e", "")
+	set("v", "there")
+	set("w", "old")
 	tests := []struct {
 		name       string
 		key        string
@@ -917,19 +1233,24 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 		want       string // what key holds after
 		wantLease  string // what lease holds after
 		noChannel  bool
+		silent     bool          // no one may wait: no message
 		leaseAfter time.Duration // when wantLease is not empty: at most this long left
 	}{
 		{name: "absent", key: "a", lease: "lease:a", wrote: true, want: "a1"},
 		{name: "present, old nil", key: "b", lease: "lease:b", want: "other's"},
-		{name: "old matches", key: "b", old: []byte("other's"), lease: "lease:b", wrote: true, want: "b2"},
-		{name: "old does not match", key: "b", old: []byte("other's"), lease: "lease:b", want: "b2"},
+		{name: "old matches, lease gone", key: "b", old: []byte("other's"), lease: "lease:b", wrote: true, want: "b2"},
+		{name: "old does not match, lease gone", key: "b", old: []byte("other's"), lease: "lease:b", want: "b2"},
 		{name: "missing, old given", key: "c", old: []byte("x"), lease: "lease:c"},
-		{name: "missing, old empty", key: "c", old: []byte{}, lease: "lease:c"},
+		{name: "missing, old empty, lease gone", key: "c", old: []byte{}, lease: "lease:c"},
 		{name: "empty, old empty", key: "e", old: []byte{}, lease: "lease:e", wrote: true, want: "e1"},
 		{name: "present, old empty", key: "e", old: []byte{}, lease: "lease:f", want: "e1"},
 		{name: "a stranger's lease stays", key: "s", lease: "lease:s", wrote: true, want: "s1", wantLease: "other", leaseAfter: 20 * time.Second},
+		{name: "a stranger's lease asked for stays", key: "t", lease: "lease:t", wrote: true, want: "t1", wantLease: "other*", leaseAfter: 20 * time.Second},
 		{name: "no lease", key: "n", lease: "lease:none", wrote: true, want: "n1"},
 		{name: "no channel", key: "q", lease: "lease:q", wrote: true, want: "q1", noChannel: true},
+		{name: "not asked for, absent", key: "u", lease: "lease:u", wrote: true, want: "u1", silent: true},
+		{name: "not asked for, present", key: "v", lease: "lease:v", want: "there", silent: true},
+		{name: "not asked for, old matches", key: "w", old: []byte("old"), lease: "lease:w", wrote: true, want: "w1", silent: true},
 	}
 	for i, tt := range tests {
 		value := []byte(fmt.Sprint(tt.key, i))
@@ -962,7 +1283,8 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 				t.Errorf("%s: PTTL of the lease = %v, want in (0, %v]", tt.name, d, tt.leaseAfter)
 			}
 		}
-		if tt.noChannel {
+		if tt.noChannel || tt.silent {
+			quiet(t, rdb, prefix+tt.lease, channel, msgs, tt.name)
 			continue
 		}
 		want := unstored
@@ -974,76 +1296,142 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 		}
 	}
 	// Exactly one message each: the next is one sent now.
-	if err := rdb.Publish(ctx, channel, "end").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if got := wait(t, msgs, 1); got[0] != "end" {
-		t.Errorf("message after the last FillAndRelease: got %q, want \"end\"", got[0])
-	}
+	quiet(t, rdb, "", channel, msgs, "after the last FillAndRelease")
 }
 
 func TestFillAndRelease(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	channel := prefix + "ch"
-	msgs := receive(subscribe(t, srv.Client(t), channel), 11)
+	msgs := receive(subscribe(t, srv.Client(t), channel), 32)
 	checkFillAndRelease(t, s, rdb, prefix, channel, msgs)
 }
 
 // TestFillAndReleaseAnnouncesAfter: a subscriber that hears a
-// FillAndRelease's message finds the value written and the lease released.
+// FillAndRelease's message finds the value written and the lease released;
+// a lease no one asked for is released without a message.
 func TestFillAndReleaseAnnouncesAfter(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	channel := prefix + "ch"
 	checkFillAnnouncesAfter(t, s, rdb, subscribe(t, srv.Client(t), channel), prefix, channel, 50)
 }
 
-// checkFillAnnouncesAfter makes rounds FillAndRelease calls through s, and
-// checks that when ps receives each one's message, the value is already
-// written and the lease released, as a second client, rdb, reads them.
-func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClient, ps *redis.PubSub, prefix, channel string, rounds int) {
+// publishEverywhere publishes msg on channel from every master of rdb (the
+// one server, or each master of a Redis Cluster), so that a subscriber
+// hears each copy after any message that master published before, and
+// returns how many copies it sent.
+func publishEverywhere(t *testing.T, rdb redis.UniversalClient, channel, msg string) int {
 	t.Helper()
 	ctx := t.Context()
-	checked := make(chan error, rounds)
+	switch rdb.(type) {
+	case *redis.ClusterClient, embedded:
+		var n atomic.Int64
+		err := clusterOf(rdb).ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			n.Add(1)
+			return m.Publish(ctx, channel, msg).Err()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(n.Load())
+	}
+	if err := rdb.Publish(ctx, channel, msg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return 1
+}
+
+// checkFillAnnouncesAfter makes rounds FillAndRelease calls through s,
+// every other one of a lease first asked for by another token, and checks
+// that when ps receives each of their messages, the value is already
+// written and the lease released, as a second client, rdb, reads them; and
+// that the others publish nothing.
+func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClient, ps *redis.PubSub, prefix, channel string, rounds int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type heard struct {
+		payload string
+		err     error
+	}
+	// Buffered for every message expected and more, so that each is
+	// checked as it arrives.
+	results := make(chan heard, 2*rounds+16)
 	go func() {
-		for range rounds {
+		for {
 			m, err := ps.ReceiveMessage(ctx)
 			if err != nil {
-				checked <- err
+				select {
+				case results <- heard{err: err}:
+				case <-ctx.Done():
+				}
 				return
 			}
-			key, lease, _ := strings.Cut(m.Payload, " ")
-			v, err := rdb.Get(ctx, prefix+key).Result()
-			switch {
-			case err != nil:
-				err = fmt.Errorf("on hearing %q, GET %s: %w", m.Payload, key, err)
-			case v != "v "+key:
-				err = fmt.Errorf("on hearing %q, %s holds %q, want %q", m.Payload, key, v, "v "+key)
+			h := heard{payload: m.Payload}
+			what, rest, _ := strings.Cut(m.Payload, " ")
+			key, lease, _ := strings.Cut(rest, " ")
+			switch what {
+			case "end":
+			case "quiet":
+				h.err = fmt.Errorf("heard %q, for a lease no one asked for", m.Payload)
 			default:
-				if n, xerr := rdb.Exists(ctx, prefix+lease).Result(); xerr != nil || n != 0 {
-					err = fmt.Errorf("on hearing %q, the lease %q is there (%v, %v)", m.Payload, lease, n, xerr)
+				v, err := rdb.Get(ctx, prefix+key).Result()
+				switch {
+				case err != nil:
+					h.err = fmt.Errorf("on hearing %q, GET %s: %w", m.Payload, key, err)
+				case v != "v "+key:
+					h.err = fmt.Errorf("on hearing %q, %s holds %q, want %q", m.Payload, key, v, "v "+key)
+				default:
+					if n, xerr := rdb.Exists(ctx, prefix+lease).Result(); xerr != nil || n != 0 {
+						h.err = fmt.Errorf("on hearing %q, the lease %q is there (%v, %v)", m.Payload, lease, n, xerr)
+					}
 				}
 			}
-			checked <- err
+			select {
+			case results <- h:
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
+	want := make(map[string]bool) // the messages to hear
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
 		if taken, _, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
 			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, taken, err)
 		}
-		msg := []byte(key + " " + lease)
-		if wrote, err := s.FillAndRelease(ctx, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, msg, []byte("unstored")); err != nil || !wrote {
+		msg := "quiet " + key + " " + lease
+		if round%2 == 0 {
+			askFor(t, s, lease)
+			msg = "filled " + key + " " + lease
+			want[msg] = true
+		}
+		if wrote, err := s.FillAndRelease(ctx, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, []byte(msg), []byte("unstored")); err != nil || !wrote {
 			t.Fatalf("round %d: FillAndRelease = %v, %v; want true, nil", round, wrote, err)
 		}
 	}
-	for round := range rounds {
+	// Every master's "end" comes after what it published before.
+	ends := publishEverywhere(t, rdb, channel, "end")
+	for ends > 0 {
 		select {
-		case err := <-checked:
-			if err != nil {
-				t.Errorf("round %d: %v", round, err)
+		case h := <-results:
+			switch {
+			case h.err != nil:
+				t.Error(h.err)
+				if h.payload == "" {
+					return
+				}
+			case h.payload == "end":
+				ends--
+			case !want[h.payload]:
+				t.Errorf("heard %q, unexpected or twice", h.payload)
+			default:
+				delete(want, h.payload)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("round %d: no message within 10s", round)
+			t.Fatalf("no message within 10s; still to hear %d ends and %q", ends, slices.Sorted(maps.Keys(want)))
 		}
+	}
+	if len(want) > 0 {
+		t.Errorf("never heard %q", slices.Sorted(maps.Keys(want)))
 	}
 }
