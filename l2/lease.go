@@ -31,16 +31,18 @@ for _ = 1, 2 do
 		return {}
 	end
 	local left = redis.call('PTTL', KEYS[1])
-	if left == -1 then
+	local endless = left == -1
+	if endless then
 		left = tonumber(ARGV[2])
 	end
 	if left >= 0 then
 		left = math.max(left, 1)
 		local v = redis.call('GET', KEYS[1])
 		if string.sub(v, -1) ~= '*' then
-			v = v .. '*'
+			redis.call('SET', KEYS[1], v .. '*', 'PX', left)
+		elseif endless then
+			redis.call('PEXPIRE', KEYS[1], left)
 		end
-		redis.call('SET', KEYS[1], v, 'PX', left)
 		return left
 	end
 end
