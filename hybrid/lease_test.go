@@ -105,6 +105,35 @@ func noLeaseLeft(t testing.TB, rdb redis.UniversalClient, ns string, released bo
 	}
 }
 
+// getOnAll calls GetOrCreate(key, load) on every instance at once, each
+// with a 5 s bound, and returns their results, by instance.
+func getOnAll(ins []*instance, key string, load func(context.Context, string) (string, error)) []result {
+	out := make([]result, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			v, err := in.c.GetOrCreate(ctx, key, load)
+			out[i] = result{v, err}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// wantAll fails t for each instance whose result is not want.
+func wantAll(t *testing.T, ins []*instance, res []result, want string) {
+	t.Helper()
+	for i, r := range res {
+		if r.err != nil || r.v != want {
+			t.Errorf("%s: got %q, %v, want %q", ins[i].name, r.v, r.err, want)
+		}
+	}
+}
+
 func leaseOptions(ns string, secret []byte) hybrid.Options {
 	return hybrid.Options{Namespace: ns, Secret: secret, LoadLease: 2 * time.Second}
 }
@@ -326,17 +355,7 @@ func TestLeaseKeepAlive(t *testing.T) {
 	o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: 60 * time.Millisecond}
 	ins := newInstances(t, 3, singleNode(nil), o)
 	db := &fleetLoad{delay: 400 * time.Millisecond}
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if v, err := in.c.GetOrCreate(context.Background(), "slow", db.load); err != nil || v != "db:slow" {
-				t.Errorf("%s: %q, %v", in.name, v, err)
-			}
-		}()
-	}
-	wg.Wait()
+	wantAll(t, ins, getOnAll(ins, "slow", db.load), "db:slow")
 	if n := db.calls.Load(); n != 1 {
 		t.Fatalf("%d loads of a 400 ms load under a 60 ms lease, want 1", n)
 	}
@@ -362,20 +381,12 @@ func TestLeaseSharesFailures(t *testing.T) {
 				{"missing", hybrid.ErrNotFound, hybrid.ErrNotFound},
 			} {
 				db := &fleetLoad{delay: 100 * time.Millisecond, fail: c.fail}
-				errs := make([]error, len(ins))
-				var wg sync.WaitGroup
-				for i, in := range ins {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						_, errs[i] = in.c.GetOrCreate(context.Background(), c.key, db.load)
-					}()
-				}
-				wg.Wait()
+				res := getOnAll(ins, c.key, db.load)
 				if n := db.calls.Load(); n != 1 {
 					t.Fatalf("%s: %d loads, want 1", c.key, n)
 				}
-				for i, err := range errs {
+				for i, r := range res {
+					err := r.err
 					if ins[i].c.Stats().Loads > 0 {
 						continue // the holder: its own error
 					}
@@ -407,19 +418,7 @@ func TestLeaseRedisDown(t *testing.T) {
 	setFault(t, p.BlackHole())
 	db := &fleetLoad{delay: 10 * time.Millisecond}
 	began := time.Now()
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if v, err := in.c.GetOrCreate(ctx, "k", db.load); err != nil || v != "db:k" {
-				t.Errorf("%s: %q, %v", in.name, v, err)
-			}
-		}()
-	}
-	wg.Wait()
+	wantAll(t, ins, getOnAll(ins, "k", db.load), "db:k")
 	if took := time.Since(began); took > 3*time.Second {
 		t.Errorf("took %v with Redis unreachable", took)
 	}
@@ -492,17 +491,7 @@ func TestLeaseFailSafe(t *testing.T) {
 	fill(t, ins[1], "k", "old")
 	time.Sleep(150 * time.Millisecond) // past TTL: stale in both tiers
 	db := &fleetLoad{delay: 50 * time.Millisecond, fail: errors.New("db down")}
-	var wg sync.WaitGroup
-	for _, in := range ins {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if v, err := in.c.GetOrCreate(context.Background(), "k", db.load); err != nil || v != "old" {
-				t.Errorf("%s: %q, %v; want the stale value", in.name, v, err)
-			}
-		}()
-	}
-	wg.Wait()
+	wantAll(t, ins, getOnAll(ins, "k", db.load), "old") // the stale value
 	if n := db.calls.Load(); n != 1 {
 		t.Errorf("%d loads, want 1", n)
 	}

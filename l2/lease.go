@@ -65,19 +65,28 @@ end
 return 0
 `)
 
+// release is the Lua function the release scripts share: it deletes the
+// lease k if it is held under token t (marked or not), and returns 1 if
+// someone may wait for it (it was marked, or is not held under t), else 0.
+const release = `local function release(k, t)
+	local v = redis.call('GET', k)
+	if v == t then
+		redis.call('DEL', k)
+		return 0
+	end
+	if v == t .. '*' then
+		redis.call('DEL', k)
+	end
+	return 1
+end
+`
+
 // releaseLease deletes the lease KEYS[1] if it is held under token ARGV[1];
 // then, if someone may wait for it (it was asked for while held, or it is
 // no longer held under the token), and channel ARGV[2] is not empty, it
 // publishes ARGV[3] on it. It returns 1 if someone may wait, else 0.
-var releaseLease = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
-local waited = 1
-if v == ARGV[1] then
-	redis.call('DEL', KEYS[1])
-	waited = 0
-elseif v == ARGV[1] .. '*' then
-	redis.call('DEL', KEYS[1])
-end
+var releaseLease = redis.NewScript(release + `
+local waited = release(KEYS[1], ARGV[1])
 if waited == 1 and ARGV[2] ~= '' then
 	redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
@@ -87,18 +96,10 @@ return waited
 // releaseLeases is releaseLease for every lease of KEYS at once, on one
 // server, with one message if someone may wait for any of them. KEYS must
 // be distinct: a second release of one would find it gone and announce.
-var releaseLeases = redis.NewScript(`
+var releaseLeases = redis.NewScript(release + `
 local waited = 0
 for _, k in ipairs(KEYS) do
-	local v = redis.call('GET', k)
-	if v == ARGV[1] then
-		redis.call('DEL', k)
-	else
-		waited = 1
-		if v == ARGV[1] .. '*' then
-			redis.call('DEL', k)
-		end
-	end
+	waited = math.max(waited, release(k, ARGV[1]))
 end
 if waited == 1 and ARGV[2] ~= '' then
 	redis.call('PUBLISH', ARGV[2], ARGV[3])
@@ -338,7 +339,7 @@ func distinct(keys []string) []string {
 // held under token ARGV[5]. Then, if someone may wait for the lease (as in
 // releaseLease) and channel ARGV[6] is not empty, it publishes ARGV[7] on
 // it if it stored, else ARGV[8]. It returns 1 if it stored.
-var fillAndRelease = redis.NewScript(`
+var fillAndRelease = redis.NewScript(release + `
 local wrote = 0
 if ARGV[3] == 'nx' then
 	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -348,15 +349,7 @@ elseif redis.call('GET', KEYS[1]) == ARGV[4] then
 	redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 	wrote = 1
 end
-local v = redis.call('GET', KEYS[2])
-local waited = 1
-if v == ARGV[5] then
-	redis.call('DEL', KEYS[2])
-	waited = 0
-elseif v == ARGV[5] .. '*' then
-	redis.call('DEL', KEYS[2])
-end
-if waited == 1 and ARGV[6] ~= '' then
+if release(KEYS[2], ARGV[5]) == 1 and ARGV[6] ~= '' then
 	if wrote == 1 then
 		redis.call('PUBLISH', ARGV[6], ARGV[7])
 	else
