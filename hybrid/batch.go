@@ -291,8 +291,8 @@ func (c *Cache[V]) leadReadMany(ctx context.Context, keys []string, calls []*fli
 // fillMany is the batch form of fill: one shared-tier read for all keys
 // (unless pre holds what the leader read itself), one load for what it did
 // not hold (with LoadLease: for the keys it got a lease on, while it waits
-// for the others), one write back. stale holds, by key, the L1 entries past their
-// lifetime that fail-safe may serve (see fill).
+// for the others), one write back. stale holds, by key, the L1 entries
+// past their lifetime that fail-safe may serve (see fill).
 func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy, pre *manyRead[V], stale map[string]item[V]) {
 	defer c.abandonedMany(keys, calls)
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
@@ -360,7 +360,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 			c.loadMany(ctx, keys, calls, idx, r, sub, load, &e, h)
 		})
 	if len(left) > 0 {
-		err := ctx.Err()
+		err := callerErr(ctx)
 		c.flights.FinishMany(keys, calls, pick(missIdx, left), func(int) (V, error) {
 			var zero V
 			return zero, err
@@ -449,13 +449,26 @@ func (c *Cache[V]) loadMany(ctx context.Context, keys []string, calls []*flight.
 	}
 	maps.Copy(wrote, c.storeRemoteMany(ctx, w))
 	if h != nil && len(h.keys) > 0 {
-		// What we wrote travels to the waiting instances.
-		filled := make([][]byte, len(h.keys))
-		for j, key := range h.keys {
+		// What we wrote travels to the waiting instances; what load did
+		// not return, they learn is not found.
+		var held, absent []string
+		for _, key := range h.keys {
+			if _, ok := loaded[key]; ok || stored[key] != nil {
+				held = append(held, key)
+			} else {
+				absent = append(absent, key)
+			}
+		}
+		filled := make([][]byte, len(held))
+		for j, key := range held {
 			if wrote[key] {
 				filled[j] = stored[key]
 			}
 		}
+		if len(absent) > 0 {
+			c.releaseLeases(ctx, &heldLease{keys: absent, token: h.token}, nil, fmt.Errorf("hybrid: batch load: %w", ErrNotFound))
+		}
+		h.keys = held
 		c.releaseLeases(ctx, h, filled, nil)
 	}
 }

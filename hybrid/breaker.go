@@ -63,6 +63,16 @@ func (b *breaker) neutral() { b.probing.Store(false) }
 // callerDone reports whether ctx has ended, counting a deadline that has
 // passed even if ctx's own timer has not fired yet (a network deadline set
 // from it can fire first).
+// callerErr is the error of a call that callerDone says its ctx cut short:
+// ctx's own, or DeadlineExceeded when the deadline has passed and ctx has
+// not noticed yet.
+func callerErr(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 func callerDone(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true

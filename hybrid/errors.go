@@ -49,6 +49,7 @@ var ErrUnavailable = errors.New("hybrid: shared tier unavailable (circuit breake
 // ErrLeaseHolderFailed is wrapped by the error a fill's callers get when
 // it waited for another instance's lease (Options.LoadLease) and that
 // instance's load failed: the load is not run again here at once. With a
-// Secret set, the error also carries the holder's error text, and wraps
-// ErrNotFound when the holder's load did. Check it with errors.Is.
+// Secret set, the error also carries the holder's error text. (A holder's
+// load that found nothing gives the waiters an error wrapping ErrNotFound
+// instead.) Check it with errors.Is.
 var ErrLeaseHolderFailed = errors.New("hybrid: the lease holder's load failed")

@@ -121,7 +121,7 @@ func (c *Cache[V]) leaseOne(ctx context.Context, key string, tok token, e *polic
 		func(_ int, it item[V], err error) { peer = &found[V]{it: it, err: err} },
 		func(_ []int, held *heldLease) { h = held })
 	if left != nil {
-		return nil, &found[V]{err: ctx.Err()}
+		return nil, &found[V]{err: callerErr(ctx)}
 	}
 	return h, peer
 }

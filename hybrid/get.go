@@ -82,10 +82,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 			return zero, ErrClosed
 		}
 		if cut { // whether or not the fill is already done
-			if err := ctx.Err(); err != nil {
-				return zero, err
-			}
-			return zero, context.DeadlineExceeded // past its deadline, its timer not yet fired
+			return zero, callerErr(ctx)
 		}
 	}
 	return call.Wait(ctx)

@@ -40,7 +40,7 @@ func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 // onMessage applies another instance's invalidation to L1. It runs on the
 // bus's goroutine.
 func (c *Cache[V]) onMessage(b []byte) {
-	if op := message.OpOf(b); (op == message.OpFilled || op == message.OpLoadFailed) && c.leases.waiting.Load() == 0 {
+	if leaseNewsOp(message.OpOf(b)) && c.leases.waiting.Load() == 0 {
 		return // a lease holder's news, and no fill here waits for any
 	}
 	m, err := message.Decode(b, c.o.Secret)
@@ -52,7 +52,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 	if !c.admit(m) {
 		return
 	}
-	if m.Op == message.OpFilled || m.Op == message.OpLoadFailed {
+	if leaseNewsOp(m.Op) {
 		// A lease holder's news changes nothing held here: it is for the
 		// fills waiting for its keys.
 		c.onLeaseMessage(m)
@@ -66,6 +66,12 @@ func (c *Cache[V]) onMessage(b []byte) {
 	defer c.invalidated(op, keys)
 	c.apply(m)
 	c.loss.advance(m.Position)
+}
+
+// leaseNewsOp reports whether op is a lease holder's news: filled,
+// load_failed or not_found.
+func leaseNewsOp(op message.Op) bool {
+	return op == message.OpFilled || op == message.OpLoadFailed || op == message.OpNotFound
 }
 
 // admit reports whether m, decoded, is to be applied: not one of our own

@@ -537,8 +537,10 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	h.halt()
 	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
 	switch {
+	case errors.Is(loadErr, ErrNotFound):
+		m.Op = message.OpNotFound
 	case loadErr != nil && c.stop.Err() == nil:
-		m.Op, m.Value = message.OpLoadFailed, encodeLoadError(loadErr)
+		m.Op, m.Value = message.OpLoadFailed, []byte(loadErr.Error())
 	case len(c.o.Secret) > 0 && loadErr == nil:
 		inline := make([][]byte, len(h.keys))
 		total := 0
@@ -562,35 +564,28 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	})
 }
 
-// A load error travels in a load_failed message as one byte (1 if it
-// wraps ErrNotFound) and its text; without a Secret, as nothing.
-func encodeLoadError(err error) []byte {
-	kind := byte(0)
-	if errors.Is(err, ErrNotFound) {
-		kind = 1
-	}
-	return append([]byte{kind}, err.Error()...)
-}
-
 // errPeerLoad is the error a waiter's callers get for a load that failed
-// on the instance that held the lease, wrapping ErrLeaseHolderFailed
-// (and ErrNotFound when the load found nothing).
-func errPeerLoad(key string, b []byte) error {
-	if len(b) == 0 {
+// on the instance that held the lease: it wraps ErrLeaseHolderFailed and
+// carries the holder's error text (text, empty without a Secret).
+func errPeerLoad(key string, text []byte) error {
+	if len(text) == 0 {
 		return fmt.Errorf("hybrid: load %q: %w", key, ErrLeaseHolderFailed)
 	}
-	if b[0] == 1 {
-		return fmt.Errorf("hybrid: load %q: %w: %w: %s", key, ErrLeaseHolderFailed, ErrNotFound, b[1:])
-	}
-	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, b[1:])
+	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, text)
 }
 
-// onLeaseMessage passes a lease holder's filled or load_failed message
-// to the fills waiting for its keys.
+// onLeaseMessage passes a lease holder's filled, load_failed or not_found
+// message to the fills waiting for its keys.
 func (c *Cache[V]) onLeaseMessage(m message.Message) {
-	if m.Op == message.OpLoadFailed {
+	switch m.Op {
+	case message.OpLoadFailed:
 		for _, key := range m.Keys {
 			c.leases.post(key, leaseNews{failed: errPeerLoad(key, m.Value)})
+		}
+		return
+	case message.OpNotFound:
+		for _, key := range m.Keys {
+			c.leases.post(key, leaseNews{failed: fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)})
 		}
 		return
 	}

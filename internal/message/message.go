@@ -9,7 +9,8 @@
 //	          (the keys are tags; the empty tag is the namespace's clear
 //	          record, which every value carries), 5 expire, 6 filled (a
 //	          lease holder's load stored the keys where nothing live was),
-//	          7 load failed (a lease holder's load of the keys failed)
+//	          7 load failed (a lease holder's load of the keys failed), 8
+//	          not found (a lease holder's load found no value for the keys)
 //	[2]       flags: 1 carries a value, 2 signed
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
@@ -70,12 +71,15 @@ const (
 	// for the keys take Value (see PackValues) or read the shared tier.
 	OpFilled Op = 6
 	// OpLoadFailed says that a lease holder's load of keys failed; Value
-	// holds the error, for the peers waiting for them.
+	// holds the error's text, for the peers waiting for them.
 	OpLoadFailed Op = 7
+	// OpNotFound says that a lease holder's load found no value for keys
+	// (and none is remembered in the shared tier).
+	OpNotFound Op = 8
 )
 
 // String returns the op's name: "set", "delete", "clear", "tag" or
-// "expire", "filled" or "load_failed".
+// "expire", "filled", "load_failed" or "not_found".
 func (op Op) String() string {
 	switch op {
 	case OpSet:
@@ -92,6 +96,8 @@ func (op Op) String() string {
 		return "filled"
 	case OpLoadFailed:
 		return "load_failed"
+	case OpNotFound:
+		return "not_found"
 	}
 	return "unknown"
 }
@@ -228,7 +234,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpLoadFailed {
+	if m.Op < OpSet || m.Op > OpNotFound {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]
