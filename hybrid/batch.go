@@ -450,12 +450,17 @@ func (c *Cache[V]) loadMany(ctx context.Context, keys []string, calls []*flight.
 	maps.Copy(wrote, c.storeRemoteMany(ctx, w))
 	if h != nil && len(h.keys) > 0 {
 		// What we wrote travels to the waiting instances; what load did
-		// not return, they learn is not found.
-		var held, absent []string
+		// not return, they learn is not found; what we could not store,
+		// they load by themselves.
+		var held, absent, unstored []string
 		for _, key := range h.keys {
-			if _, ok := loaded[key]; ok || stored[key] != nil {
+			_, ok := loaded[key]
+			switch {
+			case stored[key] != nil:
 				held = append(held, key)
-			} else {
+			case ok:
+				unstored = append(unstored, key)
+			default:
 				absent = append(absent, key)
 			}
 		}
@@ -467,6 +472,9 @@ func (c *Cache[V]) loadMany(ctx context.Context, keys []string, calls []*flight.
 		}
 		if len(absent) > 0 {
 			c.releaseLeases(ctx, &heldLease{keys: absent, token: h.token}, nil, fmt.Errorf("hybrid: batch load: %w", ErrNotFound))
+		}
+		if len(unstored) > 0 {
+			c.releaseLeases(ctx, &heldLease{keys: unstored, token: h.token}, nil, errNotStored)
 		}
 		h.keys = held
 		c.releaseLeases(ctx, h, filled, nil)

@@ -101,7 +101,7 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 	if err != nil {
 		c.notStored(key, err)
 		finish(v, nil)
-		c.releaseLeases(ctx, h, [][]byte{nil}, nil)
+		c.releaseLeases(ctx, h, nil, errNotStored)
 		return
 	}
 	// L1 first, so that no caller arriving after finish loads again; then

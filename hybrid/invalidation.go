@@ -69,9 +69,9 @@ func (c *Cache[V]) onMessage(b []byte) {
 }
 
 // leaseNewsOp reports whether op is a lease holder's news: filled,
-// load_failed or not_found.
+// load_failed, not_found or not_stored.
 func leaseNewsOp(op message.Op) bool {
-	return op == message.OpFilled || op == message.OpLoadFailed || op == message.OpNotFound
+	return op == message.OpFilled || op == message.OpLoadFailed || op == message.OpNotFound || op == message.OpNotStored
 }
 
 // admit reports whether m, decoded, is to be applied: not one of our own

@@ -45,12 +45,18 @@ type leaseWait struct {
 }
 
 // leaseNews is what was heard about a watched key: a holder's stored value
-// (value), its load error (failed), or a change of another kind, after
-// which the key is to be read from the shared tier (both nil).
+// (value), its load error (failed), that it could not store what it loaded
+// (alone: load it here, without a lease), or a change of another kind,
+// after which the key is to be read from the shared tier (none of those).
 type leaseNews struct {
 	value  []byte
 	failed error
+	alone  bool
 }
+
+// errNotStored tells releaseLeases that the holder loaded its keys but
+// could not store them.
+var errNotStored = errors.New("hybrid: loaded value not stored")
 
 // watch registers a wait for news of keys.
 func (s *leaseState) watch(keys []string) *leaseWait {
@@ -277,6 +283,8 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 			case heard && n.failed != nil:
 				c.n.leasesAnswered.Add(1)
 				answer(i, item[V]{}, n.failed)
+			case heard && n.alone:
+				alone = append(alone, i) // nothing to wait for: the holder cannot store it
 			case heard && n.value != nil:
 				if it, ok := c.takeFilled(keys[i], n.value, toks[i], e); ok {
 					c.n.leasesAnswered.Add(1)
@@ -539,6 +547,8 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	switch {
 	case errors.Is(loadErr, ErrNotFound):
 		m.Op = message.OpNotFound
+	case errors.Is(loadErr, errNotStored):
+		m.Op = message.OpNotStored
 	case loadErr != nil && c.stop.Err() == nil:
 		m.Op, m.Value = message.OpLoadFailed, []byte(loadErr.Error())
 	case len(c.o.Secret) > 0 && loadErr == nil:
@@ -574,8 +584,8 @@ func errPeerLoad(key string, text []byte) error {
 	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, text)
 }
 
-// onLeaseMessage passes a lease holder's filled, load_failed or not_found
-// message to the fills waiting for its keys.
+// onLeaseMessage passes a lease holder's filled, load_failed, not_found
+// or not_stored message to the fills waiting for its keys.
 func (c *Cache[V]) onLeaseMessage(m message.Message) {
 	switch m.Op {
 	case message.OpLoadFailed:
@@ -586,6 +596,11 @@ func (c *Cache[V]) onLeaseMessage(m message.Message) {
 	case message.OpNotFound:
 		for _, key := range m.Keys {
 			c.leases.post(key, leaseNews{failed: fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)})
+		}
+		return
+	case message.OpNotStored:
+		for _, key := range m.Keys {
+			c.leases.post(key, leaseNews{alone: true})
 		}
 		return
 	}

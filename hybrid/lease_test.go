@@ -594,3 +594,32 @@ func TestLeaseWaitBounded(t *testing.T) {
 	}
 	noLeaseLeft(t, a.rdb, ns, true)
 }
+
+// A value the holder cannot store (over MaxValueBytes) is not waited for
+// in turn: the holder says so, and the waiters load it by themselves at
+// once instead of taking the lease one after another.
+func TestLeaseNotStored(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := leaseOptions(ns, nil)
+	o.MaxValueBytes = 64
+	ins := newInstances(t, 3, singleNode(nil), o)
+	big := strings.Repeat("x", 200)
+	var loads atomic.Int64
+	load := func(ctx context.Context, key string) (string, error) {
+		loads.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		return big, nil
+	}
+	wantAll(t, ins, getOnAll(ins, "big", load), big)
+	var taken, waited uint64
+	for _, in := range ins {
+		s := in.c.Stats()
+		taken += s.LeasesTaken
+		waited += s.LeasesWaited
+	}
+	if n := loads.Load(); n != 3 || taken != 1 || waited != 2 {
+		t.Errorf("%d loads, %d leases taken, %d waited; want 3 (nothing can be stored), 1 and 2 (no lease taken in turn)", n, taken, waited)
+	}
+	noLeaseLeft(t, ins[0].rdb, ns, true)
+}

@@ -10,7 +10,9 @@
 //	          record, which every value carries), 5 expire, 6 filled (a
 //	          lease holder's load stored the keys where nothing live was),
 //	          7 load failed (a lease holder's load of the keys failed), 8
-//	          not found (a lease holder's load found no value for the keys)
+//	          not found (a lease holder's load found no value for the keys),
+//	          9 not stored (a lease holder loaded the keys but could not
+//	          store them)
 //	[2]       flags: 1 carries a value, 2 signed
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
@@ -76,10 +78,14 @@ const (
 	// OpNotFound says that a lease holder's load found no value for keys
 	// (and none is remembered in the shared tier).
 	OpNotFound Op = 8
+	// OpNotStored says that a lease holder loaded keys but could not store
+	// them (a value too large, or one the codec refused): peers waiting for
+	// them load them by themselves.
+	OpNotStored Op = 9
 )
 
 // String returns the op's name: "set", "delete", "clear", "tag" or
-// "expire", "filled", "load_failed" or "not_found".
+// "expire", "filled", "load_failed", "not_found" or "not_stored".
 func (op Op) String() string {
 	switch op {
 	case OpSet:
@@ -98,6 +104,8 @@ func (op Op) String() string {
 		return "load_failed"
 	case OpNotFound:
 		return "not_found"
+	case OpNotStored:
+		return "not_stored"
 	}
 	return "unknown"
 }
@@ -234,7 +242,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpNotFound {
+	if m.Op < OpSet || m.Op > OpNotStored {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]

@@ -80,7 +80,7 @@ func TestDecodeRejects(t *testing.T) {
 		"short":          valid[:10],
 		"version 9":      append([]byte{9}, valid[1:]...),
 		"op 0":           append([]byte{1, 0}, valid[2:]...),
-		"op 9":           append([]byte{1, 9}, valid[2:]...),
+		"op 10":          append([]byte{1, 10}, valid[2:]...),
 		"expire, no key": message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
 		"value unsigned": append([]byte{1, 1, 1}, valid[3:]...),
 		"trailing":       append(bytes.Clone(valid), 0),
@@ -104,6 +104,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpFilled, Namespace: "ns", Keys: []string{"a", "b"}, Value: message.PackValues([][]byte{[]byte("v"), nil})}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpLoadFailed, Namespace: "ns", Keys: []string{"k"}, Value: []byte("db down")}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpNotFound, Namespace: "ns", Keys: []string{"k"}}, nil))
+	f.Add(message.Encode(message.Message{Op: message.OpNotStored, Namespace: "ns", Keys: []string{"k"}}, secret))
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
 	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
 	f.Add(message.Positioned("1-0", message.Positioned("2-0", message.Encode(message.Message{Op: message.OpClear}, nil))))
@@ -164,7 +165,7 @@ func TestPackValues(t *testing.T) {
 }
 
 func TestOpOf(t *testing.T) {
-	for _, op := range []message.Op{message.OpSet, message.OpFilled, message.OpLoadFailed, message.OpNotFound} {
+	for _, op := range []message.Op{message.OpSet, message.OpFilled, message.OpLoadFailed, message.OpNotFound, message.OpNotStored} {
 		b := message.Encode(message.Message{Op: op, Namespace: "ns", Keys: []string{"k"}}, []byte("s"))
 		if got := message.OpOf(b); got != op {
 			t.Errorf("OpOf(%v message) = %v", op, got)
