@@ -136,6 +136,26 @@ func wantAll(t *testing.T, ins []*instance, res []result, want string) {
 	}
 }
 
+// holding starts a GetOrCreate of key on in whose load, once started,
+// holds the lease until release is called (it then returns v) or its ctx
+// ends (Close). It returns once the load has started.
+func holding(t testing.TB, in *instance, key, v string) (res <-chan result, release func()) {
+	t.Helper()
+	g, release := gate(t)
+	started := make(chan struct{})
+	res = goGet(in, key, func(ctx context.Context, _ string) (string, error) {
+		close(started)
+		select {
+		case <-g:
+			return v, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	<-started
+	return res, release
+}
+
 func leaseOptions(ns string, secret []byte) hybrid.Options {
 	return hybrid.Options{Namespace: ns, Secret: secret, LoadLease: 2 * time.Second}
 }
@@ -260,14 +280,7 @@ func TestLeaseHungHolderTakenOver(t *testing.T) {
 	a := newSplitInstance(t, "A", storeA, direct(t), l2.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, o, invalidate.Options{})
 	b := newInstance(t, "B", direct, o, invalidate.Options{})
 
-	gateA, releaseA := gate(t)
-	startedA := make(chan struct{})
-	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
-		close(startedA)
-		<-gateA
-		return "from A", nil
-	})
-	<-startedA
+	resA, releaseA := holding(t, a, "k", "from A")
 	setFault(t, p.BlackHole()) // A hangs, as far as Redis can tell
 
 	began := time.Now()
@@ -322,13 +335,7 @@ func TestLeaseHolderClosed(t *testing.T) {
 	o := hybrid.Options{Namespace: ns, LoadLease: 5 * time.Second}
 	ins := newInstances(t, 2, singleNode(nil), o)
 	a, b := ins[0], ins[1]
-	started := make(chan struct{})
-	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
-		close(started)
-		<-ctx.Done() // until Close
-		return "", ctx.Err()
-	})
-	<-started
+	resA, _ := holding(t, a, "k", "from A") // until Close
 	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
 	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
 	closed := time.Now()
@@ -516,14 +523,7 @@ func TestLeaseMessageLost(t *testing.T) {
 	b := newSplitInstance(t, "B", direct(t), via(p, shortTimeouts)(t), l2.Options{}, o,
 		invalidate.Options{ReconnectMin: 50 * time.Millisecond, ReconnectMax: 100 * time.Millisecond, HealthInterval: 100 * time.Millisecond})
 
-	gateA, releaseA := gate(t)
-	started := make(chan struct{})
-	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
-		close(started)
-		<-gateA
-		return "from A", nil
-	})
-	<-started
+	resA, releaseA := holding(t, a, "k", "from A")
 	var bLoads atomic.Int64
 	resB := goGet(b, "k", func(context.Context, string) (string, error) {
 		bLoads.Add(1)
@@ -564,14 +564,7 @@ func TestLeaseWaitBounded(t *testing.T) {
 	o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: 100 * time.Millisecond, LeaseWait: 300 * time.Millisecond}
 	ins := newInstances(t, 2, singleNode(nil), o)
 	a, b := ins[0], ins[1]
-	gateA, releaseA := gate(t)
-	started := make(chan struct{})
-	resA := goGet(a, "k", func(ctx context.Context, key string) (string, error) {
-		close(started)
-		<-gateA
-		return "from A", nil
-	})
-	<-started
+	resA, releaseA := holding(t, a, "k", "from A")
 	began := time.Now()
 	v, err := b.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "from B", nil })
 	if err != nil || v != "from B" {
