@@ -270,6 +270,7 @@ func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int
 // ReadBound makes no round trip: it says how long the Store's reads may
 // block (0 unless the client applies ctx deadlines to its socket).
 func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
+func (r *countingRemote) Prefix() string           { return r.s.Prefix() }
 
 // --- go-redis/cache ---
 

@@ -63,6 +63,7 @@ type Cache[V any] struct {
 	def    policy             // the policy of a call without options
 	copy   func(V) (V, error) // copies values for callers; nil: shared
 	prefix string             // Namespace + ":"
+	scope  string             // the Remote's prefix and Namespace (see Options.scope)
 	local  *l1.Cache[item[V]]
 	shared // the Remote and its capabilities
 	bus    Bus
@@ -103,6 +104,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		def:    o.defaults(),
 		copy:   copier[V](&o),
 		prefix: o.Namespace + ":",
+		scope:  o.scope(),
 		shared: resolveShared(o.Remote, o.Bus != nil),
 		bus:    o.Bus,
 		codec:  o.Codec,

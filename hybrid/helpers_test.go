@@ -375,6 +375,7 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 // ReadBound passes the Store's on, so that the cache treats a
 // countingRemote as it would the Store.
 func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
+func (r *countingRemote) Prefix() string           { return r.s.Prefix() }
 
 func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
 	if strings.Contains(key, ":\x00") {

@@ -44,7 +44,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 		return // a lease holder's news, and no fill here waits for any
 	}
 	m, err := message.Decode(b, c.o.Secret)
-	if err != nil || m.Namespace != c.o.Namespace {
+	if err != nil || m.Namespace != c.scope {
 		c.n.invalid.Add(1)
 		c.log.log(logBus, "hybrid: invalidation message ignored", "namespace", c.o.Namespace, "err", err)
 		return

@@ -1484,3 +1484,37 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 		t.Errorf("%d reads returned a value superseded %v or more before they began, want 0; e.g.\n%s", o, stressWindow, strings.Join(st.examples, "\n"))
 	}
 }
+
+// TestIntegrationPrefixSeparates is promise 8 for the store's key prefix:
+// two tenants on one Redis with the same Namespace and Secret, kept apart
+// by l2.Options.Prefix, take none of each other's messages, on the default
+// channels and on one channel they were both given.
+func TestIntegrationPrefixSeparates(t *testing.T) {
+	srv.NeedReal(t)
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared_channel=%v", shared), func(t *testing.T) {
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, Secret: []byte("tenant-secret")}
+			if shared {
+				o.Channel = "hybridcache:" + ns + ":shared"
+			}
+			tenant := func(name, prefix string) *instance {
+				rdb := srv.Client(t)
+				return newSplitInstance(t, name, rdb, rdb, l2.Options{Prefix: prefix}, o, invalidate.Options{})
+			}
+			a1, b1 := tenant("A1", "t1:"), tenant("B1", "t1:")
+			c2 := tenant("C2", "t2:")
+
+			setStr(t, a1, "42", "one")
+			setStr(t, c2, "42", "two") // tenant 2: must not reach tenant 1's L1
+			setStr(t, b1, "sync", "x") // published after C2's Set, on tenant 1's channel
+			waitStat(t, a1, "Received", statReceived, 1)
+			if got := a1.c.Stats().Received; got != 1 {
+				t.Errorf("A1 applied %d messages, want 1 (B1's only)", got)
+			}
+			if v, ok := getStr(t, a1, "42"); !ok || v != "one" {
+				t.Errorf("A1: Get: got %q, %v, want \"one\" (tenant 1's Redis holds it; tenant 2's Set must not be swapped in)", v, ok)
+			}
+		})
+	}
+}

@@ -510,7 +510,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 		return
 	}
 	h.halt()
-	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
+	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys}
 	unstored := message.Encode(m, c.o.Secret)
 	stored := unstored
 	if len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
@@ -543,7 +543,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 		return
 	}
 	h.halt()
-	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
+	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys}
 	switch {
 	case errors.Is(loadErr, ErrNotFound):
 		m.Op = message.OpNotFound

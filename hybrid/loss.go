@@ -220,7 +220,7 @@ func (c *Cache[V]) replay() {
 			break
 		}
 		for i, b := range entries {
-			if m, err := message.Decode(b, c.o.Secret); err == nil && m.Namespace == c.o.Namespace && c.admit(m) {
+			if m, err := message.Decode(b, c.o.Secret); err == nil && m.Namespace == c.scope && c.admit(m) {
 				c.apply(m)
 				c.n.replayed.Add(1)
 			}

@@ -237,6 +237,17 @@ const (
 	minLease = 10 * time.Millisecond
 )
 
+// scope names what one cache shares between its instances: the Remote's
+// key prefix (when it has one, see Remote) and the Namespace. The bus
+// channel and every message carry it, so that caches that share no keys
+// share no messages either.
+func (o *Options) scope() string {
+	if p, ok := o.Remote.(interface{ Prefix() string }); ok {
+		return p.Prefix() + o.Namespace
+	}
+	return o.Namespace
+}
+
 // withDefaults validates o and fills in its defaults.
 func (o Options) withDefaults() (Options, error) {
 	if (o.Remote != nil || o.Bus != nil) && o.Namespace == "" {
@@ -329,7 +340,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Codec = codec.JSON{}
 	}
 	if o.Channel == "" {
-		o.Channel = "hybridcache:" + o.Namespace
+		o.Channel = "hybridcache:" + o.scope()
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

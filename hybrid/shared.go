@@ -24,6 +24,11 @@ import (
 // error. SetIfAbsent stores only when the key holds nothing (SET NX): the
 // cache fills with it, so a fill never overwrites another instance's write.
 // Implementations must be safe for concurrent use.
+//
+// A Remote that prepends a prefix of its own to every key (as l2.Store's
+// Options.Prefix does) should say so with a method Prefix() string: the
+// cache then makes the prefix part of its bus channel and of every message,
+// so that caches kept apart by the prefix take none of each other's news.
 type Remote interface {
 	Get(ctx context.Context, key string) (value []byte, ok bool, err error)
 	Set(ctx context.Context, key string, value []byte, ttl time.Duration) error
@@ -634,7 +639,7 @@ func (c *Cache[V]) readRecord(ctx context.Context, op, name, rkey string) (b []b
 // announced. A key that holds nothing live (missing, a tombstone, bytes
 // that do not decode, a value already stale) is only announced.
 func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
-	m := message.Message{Op: message.OpExpire, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}
+	m := message.Message{Op: message.OpExpire, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}
 	var old, expired []byte
 	var left time.Duration
 	if c.remote != nil {

@@ -165,7 +165,7 @@ func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 func (c *Cache[V]) deleteTag(ctx context.Context, op, tag string) error {
 	now := time.Now().UnixMilli()
 	record := encodeTagRecord(now)
-	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{tag}, Value: record}
+	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.scope, Keys: []string{tag}, Value: record}
 	w := &pendingWrite{op: op, name: tag, rkey: c.tagKey(tag), b: record, life: recordLife(&c.o, tag), m: m, stamp: stampRecord}
 	err := c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
 	// After the shared tier: a fill that read a tagged value meanwhile

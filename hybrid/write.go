@@ -68,7 +68,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 // says so (see enqueue).
 func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
 	w := &pendingWrite{op: "set", name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
-		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.o.Namespace, Keys: []string{key}}}
+		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}}
 	if b == nil {
 		// A delete leaves a tombstone for TTL rather than nothing, so that a
 		// fill that read the key before the delete cannot write its outdated
@@ -159,7 +159,7 @@ func (c *Cache[V]) ClearLocal(ctx context.Context) error {
 	if c.bus == nil {
 		return nil
 	}
-	if err := c.publish(ctx, message.Message{Op: message.OpClear, Origin: c.origin, Namespace: c.o.Namespace}); err != nil {
+	if err := c.publish(ctx, message.Message{Op: message.OpClear, Origin: c.origin, Namespace: c.scope}); err != nil {
 		return fmt.Errorf("hybrid: clear local: announce: %w", err)
 	}
 	return nil

@@ -18,7 +18,8 @@ type Options struct {
 	// "app:", Get(ctx, "user:1") reads the Redis key "app:user:1". The
 	// invalidation log of SetPublishAndLog, OpenLog and ReadLog is a key
 	// and is prefixed too; the channel given to SetAndPublish and
-	// SetPublishAndLog is not.
+	// SetPublishAndLog is not (hybrid.Cache adds the prefix to the default
+	// channel it derives, and to its messages, see Store.Prefix).
 	//
 	// NOTE: in Redis Cluster the prefix is part of the hashed key, so a
 	// prefix with a hash tag ("{app}:") puts every key in one slot, on one
@@ -583,3 +584,8 @@ func (s *Store) SetIfNewerAndPublish(ctx context.Context, key string, value []by
 	}
 	return n != 0, nil
 }
+
+// Prefix returns Options.Prefix, the prefix of every key the Store reads or
+// writes. A hybrid.Cache over the Store makes it part of its bus channel and
+// of its messages, so that caches kept apart by the prefix share neither.
+func (s *Store) Prefix() string { return s.prefix }
