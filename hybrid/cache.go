@@ -25,7 +25,7 @@ import (
 type item[V any] struct {
 	v      V
 	absent bool
-	gen    uint32 // the bus loss it was stored after (see lossState)
+	stored int64 // when it was stored in L1 (L1's clock): see held and swap
 	t      *timing
 }
 
@@ -150,7 +150,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		case errors.Is(err, errors.ErrUnsupported):
 			c.journal = nil
 		case err == nil:
-			c.loss.advance(pos)
+			c.loss.noteTrusted(pos)
 		}
 	}
 	if c.bus != nil {

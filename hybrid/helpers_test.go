@@ -540,11 +540,12 @@ func clusterNodes(t testing.TB) clientFactory {
 
 // instance is one process's worth of cache: client, store, bus and cache.
 type instance struct {
-	name   string
-	rdb    redis.UniversalClient
-	remote *countingRemote
-	bus    *invalidate.Bus
-	c      *hybrid.Cache[string]
+	name       string
+	clientName string // its client's name, when it has one (see namedInstance)
+	rdb        redis.UniversalClient
+	remote     *countingRemote
+	bus        *invalidate.Bus
+	c          *hybrid.Cache[string]
 }
 
 // newInstance builds an instance on a client from newClient. o.Namespace

@@ -65,7 +65,17 @@ func (c *Cache[V]) onMessage(b []byte) {
 	}
 	defer c.invalidated(op, keys)
 	c.apply(m)
-	c.loss.advance(m.Position)
+	c.noteApplied(m)
+}
+
+// noteApplied records m's position as one a replay may start after, unless
+// a Secret is set and m is not signed: a position is outside the signature
+// (see message.Positioned), and is then checked against the log before a
+// replay starts after it (see seenMsg).
+func (c *Cache[V]) noteApplied(m message.Message) {
+	if len(c.o.Secret) == 0 || m.Authentic {
+		c.loss.note(m)
+	}
 }
 
 // leaseNewsOp reports whether op is a lease holder's news: filled,
@@ -76,8 +86,8 @@ func leaseNewsOp(op message.Op) bool {
 
 // admit reports whether m, decoded, is to be applied: not one of our own
 // messages (only noted), and with a Secret set, an unsigned message only if
-// it does no more than drop the keys it names. A position is trusted only
-// from a message that is applied or our own.
+// it does no more than drop the keys it names. A position is noted only
+// from a message that is applied or our own (see noteApplied).
 func (c *Cache[V]) admit(m message.Message) bool {
 	// An expire names keys and does less than dropping them; a filled
 	// message without its values only makes waiting fills read them.
@@ -94,9 +104,9 @@ func (c *Cache[V]) admit(m message.Message) bool {
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
 		if keysOnly && m.Op != message.OpFilled && c.ann != nil {
-			c.echo.back(m.Keys[0]) // a tag's message names no key we wrote
+			c.echo.back(m.Keys[0], m.Position) // a tag's message names no key we wrote
 		}
-		c.loss.advance(m.Position)
+		c.noteApplied(m)
 		return false
 	}
 	return true
@@ -146,9 +156,13 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 }
 
 // swap replaces key's L1 entry, if there is one, with the value carried by
-// a message. It reports false when the value does not decode or is already
-// stale. If the key changed here while we swapped (our own Set, say), the
-// entry is dropped: the swapped value may be the older one.
+// a message, if that value was written after the entry was stored here or
+// written (by the writer's clock against ours); an entry not known to be
+// older is dropped instead, so that a message recorded and published again
+// cannot bring an old value back. It reports false when the value does not
+// decode or is already stale. If the key changed here while we swapped (our
+// own Set, say), the entry is dropped: the swapped value may be the older
+// one.
 func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	var it item[V]
 	ttl, written, err := c.decodeInto(&it, b, c.def.timed())
@@ -159,10 +173,17 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	if ttl <= 0 || c.tagKnownDeleted(it.tags(), written) {
 		return false
 	}
-	var life time.Duration
 	size := c.size(b)
-	it, life = c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
-	if c.local.Replace(key, it, weight(key, size), life) {
+	it, life := c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
+	swapped := false
+	c.local.Update(key, func(old item[V]) (item[V], uint32, time.Duration, bool) {
+		if written <= max(old.stored, old.writtenAt()) {
+			return old, 0, 0, true // drop
+		}
+		swapped = true
+		return it, weight(key, size), life, true
+	})
+	if swapped {
 		c.n.swapped.Add(1)
 	}
 	if !c.vers.valid(tok) {

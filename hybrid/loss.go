@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +23,11 @@ import (
 type lossState struct {
 	// lost is set from a loss until the replay that follows it is done.
 	lost atomic.Bool
-	// since is when the current loss began (UnixNano).
+	// since is when the current loss began (L1's clock).
 	since atomic.Int64
-	// gen counts losses; an L1 item carries the gen it was stored in, so
-	// that entries from before a loss can be told from those after it.
-	gen atomic.Uint32
+	// epoch counts the bus's loss reports: a replay ends the loss only if
+	// none came while it ran.
+	epoch atomic.Uint64
 	// downUntil is until when (UnixNano) the shared tier is taken as
 	// unreachable, after a read of a held entry failed: held entries are
 	// served without trying it again meanwhile.
@@ -35,26 +36,88 @@ type lossState struct {
 	checking atomic.Bool
 
 	mu sync.Mutex
-	// pos is the log position of the newest message applied ("": unknown).
-	pos string
+	// seen holds the newest positioned messages applied, in arrival order
+	// (next is where the next goes): where a replay may start.
+	seen [seenLen]seenMsg
+	next int
+	// from is seen as it was when the current loss began.
+	from []seenMsg
 }
 
-// advance records that the message at pos has been applied.
-func (s *lossState) advance(pos string) {
-	if pos == "" {
+// seenLen is how many positions a replay may choose from: a forged
+// position is one of them until that many real messages followed it.
+const seenLen = 8
+
+// seenMsg is a position a replay may start after. A position is trusted
+// when it came from the shared tier itself (the log's newest position when
+// the cache started, or an entry a replay read); one that came with a
+// message is checked first: the log's entry there must be that message
+// (same origin, op and first key), so that a message published again under
+// another position cannot make a replay skip the writes it missed.
+type seenMsg struct {
+	pos     string
+	trusted bool
+	origin  message.Origin
+	op      message.Op
+	key     string
+}
+
+// note records that the message m, at m.Position, has been applied.
+func (s *lossState) note(m message.Message) {
+	if m.Position == "" {
 		return
 	}
-	s.mu.Lock()
-	if message.ComparePositions(pos, s.pos) > 0 {
-		s.pos = pos
+	sm := seenMsg{pos: m.Position, origin: m.Origin, op: m.Op}
+	if len(m.Keys) > 0 {
+		sm.key = m.Keys[0]
 	}
+	s.add(sm)
+}
+
+// noteTrusted records a position read from the shared tier.
+func (s *lossState) noteTrusted(pos string) {
+	if pos != "" {
+		s.add(seenMsg{pos: pos, trusted: true})
+	}
+}
+
+func (s *lossState) add(sm seenMsg) {
+	s.mu.Lock()
+	s.seen[s.next] = sm
+	s.next = (s.next + 1) % seenLen
 	s.mu.Unlock()
 }
 
-func (s *lossState) position() string {
+// begin starts a loss unless one is under way, and returns whether it did.
+// It runs on the bus's goroutine, in order with the messages: the
+// positions seen so far are those of every message delivered before the
+// loss, which its replay starts after.
+func (s *lossState) begin(now int64) bool {
+	s.epoch.Add(1)
+	if s.lost.Load() {
+		return false
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.pos
+	s.from = s.from[:0]
+	for _, sm := range s.seen {
+		if sm.pos != "" {
+			s.from = append(s.from, sm)
+		}
+	}
+	s.mu.Unlock()
+	s.since.Store(now)
+	s.lost.Store(true)
+	return true
+}
+
+// candidates returns the positions the current loss's replay may start
+// after, newest first.
+func (s *lossState) candidates() []seenMsg {
+	s.mu.Lock()
+	out := slices.Clone(s.from)
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b seenMsg) int { return message.ComparePositions(b.pos, a.pos) })
+	return out
 }
 
 // logKey is the shared-tier key of the namespace's log of announced writes.
@@ -79,12 +142,15 @@ func (c *Cache[V]) openLog() (string, error) {
 	return pos, err
 }
 
-// held reports whether an L1 entry is one from before a loss, past the
-// grace period, that must be checked against the shared tier before it is
-// served.
+// held reports whether an L1 entry must be checked against the shared tier
+// before it is served: during a bus loss, once it has been served for
+// LossGrace (counted from the loss for entries stored before it, from
+// their store for the others), and with StrictLoss, always.
 func (c *Cache[V]) held(it item[V]) bool {
-	return c.loss.lost.Load() && it.gen != c.loss.gen.Load() &&
-		time.Now().UnixNano()-c.loss.since.Load() > int64(c.o.LossGrace)
+	if !c.loss.lost.Load() {
+		return false
+	}
+	return c.o.StrictLoss || c.local.Now()-max(it.stored, c.loss.since.Load()) > int64(c.o.LossGrace)
 }
 
 // sharedDown reports whether a read of the shared tier failed within the
@@ -97,7 +163,7 @@ func (c *Cache[V]) sharedDown() bool {
 // without a look at the shared tier, which was just found unreachable (a
 // batch serves such entries, and reads the others).
 func (c *Cache[V]) heldServable() bool {
-	if !c.sharedDown() {
+	if c.o.StrictLoss || !c.sharedDown() {
 		return false
 	}
 	c.n.heldServed.Add(1)
@@ -111,6 +177,13 @@ func (c *Cache[V]) heldServable() bool {
 // a time: while it does, held entries are served as they are, so that a
 // shared tier that stopped answering keeps one read waiting, not all.
 func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got item[V], ok bool) {
+	if c.o.StrictLoss {
+		got, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+		return got, st == readHit
+	}
+	if c.queued(key) {
+		return it, true // our own write, not yet in the shared tier
+	}
 	if c.heldServable() {
 		return it, true
 	}
@@ -146,18 +219,22 @@ func (c *Cache[V]) onLoss(restored bool) {
 		c.leases.postAll() // a lease holder's news may have been missed
 	}
 	if c.o.StrictLoss {
+		// While the bus is down, reads go to the shared tier (see held);
+		// once it is back, nothing read meanwhile stays.
+		if !restored {
+			c.loss.begin(c.local.Now())
+		}
 		c.flush()
+		if restored {
+			c.loss.lost.Store(false)
+		}
 		c.n.busLosses.Add(1)
 		return
 	}
-	if !c.loss.lost.Load() {
-		c.loss.since.Store(time.Now().UnixNano())
-		c.loss.gen.Add(1)
-		c.loss.lost.Store(true)
-	}
+	c.loss.begin(c.local.Now())
 	// A fill in flight may have read a value whose change we missed.
 	c.tags.clear()
-	c.vers.bumpAll()
+	c.vers.bumpAllLoss()
 	c.flights.ForgetAll()
 	if !restored {
 		c.n.busLosses.Add(1)
@@ -170,12 +247,14 @@ func (c *Cache[V]) onLoss(restored bool) {
 	}
 }
 
-// flush drops all of L1, and what is known of tag records.
+// flush drops all of L1, and what is known of tag records, but for this
+// instance's own writes still queued for the shared tier (see pinQueued).
 func (c *Cache[V]) flush() {
 	c.tags.clear()
-	c.vers.bumpAll()
+	c.vers.bumpAllLoss()
 	c.flights.ForgetAll()
 	c.local.Clear()
+	c.pinQueued()
 }
 
 // readLog reads the log after the position after. A failed read (Redis
@@ -199,40 +278,91 @@ func (c *Cache[V]) readLog(ctx context.Context, after string) (entries [][]byte,
 // replayBatch is how many log entries one read of the log returns.
 const replayBatch = 1000
 
-// replay applies the log's entries after the newest position applied, in
-// order, then ends the loss; it flushes L1 instead when the log cannot
+// replay applies the log's entries after the newest position applied
+// before the loss began, in order, then ends the loss unless the bus
+// reported another meanwhile; it flushes L1 instead when the log cannot
 // cover the gap (trimmed, lost with a restart or a failover, unreadable).
+// Entries that also arrived on the bus since it is back are applied twice:
+// drops are the same twice, a swap takes only a newer value, and an own
+// message is counted once (see echoes.back).
 //
 // The loss and the replay are counted once done, as messages are: a count
 // seen in Stats means L1 reflects it.
 func (c *Cache[V]) replay() {
 	defer c.n.busLosses.Add(1)
-	defer c.loss.lost.Store(false)
+	epoch := c.loss.epoch.Load()
+	defer func() {
+		if c.loss.epoch.Load() == epoch {
+			c.loss.lost.Store(false)
+		}
+	}()
 	ctx, cancel := c.fillContext(context.Background(), 30*time.Second)
 	defer cancel()
-	after := c.loss.position()
-	for read := 0; after != ""; read += replayBatch {
-		if read > c.o.ReplayLogLen {
-			break // more than the log holds: entries went by meanwhile
-		}
-		entries, positions, complete, err := c.readLog(ctx, after)
-		if err != nil || !complete {
-			break
-		}
+	after, entries, positions, more, ok := c.replayStart(ctx)
+	for read := 0; ok; read += len(entries) {
 		for i, b := range entries {
-			if m, err := message.Decode(b, c.o.Secret); err == nil && m.Namespace == c.scope && c.admit(m) {
-				c.apply(m)
-				c.n.replayed.Add(1)
+			if m, err := message.Decode(b, c.o.Secret); err == nil && m.Namespace == c.scope {
+				m.Position = positions[i]
+				if c.admit(m) {
+					c.apply(m)
+					c.n.replayed.Add(1)
+				}
 			}
 			after = positions[i]
 		}
-		c.loss.advance(after)
-		if len(entries) < replayBatch {
+		c.loss.noteTrusted(after)
+		if !more {
 			c.n.replays.Add(1)
 			return
 		}
+		if read+len(entries) > c.o.ReplayLogLen {
+			break // more than the log holds: entries went by meanwhile
+		}
+		var complete bool
+		var err error
+		entries, positions, complete, err = c.readLog(ctx, after)
+		ok = err == nil && complete
+		more = len(entries) == replayBatch
 	}
 	c.n.replayFlushes.Add(1)
 	c.log.log(logBus, "hybrid: missed invalidations could not be replayed; L1 flushed", "namespace", c.o.Namespace)
 	c.flush()
+}
+
+// replayStart finds where the replay starts: the newest position seen
+// before the loss that the log confirms (see seenMsg), and reads the log's
+// first entries after it. more reports that the read returned a full
+// batch; ok false, that no position could be confirmed or the log cannot
+// cover the gap from it.
+func (c *Cache[V]) replayStart(ctx context.Context) (after string, entries [][]byte, positions []string, more, ok bool) {
+	for _, sm := range c.loss.candidates() {
+		from := sm.pos
+		if !sm.trusted {
+			var valid bool
+			if from, valid = message.PositionBefore(sm.pos); !valid {
+				continue
+			}
+		}
+		entries, positions, complete, err := c.readLog(ctx, from)
+		switch {
+		case err != nil:
+			return "", nil, nil, false, false
+		case !complete:
+			continue // an older position may still be in the log
+		case sm.trusted:
+			return sm.pos, entries, positions, len(entries) == replayBatch, true
+		case len(entries) > 0 && positions[0] == sm.pos && sm.is(entries[0], c.o.Secret):
+			return sm.pos, entries[1:], positions[1:], len(entries) == replayBatch, true
+		}
+	}
+	return "", nil, nil, false, false
+}
+
+// is reports whether the log entry b is the message sm was noted from.
+func (sm seenMsg) is(b, secret []byte) bool {
+	m, err := message.Decode(b, secret)
+	if err != nil || (len(secret) > 0 && !m.Authentic) || m.Origin != sm.origin || m.Op != sm.op {
+		return false
+	}
+	return len(m.Keys) == 0 && sm.key == "" || len(m.Keys) > 0 && m.Keys[0] == sm.key
 }

@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -370,5 +371,149 @@ func TestLossPartition(t *testing.T) {
 	}
 	if loads.Load() != 0 {
 		t.Errorf("B: %d loads, want 0", loads.Load())
+	}
+}
+
+// namedInstance is an instance whose client is named, so that killBus can
+// cut its pub/sub connection alone.
+func namedInstance(t *testing.T, name string, o hybrid.Options, bo invalidate.Options) *instance {
+	t.Helper()
+	cn := clientName(o.Namespace + "-" + name)
+	in := newInstance(t, name, singleNode(func(ro *redis.Options) { ro.ClientName = cn }), o, bo)
+	in.clientName = cn
+	return in
+}
+
+// killBus cuts in's pub/sub connection alone and waits until in has seen
+// it drop.
+func killBus(t *testing.T, in *instance) {
+	t.Helper()
+	before := in.c.Stats().BusLosses
+	admin := srv.Client(t)
+	id := pubsubID(t, admin, in.clientName)
+	if err := admin.Do(context.Background(), "CLIENT", "KILL", "ID", id).Err(); err != nil {
+		t.Fatalf("CLIENT KILL ID %s: %v", id, err)
+	}
+	waitStat(t, in, "BusLosses", statBusLosses, before+1)
+}
+
+// statReplays is Stats.Replays.
+func statReplays(s hybrid.Stats) uint64 { return s.Replays }
+
+// TestLossStoredDuringLoss: while B's bus is down and Redis answers, what
+// B reads is held to LossGrace too (issue 19, item 4): a value read for
+// the first time during the loss, and one read again after LossGrace, is
+// checked against Redis once it has been served for LossGrace. With
+// StrictLoss, B serves nothing from L1 while its bus is down (item 6): every
+// read sees Redis at once.
+func TestLossStoredDuringLoss(t *testing.T) {
+	srv.NeedReal(t)
+	const grace = 100 * time.Millisecond
+	for _, strict := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) {
+			o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: grace, StrictLoss: strict}
+			a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+			p := startProxy(t, srv.Addr)
+			b := newSplitInstance(t, "B", singleNode(nil)(t), via(p, nil)(t), l2.Options{}, o, slowReconnect)
+			setStr(t, a, "k", "v1")
+			p.Cut()
+			waitStat(t, b, "BusLosses", statBusLosses, 1)
+
+			for i, v := range []string{"v2", "v3"} {
+				fill(t, b, "k", map[int]string{0: "v1", 1: "v2"}[i]) // read during the loss
+				setStr(t, a, "k", v)                                   // B cannot hear of it
+				if !strict {
+					time.Sleep(3 * grace)
+				}
+				if got, ok := getStr(t, b, "k"); !ok || got != v {
+					t.Errorf("B, bus down, Redis up, %v after A's Set: got %q, %v, want %q (Redis holds it)", map[bool]string{false: "past LossGrace", true: "at once"}[strict], got, ok, v)
+				}
+			}
+			if strict {
+				before := b.remote.gets.Load()
+				fill(t, b, "k", "v3")
+				fill(t, b, "k", "v3")
+				if got := b.remote.gets.Load() - before; got < 2 {
+					t.Errorf("strict, bus down: %d Redis reads for 2 reads, want 2 (nothing served from L1)", got)
+				}
+			}
+			setFault(t, p.Pass())
+			waitStat(t, b, "BusLosses", statBusLosses, 2)
+			setStr(t, a, "k", "v4")
+			waitFor(t, 5*time.Second, "B to see v4 once its bus is back", func() bool {
+				v, _ := getStr(t, b, "k")
+				return v == "v4"
+			}, nil)
+		})
+	}
+}
+
+// lateRestore is a Bus that reports a restore only after the first
+// message that follows it, as a bus goroutine would look to a replay that
+// started late: the replay must still cover everything missed before the
+// loss (issue 19, item 5).
+type lateRestore struct {
+	hybrid.Bus
+	restored chan struct{} // closed at the first restore
+	once     sync.Once
+}
+
+func (b *lateRestore) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func(bool)) (func(), error) {
+	pending := false
+	return b.Bus.Subscribe(ctx, channel, func(msg []byte) {
+		onMessage(msg)
+		if pending {
+			pending = false
+			onLoss(true)
+		}
+	}, func(restored bool) {
+		if !restored {
+			onLoss(false)
+			return
+		}
+		pending = true
+		b.once.Do(func() { close(b.restored) })
+	})
+}
+
+// TestLossReplayFromLossStart: B holds k, its bus drops, A deletes k, and
+// B's first message after its bus is back (a Set of another key) is applied
+// before the replay starts. The replay starts from where B was when the
+// loss began, so k's delete is replayed.
+func TestLossReplayFromLossStart(t *testing.T) {
+	srv.NeedReal(t)
+	for _, secret := range [][]byte{nil, []byte("s")} {
+		t.Run(fmt.Sprintf("secret=%v", secret != nil), func(t *testing.T) {
+			o := hybrid.Options{Namespace: redistest.Prefix(t), Secret: secret}
+			a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+			cn := clientName(o.Namespace + "-B")
+			late := &lateRestore{restored: make(chan struct{})}
+			b := newInstanceWrapped(t, "B", singleNode(func(ro *redis.Options) { ro.ClientName = cn })(t), o, slowReconnect,
+				func(bus hybrid.Bus) hybrid.Bus { late.Bus = bus; return late })
+			b.clientName = cn
+			setStr(t, a, "k", "v1")
+			waitStat(t, b, "Received", statReceived, 1)
+			fill(t, b, "k", "v1")
+
+			killBus(t, b)
+			if err := a.c.Delete(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-late.restored:
+			case <-time.After(10 * time.Second):
+				t.Fatal("B's bus did not come back")
+			}
+			for i := 0; b.c.Stats().Replays == 0; i++ {
+				if i == 500 {
+					t.Fatal("B did not replay")
+				}
+				setStr(t, a, "other", fmt.Sprint(i))
+				time.Sleep(10 * time.Millisecond)
+			}
+			if v, ok := getStr(t, b, "k"); ok {
+				t.Errorf("B after the replay: k = %q, want it deleted (Replayed %d)", v, b.c.Stats().Replayed)
+			}
+		})
 	}
 }

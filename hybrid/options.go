@@ -153,10 +153,11 @@ type Options struct {
 	// (see LoadLease) before it loads by itself. Default: 5 seconds.
 	LeaseWait time.Duration
 
-	// LossGrace is how long, after the bus lost its connection, entries
-	// stored in L1 before the loss are served as they are. Past it, such an
-	// entry is read again from the shared tier, and served as it is only
-	// while the shared tier cannot be reached. When the bus is back, the
+	// LossGrace is how long, while the bus has lost its connection, an L1
+	// entry is served as it is: from the start of the loss for entries
+	// stored before it, from their store for entries stored during it. Past
+	// it, the entry is read again from the shared tier, and served as it is
+	// only while the shared tier cannot be reached. When the bus is back, the
 	// messages missed meanwhile are replayed from the shared tier's log
 	// (with a Remote that is a Journal, as l2.Store on one Redis server is)
 	// and L1 is kept; without a log, or when it cannot cover the gap, L1 is
@@ -164,9 +165,12 @@ type Options struct {
 	LossGrace time.Duration
 
 	// StrictLoss flushes L1 whenever the bus loses its connection and again
-	// when it is back, so that nothing filled before a loss is ever served
-	// after it: more misses, and more loads if Redis is down too. (Its
-	// writes are still logged, for the other instances.) Default: false.
+	// when it is back, and while it is down serves nothing from L1: every
+	// read goes to the shared tier (and to load when that cannot be
+	// reached). Nothing served is then older than the shared tier, plus the
+	// propagation window once the bus is back; the cost is a round trip per
+	// read during the loss, and more loads if Redis is down too. (Its writes
+	// are still logged, for the other instances.) Default: false.
 	StrictLoss bool
 
 	// ReplayLogLen is about how many announced writes the shared tier's log

@@ -117,6 +117,50 @@ func (q *writeQueue) len() int {
 	return q.order.Len()
 }
 
+// has reports whether a write of the shared-tier key rkey is queued.
+func (q *writeQueue) has(rkey string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.byKey[rkey] != nil
+}
+
+// ownSets returns the queued Sets of this instance, oldest first.
+func (q *writeQueue) ownSets() []*pendingWrite {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []*pendingWrite
+	for e := q.order.Front(); e != nil; e = e.Next() {
+		if w := e.Value.(*pendingWrite); w.own && w.m.Op == message.OpSet {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// queued reports whether a write of key by this instance waits in the
+// queue: L1 holds its value, which the shared tier does not have yet.
+func (c *Cache[V]) queued(key string) bool {
+	return c.queue != nil && c.queue.has(c.prefix+key)
+}
+
+// pinQueued puts the values of this instance's queued Sets back in L1
+// after a flush: they are newer than what the shared tier holds, and
+// read-your-writes holds for them until their replay (which drops a value
+// the shared tier turns out to hold a newer one of).
+func (c *Cache[V]) pinQueued() {
+	if c.queue == nil {
+		return
+	}
+	for _, w := range c.queue.ownSets() {
+		var it item[V]
+		ttl, _, err := c.decodeInto(&it, w.b, c.def.timed())
+		if err != nil || ttl <= 0 {
+			continue
+		}
+		c.storeLocal(nil, w.name, it, c.size(w.b), min(ttl, c.def.localTTL), c.vers.token(w.name), &c.def)
+	}
+}
+
 // nudge wakes a replay waiting to try again, without blocking.
 func (q *writeQueue) nudge() {
 	select {

@@ -14,6 +14,7 @@ import (
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
+	"github.com/hybridcache/hybridcache/l2"
 )
 
 // replayModes are the ways a queued write is replayed: one atomic step
@@ -317,7 +318,7 @@ func TestIntegrationQueueOutage(t *testing.T) {
 			fill(t, b, "k", "v0")
 
 			p.Cut()
-			// The bus loss drops any write racing with it from L1: wait for it.
+			// The writes below come after the bus loss.
 			waitStat(t, a, "BusLosses", statBusLosses, 1)
 			if err := a.c.Delete(ctx, "del"); !errors.Is(err, hybrid.ErrQueued) {
 				t.Fatalf("A: Delete during the outage: got %v, want ErrQueued", err)
@@ -426,5 +427,46 @@ func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
 			st := a.c.Stats()
 			t.Logf("replayed %d, dropped as stale %d", st.QueueReplayed, st.QueueDroppedStale)
 		})
+	}
+}
+
+// TestIntegrationQueueLossDuringWrite: A's Set is still failing (its store
+// does not answer) when its bus reports the loss, the usual order, since
+// the write waits for its timeout and the bus notices a drop at once. The
+// queued value is what A serves until the replay (issue 19, item 2), and
+// also after a flush of L1 while it is still queued.
+func TestIntegrationQueueLossDuringWrite(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := t.Context()
+	o := hybrid.Options{Namespace: redistest.Prefix(t), QueueWrites: 100, ReplayLogLen: -1}
+	store, bus := startProxy(t, srv.Addr), startProxy(t, srv.Addr)
+	a := newSplitInstance(t, "A", via(store, shortTimeouts)(t), via(bus, nil)(t),
+		l2.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, o,
+		invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond})
+	setStr(t, a, "k", "v0")
+
+	setFault(t, store.BlackHole())
+	done := make(chan error, 1)
+	go func() { done <- a.c.Set(ctx, "k", "mine") }()
+	time.Sleep(20 * time.Millisecond) // the write has started and waits
+	bus.Cut()
+	waitStat(t, a, "BusLosses", statBusLosses, 1)
+	if err := <-done; !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set: got %v, want ErrQueued", err)
+	}
+	if v, ok := getStr(t, a, "k"); !ok || v != "mine" {
+		t.Errorf("A after its queued Set: got %q, %v, want \"mine\"", v, ok)
+	}
+	// The bus comes back: without a log, L1 is flushed, but the queued
+	// value stays (Redis still does not answer).
+	setFault(t, bus.Pass())
+	waitStat(t, a, "BusLosses", statBusLosses, 2)
+	if v, ok := getStr(t, a, "k"); !ok || v != "mine" {
+		t.Errorf("A after a flush, its Set still queued: got %q, %v, want \"mine\"", v, ok)
+	}
+	setFault(t, store.Pass())
+	waitQueue(t, a.c, 1, 0)
+	if v, ok := getStr(t, a, "k"); !ok || v != "mine" {
+		t.Errorf("A after the replay: got %q, %v, want \"mine\"", v, ok)
 	}
 }

@@ -2,8 +2,11 @@ package hybrid
 
 import (
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hybridcache/hybridcache/internal/message"
 )
 
 // This file holds the two records that keep L1 in step with writes and
@@ -36,7 +39,10 @@ func (s slots) of(key string) uint32 {
 type versions struct {
 	slots
 	gen atomic.Uint64
-	seq [versionSlots]atomic.Uint64
+	// losses counts the generation bumps made for bus losses (see
+	// bumpAllLoss), which an own write may outlive (see ownWrite).
+	losses atomic.Uint64
+	seq    [versionSlots]atomic.Uint64
 }
 
 // token is the version of one key's slot, and the generation, at a moment.
@@ -66,17 +72,28 @@ func (v *versions) bumpToken(key string) token {
 	return token{slot: i, gen: v.gen.Load(), seq: v.seq[i].Add(1)}
 }
 
-// advance bumps t's slot again and returns the new token, valid only if
-// nobody else bumped the slot since t.
-func (v *versions) advance(t token) (token, bool) {
-	seq := v.seq[t.slot].Add(1)
-	ok := seq == t.seq+1 && v.gen.Load() == t.gen
-	t.seq = seq
-	return t, ok
-}
-
 // bumpAll marks every key as changed.
 func (v *versions) bumpAll() { v.gen.Add(1) }
+
+// bumpAllLoss marks every key as changed because messages may have been
+// lost: fills in flight may have read a value whose change was missed.
+func (v *versions) bumpAllLoss() {
+	v.losses.Add(1)
+	v.gen.Add(1)
+}
+
+// ownWrite is advance for this instance's own write of t's key, which
+// began when losses was lost: it bumps t's slot again and returns the new
+// token, valid if nobody else bumped the slot since t and the generation
+// moved only for bus losses. A loss says that others' changes may have
+// been missed, not that this write is outdated: what it wrote is the
+// newest this instance knows of the key.
+func (v *versions) ownWrite(t token, lost uint64) (token, bool) {
+	seq := v.seq[t.slot].Add(1)
+	gen := v.gen.Load()
+	ok := seq == t.seq+1 && gen-t.gen == v.losses.Load()-lost
+	return token{slot: t.slot, gen: gen, seq: seq}, ok
+}
 
 // echoes counts, per slot, this instance's announced writes whose message
 // has not come back yet. While one is outstanding, a value carried by a
@@ -88,6 +105,11 @@ type echoes struct {
 		pending atomic.Int64
 		since   atomic.Int64 // UnixNano of the latest own write
 	}
+	mu sync.Mutex
+	// last is, per slot, the log position of the newest own message
+	// counted back, so that one that arrives twice (on the bus and in a
+	// replay) is counted once.
+	last [versionSlots]string
 }
 
 // sent records an announced write of key about to start.
@@ -97,9 +119,23 @@ func (e *echoes) sent(key string) {
 	s.pending.Add(1)
 }
 
-// back records that the message of one of our writes of key came back.
-func (e *echoes) back(key string) {
-	s := &e.s[e.of(key)]
+// back records that the message of one of our writes of key came back, at
+// the log position pos ("": the write was not logged). A position not after
+// the newest counted for key's slot was counted already.
+func (e *echoes) back(key, pos string) {
+	i := e.of(key)
+	if pos != "" {
+		e.mu.Lock()
+		seen := message.ComparePositions(pos, e.last[i]) <= 0
+		if !seen {
+			e.last[i] = pos
+		}
+		e.mu.Unlock()
+		if seen {
+			return
+		}
+	}
+	s := &e.s[i]
 	for {
 		n := s.pending.Load()
 		if n <= 0 || s.pending.CompareAndSwap(n, n-1) {

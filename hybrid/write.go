@@ -39,6 +39,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	if err != nil {
 		return err
 	}
+	lost := c.vers.losses.Load()
 	tok := c.vers.bumpToken(key)
 	err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl))
 	if err != nil && !errors.Is(err, ErrQueued) {
@@ -48,9 +49,10 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	}
 	// Written, or queued for replay: either way L1 here holds the value.
 	// Bump again: a fill that read the old value before our write must not
-	// store it after us. Anyone else's bump since tok means a newer change
-	// may exist, so we drop instead of store.
-	tok, ok := c.vers.advance(tok)
+	// store it after us. Anyone else's change of key or of every key since
+	// tok means a newer change may exist, so we drop instead of store; a
+	// bus loss meanwhile does not (see ownWrite).
+	tok, ok := c.vers.ownWrite(tok, lost)
 	if !ok {
 		c.local.Delete(key)
 	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {

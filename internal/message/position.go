@@ -62,3 +62,17 @@ func parseUint(s string) (uint64, bool) {
 	n, err := strconv.ParseUint(s, 10, 64)
 	return n, err == nil
 }
+
+// PositionBefore returns the position just before pos, so that reading a
+// log after it starts with the entry at pos itself. ok is false when pos is
+// not a valid id or is "0-0".
+func PositionBefore(pos string) (string, bool) {
+	ms, seq, ok := parsePosition(pos)
+	switch {
+	case !ok || (ms == 0 && seq == 0):
+		return "", false
+	case seq > 0:
+		return strconv.FormatUint(ms, 10) + "-" + strconv.FormatUint(seq-1, 10), true
+	}
+	return strconv.FormatUint(ms-1, 10) + "-" + strconv.FormatUint(^uint64(0), 10), true
+}

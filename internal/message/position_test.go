@@ -136,3 +136,25 @@ func FuzzComparePositions(f *testing.F) {
 		}
 	})
 }
+
+func TestPositionBefore(t *testing.T) {
+	for _, tc := range []struct {
+		pos, want string
+		ok        bool
+	}{
+		{"5-3", "5-2", true},
+		{"5-0", "4-18446744073709551615", true},
+		{"0-1", "0-0", true},
+		{"0-0", "", false},
+		{"", "", false},
+		{"x-1", "", false},
+	} {
+		got, ok := message.PositionBefore(tc.pos)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("PositionBefore(%q) = %q, %v, want %q, %v", tc.pos, got, ok, tc.want, tc.ok)
+		}
+		if ok && message.ComparePositions(got, tc.pos) >= 0 {
+			t.Errorf("PositionBefore(%q) = %q, which is not before it", tc.pos, got)
+		}
+	}
+}
