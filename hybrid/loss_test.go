@@ -421,7 +421,7 @@ func TestLossStoredDuringLoss(t *testing.T) {
 
 			for i, v := range []string{"v2", "v3"} {
 				fill(t, b, "k", map[int]string{0: "v1", 1: "v2"}[i]) // read during the loss
-				setStr(t, a, "k", v)                                   // B cannot hear of it
+				setStr(t, a, "k", v)                                 // B cannot hear of it
 				if !strict {
 					time.Sleep(3 * grace)
 				}
