@@ -25,7 +25,7 @@ import (
 type item[V any] struct {
 	v      V
 	absent bool
-	stored int64 // when it was stored in L1 (L1's clock): see held and swap
+	stored int64 // when it was stored in L1 (UnixNano): see held and swap
 	t      *timing
 }
 

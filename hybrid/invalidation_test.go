@@ -1518,3 +1518,163 @@ func TestIntegrationPrefixSeparates(t *testing.T) {
 		})
 	}
 }
+
+// heldBus is a Bus that, while held, keeps the messages it receives, so
+// that a test can hand them over in an order of its choosing (deliver).
+type heldBus struct {
+	hybrid.Bus
+	mu        sync.Mutex
+	held      bool
+	kept      [][]byte
+	onMessage func([]byte)
+}
+
+func (b *heldBus) Subscribe(ctx context.Context, channel string, onMessage func([]byte), onLoss func(bool)) (func(), error) {
+	b.mu.Lock()
+	b.onMessage = onMessage
+	b.mu.Unlock()
+	return b.Bus.Subscribe(ctx, channel, func(msg []byte) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.held {
+			b.kept = append(b.kept, msg)
+			return
+		}
+		onMessage(msg)
+	}, onLoss)
+}
+
+// hold starts keeping messages.
+func (b *heldBus) hold() {
+	b.mu.Lock()
+	b.held = true
+	b.mu.Unlock()
+}
+
+// waitKept waits until n messages are kept.
+func (b *heldBus) waitKept(t *testing.T, n int) {
+	t.Helper()
+	waitFor(t, 5*time.Second, fmt.Sprint(n, " messages kept"), func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.kept) >= n
+	}, nil)
+}
+
+// deliver hands over the kept messages numbered in order, one at a time,
+// as the bus goroutine would (under the lock, so never two at once).
+func (b *heldBus) deliver(order ...int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, i := range order {
+		b.onMessage(b.kept[i])
+	}
+}
+
+// TestIntegrationOwnMessageTwice: A's own message arrives twice (on the bus
+// and again in a replay, say) while a later write of A's to the same key
+// still waits for its message. The second copy must not count as that later
+// write's, or a peer's older value is swapped in over A's newer write
+// (issue 19, item 3).
+func TestIntegrationOwnMessageTwice(t *testing.T) {
+	srv.NeedReal(t)
+	o := hybrid.Options{Namespace: redistest.Prefix(t), Secret: []byte("s")}
+	hb := &heldBus{}
+	a := newInstanceWrapped(t, "A", singleNode(nil)(t), o, invalidate.Options{}, func(b hybrid.Bus) hybrid.Bus { hb.Bus = b; return hb })
+	b := newInstance(t, "B", singleNode(nil), o, invalidate.Options{})
+	setStr(t, a, "k", "v0")
+	waitStat(t, a, "OwnIgnored", statOwnIgnored, 1)
+
+	hb.hold()
+	setStr(t, a, "k", "a1")
+	setStr(t, b, "k", "b2")
+	setStr(t, a, "k", "a3") // L1 holds a3; Redis too
+	hb.waitKept(t, 3)
+	hb.deliver(0, 0, 1) // a1 twice, then b2; a3's message is still on its way
+	if v, ok := getStr(t, a, "k"); !ok || v != "a3" {
+		t.Errorf("A: Get: got %q, %v, want its own \"a3\" (Redis holds it; b2 is older)", v, ok)
+	}
+	hb.deliver(2)
+	if v, ok := getStr(t, a, "k"); !ok || v != "a3" {
+		t.Errorf("A: Get after a3's message: got %q, %v, want \"a3\"", v, ok)
+	}
+}
+
+// TestIntegrationRecordedMessages: with a Secret, a signed message
+// recorded from the channel and published again (issue 19, item 10), or
+// published under a position of the recorder's choosing, as an unsigned
+// message can be too (item 9), can at most drop the keys it names: it
+// never plants an old value, and never moves where a replay starts.
+func TestIntegrationRecordedMessages(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("integration-secret")}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	b := namedInstance(t, "B", o, invalidate.Options{ReconnectMin: time.Second, ReconnectMax: time.Second})
+	raw := srv.Client(t)
+	channel := "hybridcache:" + ns
+	sub := raw.Subscribe(ctx, channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recorded := sub.Channel()
+	record := func() []byte {
+		t.Helper()
+		select {
+		case m := <-recorded:
+			return []byte(m.Payload)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message to record")
+			return nil
+		}
+	}
+	publish := func(msg []byte) {
+		t.Helper()
+		if err := raw.Publish(ctx, channel, msg).Err(); err != nil {
+			t.Fatalf("PUBLISH: %v", err)
+		}
+	}
+
+	setStr(t, a, "k", "v1")
+	old := record()
+	setStr(t, a, "k", "v2")
+	record()
+	waitStat(t, b, "Received", statReceived, 2)
+	fill(t, b, "k", "v2")
+	publish(old)
+	waitStat(t, b, "Received", statReceived, 3)
+	if v, ok := getStr(t, b, "k"); !ok || v != "v2" {
+		t.Errorf("B after v1's message was published again: got %q, %v, want \"v2\"", v, ok)
+	}
+
+	// Positions a little in the future, which the log reaches during the
+	// loss below: one on an unsigned delete, one on the recorded message.
+	if old[0] != message.VersionPositioned {
+		t.Fatalf("recorded message has version %d, want a positioned one", old[0])
+	}
+	inner := old[2+int(old[1]):]
+	future := time.Now().Add(200 * time.Millisecond).UnixMilli()
+	var stranger message.Origin
+	crand.Read(stranger[:])
+	unsigned := message.Encode(message.Message{Op: message.OpDelete, Origin: stranger, Namespace: ns, Keys: []string{"x"}}, nil)
+	publish(message.Positioned(fmt.Sprintf("%d-0", future), unsigned))
+	publish(message.Positioned(fmt.Sprintf("%d-1", future), inner))
+	waitStat(t, b, "Received", statReceived, 5)
+
+	setStr(t, a, "k2", "w1")
+	waitStat(t, b, "Received", statReceived, 6)
+	fill(t, b, "k2", "w1")
+	killBus(t, b)
+	setStr(t, a, "k2", "w2") // missed by B, logged before the forged positions
+	time.Sleep(time.Until(time.UnixMilli(future + 50)))
+	setStr(t, a, "later", "x") // logged after them
+	waitStat(t, b, "Replays", statReplays, 1)
+	if v, ok := getStr(t, b, "k2"); !ok || v != "w2" {
+		t.Errorf("B after the replay: k2 = %q, %v, want \"w2\" (the replay must not start after a forged position)", v, ok)
+	}
+	if st := b.c.Stats(); st.ReplayFlushes != 0 {
+		t.Errorf("B: ReplayFlushes %d, want 0 (a confirmed position was there to start from)", st.ReplayFlushes)
+	}
+}
