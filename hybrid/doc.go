@@ -51,17 +51,18 @@
 // not store it in L1 (no stale fill). No entry outlives its L1 lifetime in
 // any case.
 //
-// When the bus loses its connection, L1 is kept: for Options.LossGrace
-// entries from before the loss are served as they are; past it, each is
-// read again from the shared tier, and served as it is only while that
-// cannot be reached (the database is not called either). Once the bus is
+// When the bus loses its connection, L1 is kept: an entry is served as it
+// is for Options.LossGrace from the loss (or from its store, if stored
+// during the loss); past it, it is read again from the shared tier, and
+// served as it is only while that cannot be reached (the database is not
+// called either). Once the bus is
 // back, the messages missed meanwhile are replayed from a capped log that
 // the shared tier keeps of every announced write (a Journal, such as
 // l2.Store on one Redis server; on Redis Cluster there is none), and L1 is
 // flushed only when the log cannot cover the gap (trimmed, lost with a
 // restart or a failover). Options.StrictLoss flushes L1 on the drop and on
-// the restore instead, so that nothing filled before a loss is served
-// after it.
+// the restore instead, and while the bus is down reads every value from
+// the shared tier.
 //
 // Only the cache's own messages invalidate: a write that bypasses the cache
 // (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when
