@@ -12,12 +12,12 @@ import (
 )
 
 // This file holds what the cache does when its bus loses messages: it
-// keeps L1 (after a grace period, entries from before the loss are
-// re-read from the shared tier, and served as they are only when that
-// cannot be reached), and once the bus is back it replays the messages it
-// missed from the shared tier's log (a Journal), flushing L1 only when the
-// log cannot cover the gap. Options.StrictLoss flushes L1 on every loss
-// instead.
+// keeps L1 (an entry served for LossGrace during the loss is re-read from
+// the shared tier, and served as it is only when that cannot be reached),
+// and once the bus is back it replays the messages it missed from the
+// shared tier's log (a Journal), flushing L1 only when the log cannot cover
+// the gap. Options.StrictLoss flushes L1 on every loss instead, and reads
+// through to the shared tier while the bus is down.
 
 // lossState is what an instance knows of lost messages.
 type lossState struct {
