@@ -163,7 +163,7 @@ func (c *Cache[V]) localMany(keys []string, distinct bool, due *pastDue[V]) (out
 			continue
 		}
 		if it, ok := c.local.Get(key); ok {
-			if c.live(it) && (!c.held(it) || c.heldServable() || (!c.o.StrictLoss && c.queued(key))) {
+			if c.live(it) && (!c.held(it) || c.heldServable() || c.queued(key)) {
 				if due != nil && it.t != nil && !it.absent && c.local.Now() >= it.t.due {
 					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
 				}

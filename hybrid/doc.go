@@ -62,7 +62,7 @@
 // flushed only when the log cannot cover the gap (trimmed, lost with a
 // restart or a failover). Options.StrictLoss flushes L1 on the drop and on
 // the restore instead, and while the bus is down reads every value from
-// the shared tier.
+// the shared tier while that answers.
 //
 // Only the cache's own messages invalidate: a write that bypasses the cache
 // (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when

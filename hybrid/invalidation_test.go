@@ -1639,6 +1639,7 @@ func TestIntegrationRecordedMessages(t *testing.T) {
 
 	setStr(t, a, "k", "v1")
 	old := record()
+	time.Sleep(2 * time.Millisecond) // write times are whole milliseconds
 	setStr(t, a, "k", "v2")
 	record()
 	waitStat(t, b, "Received", statReceived, 2)

@@ -163,7 +163,7 @@ func (c *Cache[V]) sharedDown() bool {
 // without a look at the shared tier, which was just found unreachable (a
 // batch serves such entries, and reads the others).
 func (c *Cache[V]) heldServable() bool {
-	if c.o.StrictLoss || !c.sharedDown() {
+	if !c.sharedDown() {
 		return false
 	}
 	c.n.heldServed.Add(1)
@@ -171,27 +171,27 @@ func (c *Cache[V]) heldServable() bool {
 }
 
 // checkHeld answers for an entry that held reports: as it is when the
-// shared tier cannot be reached (then the database is not asked either),
-// else by the shared tier's value. ok is false when the shared tier does not
-// hold a live value: the caller then fills as for a miss. One check runs at
-// a time: while it does, held entries are served as they are, so that a
-// shared tier that stopped answering keeps one read waiting, not all.
+// shared tier cannot be reached (then the database is not asked either) or
+// when it is an own write still queued for the shared tier, else by the
+// shared tier's value. ok is false when the shared tier does not hold a
+// live value: the caller then fills as for a miss. Without StrictLoss, one
+// check runs at a time: while it does, held entries are served as they are,
+// so that a shared tier that stopped answering keeps one read waiting, not
+// all; with it, every read looks.
 func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got item[V], ok bool) {
-	if c.o.StrictLoss {
-		got, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
-		return got, st == readHit
-	}
 	if c.queued(key) {
 		return it, true // our own write, not yet in the shared tier
 	}
 	if c.heldServable() {
 		return it, true
 	}
-	if !c.loss.checking.CompareAndSwap(false, true) {
-		c.n.heldServed.Add(1)
-		return it, true
+	if !c.o.StrictLoss {
+		if !c.loss.checking.CompareAndSwap(false, true) {
+			c.n.heldServed.Add(1)
+			return it, true
+		}
+		defer c.loss.checking.Store(false)
 	}
-	defer c.loss.checking.Store(false)
 	got, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
 	switch st {
 	case readHit:

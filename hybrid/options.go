@@ -165,12 +165,14 @@ type Options struct {
 	LossGrace time.Duration
 
 	// StrictLoss flushes L1 whenever the bus loses its connection and again
-	// when it is back, and while it is down serves nothing from L1: every
-	// read goes to the shared tier (and to load when that cannot be
-	// reached). Nothing served is then older than the shared tier, plus the
-	// propagation window once the bus is back; the cost is a round trip per
-	// read during the loss, and more loads if Redis is down too. (Its writes
-	// are still logged, for the other instances.) Default: false.
+	// when it is back, and while it is down serves nothing from L1 that it
+	// has not just read again from the shared tier: every read goes there.
+	// While the shared tier answers, nothing served is then older than what
+	// it holds, plus the propagation window once the bus is back; the cost
+	// is a round trip per read during the loss. While it cannot be reached,
+	// what was loaded since the loss is served from L1, as without
+	// StrictLoss. (Its writes are still logged, for the other instances.)
+	// Default: false.
 	StrictLoss bool
 
 	// ReplayLogLen is about how many announced writes the shared tier's log
