@@ -189,7 +189,8 @@ type Options struct {
 	// (and per tag); when it is full, a failed write of a key not queued is
 	// refused (Stats.QueueFull) and its error returned as without a
 	// queue. Bad input, encoding errors and a call cut short by its own
-	// ctx are never queued. Close drops what is still queued.
+	// ctx are never queued. Close drops what is still queued, and says how
+	// many in a warning and in Stats.QueueDroppedOnClose.
 	//
 	// A replay writes only over an older value (write times compared in
 	// Redis, see NewerSetter; clocks in sync, as for tags), so a write
