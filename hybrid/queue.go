@@ -212,13 +212,13 @@ func (c *Cache[V]) replayQueue() {
 			c.n.queueReplayed.Add(1)
 			continue
 		}
-		c.n.queueDroppedStale.Add(1)
 		if w.own {
 			// Our value is outdated: L1 must not keep serving it.
 			c.vers.bump(w.name)
 			c.flights.Forget(w.name)
 			c.local.Delete(w.name)
 		}
+		c.n.queueDroppedStale.Add(1) // after L1: a count seen means L1 reflects it
 	}
 }
 
