@@ -206,7 +206,9 @@ func (c *Cache[V]) worker(job func()) {
 
 // Close unsubscribes from the bus, cancels fills in progress and waits for
 // them, stops the replay of queued writes (see Options.QueueWrites; writes
-// still queued are dropped) and waits for it, and stops L1's goroutines. It does not close the Remote or the Bus,
+// still queued are dropped, logged as one warning with their number and
+// counted in Stats.QueueDroppedOnClose) and waits for it, and stops L1's
+// goroutines. It does not close the Remote or the Bus,
 // which the caller owns and may share. Later calls return ErrClosed.
 func (c *Cache[V]) Close() error {
 	c.mu.Lock()
@@ -221,5 +223,11 @@ func (c *Cache[V]) Close() error {
 	c.cancel()
 	c.wg.Wait()
 	c.local.Close()
+	if c.queue != nil {
+		if n := c.queue.dropAll(); n > 0 {
+			c.n.queueDroppedOnClose.Add(uint64(n))
+			c.log.l.Warn("hybrid: cache closed with writes still queued; dropped, never written to the shared tier", "namespace", c.o.Namespace, "dropped", n)
+		}
+	}
 	return nil
 }

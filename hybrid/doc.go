@@ -102,7 +102,8 @@
 // resumes) is found as it is and not written again. A Remote without those
 // capabilities is read, compared and then written as Set writes: a write
 // landing between that read and that write is overwritten. Close drops
-// what is still queued.
+// what is still queued, with a warning saying how many
+// (Stats.QueueDroppedOnClose).
 //
 // # Resilience options
 //

@@ -822,10 +822,13 @@ func TestIntegrationForgedMessages(t *testing.T) {
 
 	// An unsigned expire names a key: like a delete, it makes B read k
 	// again, and changes nothing in Redis.
+	bRecv := b.c.Stats().Received
 	publish(message.Encode(message.Message{Op: message.OpExpire, Origin: stranger, Namespace: ns, Keys: []string{"k"}}, nil))
 	for _, in := range p {
 		waitStat(t, in, "Unauthentic", statUnauth, 7)
 	}
+	// Unauthentic counts a message as it arrives, Received once applied.
+	waitStat(t, b, "Received", statReceived, bRecv+1)
 	bGets = b.remote.calls().Get
 	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
 		t.Errorf("B: Get(k) after a forged expire: got %q, %v, want \"v1\" from Redis", v, ok)

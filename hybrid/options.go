@@ -17,7 +17,9 @@ type Options struct {
 	// Namespace names this cache's keys in the shared tier ("Namespace:key")
 	// and its invalidation channel. Required when Remote or Bus is set;
 	// every instance of one logical cache uses the same Namespace. It may
-	// not contain ':', so that no two namespaces share a Redis key.
+	// not contain ':', so that no two namespaces share a Redis key, nor a
+	// glob character ('*', '?', '[', ']', '\'), so that
+	// SCAN MATCH "Namespace:*" lists this namespace's keys and no other's.
 	Namespace string
 
 	// Remote is the shared tier, such as *l2.Store. nil: L1 only.
@@ -193,7 +195,8 @@ type Options struct {
 	// (and per tag); when it is full, a failed write of a key not queued is
 	// refused (Stats.QueueFull) and its error returned as without a
 	// queue. Bad input, encoding errors and a call cut short by its own
-	// ctx are never queued. Close drops what is still queued.
+	// ctx are never queued. Close drops what is still queued, and says how
+	// many in a warning and in Stats.QueueDroppedOnClose.
 	//
 	// A replay writes only over an older value (write times compared in
 	// Redis, see NewerSetter; clocks in sync, as for tags), so a write
@@ -254,6 +257,10 @@ func (o *Options) scope() string {
 	return o.Namespace
 }
 
+// globChars are the characters with a meaning in a Redis glob pattern
+// (SCAN MATCH, KEYS), refused in a Namespace.
+const globChars = "*?[]\\"
+
 // withDefaults validates o and fills in its defaults.
 func (o Options) withDefaults() (Options, error) {
 	if (o.Remote != nil || o.Bus != nil) && o.Namespace == "" {
@@ -262,6 +269,10 @@ func (o Options) withDefaults() (Options, error) {
 	if strings.Contains(o.Namespace, ":") {
 		// "X" with key "v2:1" and "X:v2" with key "1" would share a Redis key.
 		return o, fmt.Errorf("hybrid: Options.Namespace %q contains ':', which separates the namespace from keys in Redis", o.Namespace)
+	}
+	if i := strings.IndexAny(o.Namespace, globChars); i >= 0 {
+		// "ns*" would make SCAN MATCH "ns*:*" list every "ns...:" namespace.
+		return o, fmt.Errorf("hybrid: Options.Namespace %q contains %q, a glob character in Redis MATCH patterns", o.Namespace, o.Namespace[i])
 	}
 	for _, f := range []struct {
 		name string

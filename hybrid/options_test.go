@@ -75,6 +75,48 @@ func TestNewValidatesOptions(t *testing.T) {
 	}
 }
 
+// TestNewRefusesGlobNamespace: a glob character in a Namespace would make
+// SCAN MATCH "Namespace:*" list other namespaces' keys too ("ns*:*" lists
+// "ns2:k"), so New refuses it, naming the field and the character.
+func TestNewRefusesGlobNamespace(t *testing.T) {
+	remote := new(hybridtest.Remote)
+	tests := []struct {
+		namespace string
+		char      string // as the error quotes it; "" for no error
+	}{
+		{"ns*", `'*'`},
+		{"n?", `'?'`},
+		{"ns[12]", `'['`},
+		{"ns]", `']'`},
+		{`ns\x`, `'\\'`},
+		{"a*b?", `'*'`}, // the first one found
+		{"products.v2-eu/1_a", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.namespace, func(t *testing.T) {
+			c, err := hybrid.New[string](hybrid.Options{Namespace: tt.namespace, Remote: remote})
+			if c != nil {
+				defer c.Close()
+			}
+			if tt.char == "" {
+				if err != nil {
+					t.Fatalf("New: got %v, want no error", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("New: got no error, want one naming Options.Namespace and %s", tt.char)
+			}
+			if c != nil {
+				t.Errorf("New: got a cache and an error, want a nil cache")
+			}
+			if msg := err.Error(); !strings.Contains(msg, "Options.Namespace") || !strings.Contains(msg, tt.char) {
+				t.Errorf("New: got %q, want it to name Options.Namespace and %s", msg, tt.char)
+			}
+		})
+	}
+}
+
 func TestEntryOptionsValidated(t *testing.T) {
 	s := newSharedTier(t)
 	c := newTestCache[string](t, s.options())

@@ -110,6 +110,16 @@ func (q *writeQueue) done(w *pendingWrite) {
 	}
 }
 
+// dropAll empties the queue and returns how many writes it held.
+func (q *writeQueue) dropAll() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := q.order.Len()
+	q.order.Init()
+	clear(q.byKey)
+	return n
+}
+
 // len is the number of queued writes.
 func (q *writeQueue) len() int {
 	q.mu.Lock()
@@ -181,12 +191,20 @@ func queueable(err error) bool {
 // enqueue queues w after its write failed with err, when queueing is on
 // and err is a failure worth a replay, and returns what the call returns:
 // err wrapped with ErrQueued when queued; err itself otherwise, also when
-// the queue is full (counted). A nil err is returned as it is.
+// the queue is full (counted), or the cache closed meanwhile. A nil err is
+// returned as it is.
 func (c *Cache[V]) enqueue(w *pendingWrite, err error) error {
 	if c.queue == nil || !queueable(err) {
 		return err
 	}
 	w.at = time.Now()
+	// Under c.mu, so that Close, which empties the queue after the replay
+	// has ended, counts every write queued before it and none comes after.
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed.Load() {
+		return err
+	}
 	ok, start := c.queue.put(w)
 	if !ok {
 		c.n.queueFull.Add(1)
@@ -195,12 +213,8 @@ func (c *Cache[V]) enqueue(w *pendingWrite, err error) error {
 	}
 	c.n.writesQueued.Add(1)
 	if start {
-		c.mu.RLock()
-		if !c.closed.Load() {
-			c.wg.Add(1)
-			go c.replayQueue()
-		}
-		c.mu.RUnlock()
+		c.wg.Add(1)
+		go c.replayQueue()
 	}
 	return fmt.Errorf("%w: %w", ErrQueued, err)
 }
@@ -220,7 +234,7 @@ func (c *Cache[V]) replayQueue() {
 		stored, err := c.replayWrite(ctx, w)
 		cancel()
 		if c.stop.Err() != nil {
-			return // closed: what is queued is dropped
+			return // closed: Close counts and drops what is queued
 		}
 		if err != nil {
 			c.log.log(logQueue, "hybrid: replay of a queued write failed; will retry", "namespace", c.o.Namespace, "queued", c.queue.len(), "retry_in", wait, "err", err)
@@ -242,13 +256,13 @@ func (c *Cache[V]) replayQueue() {
 			c.n.queueReplayed.Add(1)
 			continue
 		}
-		c.n.queueDroppedStale.Add(1)
 		if w.own {
 			// Our value is outdated: L1 must not keep serving it.
 			c.vers.bump(w.name)
 			c.flights.Forget(w.name)
 			c.local.Delete(w.name)
 		}
+		c.n.queueDroppedStale.Add(1) // after L1: a count seen means L1 reflects it
 	}
 }
 

@@ -265,12 +265,15 @@ func TestQueueBreakerOpen(t *testing.T) {
 }
 
 // TestQueueCloseWithPending closes a cache whose queue cannot be replayed
-// (the replay fails, or is blocked in the Remote): Close returns, and
-// leaves no goroutine.
+// (the replay fails, or is blocked in the Remote): Close returns, leaves
+// no goroutine, and says how many writes it dropped, in one warning and in
+// Stats.
 func TestQueueCloseWithPending(t *testing.T) {
 	s := newSharedTier(t)
 	o := s.options()
 	o.QueueWrites = 10
+	logger, logs := captureLogger()
+	o.Logger = logger
 	before := goleak.IgnoreCurrent()
 	a, err := hybrid.New[string](o)
 	if err != nil {
@@ -293,6 +296,50 @@ func TestQueueCloseWithPending(t *testing.T) {
 	s.remote.SetLatency(0)
 	if err := goleak.Find(before); err != nil {
 		t.Errorf("goroutines left after Close: %v", err)
+	}
+	if st := a.Stats(); st.QueueDroppedOnClose != 3 || st.Queued != 0 {
+		t.Errorf("Stats after Close: QueueDroppedOnClose %d, Queued %d; want 3, 0", st.QueueDroppedOnClose, st.Queued)
+	}
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "dropped=") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "dropped=3") {
+		t.Errorf("log at Close: got %q, want one warning with dropped=3", lines)
+	}
+	a.Close() // a second Close logs and counts nothing more
+	if st := a.Stats(); st.QueueDroppedOnClose != 3 {
+		t.Errorf("Stats after a second Close: QueueDroppedOnClose %d, want 3", st.QueueDroppedOnClose)
+	}
+	if n := strings.Count(logs.String(), "dropped="); n != 1 {
+		t.Errorf("log lines with dropped= after a second Close: %d, want 1", n)
+	}
+}
+
+// TestQueueSetDuringClose races a failing Set with Close: the write is
+// either queued before Close, and then counted as dropped by it, or
+// refused with its failure; never reported queued and lost uncounted.
+func TestQueueSetDuringClose(t *testing.T) {
+	for range 50 {
+		s := newSharedTier(t)
+		o := s.options()
+		o.QueueWrites = 10
+		a, err := hybrid.New[string](o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.remote.FailWith(errDown) // the replay fails until Close
+		errs := make(chan error, 1)
+		go func() { errs <- a.Set(context.Background(), "k", "v") }()
+		a.Close()
+		err = <-errs
+		st := a.Stats()
+		queued := errors.Is(err, hybrid.ErrQueued)
+		if queued != (st.QueueDroppedOnClose == 1) || st.Queued != 0 {
+			t.Fatalf("Set during Close: got %v with QueueDroppedOnClose %d, Queued %d; want ErrQueued and 1, 0, or no ErrQueued and 0, 0", err, st.QueueDroppedOnClose, st.Queued)
+		}
 	}
 }
 

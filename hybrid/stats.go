@@ -52,7 +52,10 @@ type Stats struct {
 	QueueFull         uint64 // failed writes not queued because the queue was full (their error returned)
 	QueueReplayed     uint64 // queued writes replayed (or found already applied: the original landed)
 	QueueDroppedStale uint64 // queued writes dropped at replay because the shared tier held a newer value
-	Queued            int    // writes in the queue now
+	// QueueDroppedOnClose counts queued writes dropped unreplayed because
+	// Close came first (logged once, at Close).
+	QueueDroppedOnClose uint64
+	Queued              int // writes in the queue now
 
 	LeasesTaken     uint64 // keys whose load lease this instance took (Options.LoadLease), take-overs included
 	LeasesWaited    uint64 // keys whose lease another instance held when this one asked: waited for
@@ -74,6 +77,7 @@ type counters struct {
 	pastLife                                                  atomic.Uint64
 	replays, replayed, replayFlushes, heldServed              atomic.Uint64
 	writesQueued, queueFull, queueReplayed, queueDroppedStale atomic.Uint64
+	queueDroppedOnClose                                       atomic.Uint64
 	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
 	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
 }
@@ -87,52 +91,53 @@ func (c *Cache[V]) Stats() Stats {
 	}
 	past := min(c.n.pastLife.Load(), ls.Hits)
 	return Stats{
-		L1Hits:            ls.Hits - past,
-		L1Misses:          ls.Misses + past,
-		L2Hits:            c.n.l2Hits.Load(),
-		L2Misses:          c.n.l2Misses.Load(),
-		Loads:             c.n.loads.Load(),
-		LoadErrors:        c.n.loadErrors.Load(),
-		L2Errors:          c.n.l2Errors.Load(),
-		DecodeErrors:      c.n.decodeErrors.Load(),
-		Oversized:         c.n.oversized.Load(),
-		EncodeErrors:      c.n.encodeErrors.Load(),
-		L1Evictions:       c.n.evictions.Load(),
-		L1Expirations:     c.n.expirations.Load(),
-		L1Entries:         c.local.Len(),
-		L1Bytes:           c.local.Weight(),
-		Published:         c.n.published.Load(),
-		PublishErrors:     c.n.publishErrors.Load(),
-		Received:          c.n.received.Load(),
-		OwnIgnored:        c.n.ownIgnored.Load(),
-		Swapped:           c.n.swapped.Load(),
-		Invalid:           c.n.invalid.Load(),
-		Unauthentic:       c.n.unauthentic.Load(),
-		BusLosses:         c.n.busLosses.Load(),
-		FillsDiscarded:    c.n.fillsDiscarded.Load(),
-		L2Skipped:         c.n.l2Skipped.Load(),
-		BreakerOpens:      c.br.opens.Load(),
-		WriteRetries:      c.n.writeRetries.Load(),
-		WritesDropped:     c.n.writesDropped.Load(),
-		StaleServed:       c.n.staleServed.Load(),
-		SoftTimeouts:      c.n.softTimeouts.Load(),
-		Refreshes:         c.n.refreshes.Load(),
-		Replays:           c.n.replays.Load(),
-		Replayed:          c.n.replayed.Load(),
-		ReplayFlushes:     c.n.replayFlushes.Load(),
-		HeldServed:        c.n.heldServed.Load(),
-		LoadsQueued:       c.n.loadsQueued.Load(),
-		WritesQueued:      c.n.writesQueued.Load(),
-		QueueFull:         c.n.queueFull.Load(),
-		QueueReplayed:     c.n.queueReplayed.Load(),
-		QueueDroppedStale: c.n.queueDroppedStale.Load(),
-		Queued:            queued,
-		LeasesTaken:       c.n.leasesTaken.Load(),
-		LeasesWaited:      c.n.leasesWaited.Load(),
-		LeasesAnswered:    c.n.leasesAnswered.Load(),
-		LeasesTakenOver:   c.n.leasesTakenOver.Load(),
-		LeasesTimedOut:    c.n.leasesTimedOut.Load(),
-		LeasesSkipped:     c.n.leasesSkipped.Load(),
-		Namespace:         c.o.Namespace,
+		L1Hits:              ls.Hits - past,
+		L1Misses:            ls.Misses + past,
+		L2Hits:              c.n.l2Hits.Load(),
+		L2Misses:            c.n.l2Misses.Load(),
+		Loads:               c.n.loads.Load(),
+		LoadErrors:          c.n.loadErrors.Load(),
+		L2Errors:            c.n.l2Errors.Load(),
+		DecodeErrors:        c.n.decodeErrors.Load(),
+		Oversized:           c.n.oversized.Load(),
+		EncodeErrors:        c.n.encodeErrors.Load(),
+		L1Evictions:         c.n.evictions.Load(),
+		L1Expirations:       c.n.expirations.Load(),
+		L1Entries:           c.local.Len(),
+		L1Bytes:             c.local.Weight(),
+		Published:           c.n.published.Load(),
+		PublishErrors:       c.n.publishErrors.Load(),
+		Received:            c.n.received.Load(),
+		OwnIgnored:          c.n.ownIgnored.Load(),
+		Swapped:             c.n.swapped.Load(),
+		Invalid:             c.n.invalid.Load(),
+		Unauthentic:         c.n.unauthentic.Load(),
+		BusLosses:           c.n.busLosses.Load(),
+		FillsDiscarded:      c.n.fillsDiscarded.Load(),
+		L2Skipped:           c.n.l2Skipped.Load(),
+		BreakerOpens:        c.br.opens.Load(),
+		WriteRetries:        c.n.writeRetries.Load(),
+		WritesDropped:       c.n.writesDropped.Load(),
+		StaleServed:         c.n.staleServed.Load(),
+		SoftTimeouts:        c.n.softTimeouts.Load(),
+		Refreshes:           c.n.refreshes.Load(),
+		Replays:             c.n.replays.Load(),
+		Replayed:            c.n.replayed.Load(),
+		ReplayFlushes:       c.n.replayFlushes.Load(),
+		HeldServed:          c.n.heldServed.Load(),
+		LoadsQueued:         c.n.loadsQueued.Load(),
+		WritesQueued:        c.n.writesQueued.Load(),
+		QueueFull:           c.n.queueFull.Load(),
+		QueueReplayed:       c.n.queueReplayed.Load(),
+		QueueDroppedStale:   c.n.queueDroppedStale.Load(),
+		QueueDroppedOnClose: c.n.queueDroppedOnClose.Load(),
+		Queued:              queued,
+		LeasesTaken:         c.n.leasesTaken.Load(),
+		LeasesWaited:        c.n.leasesWaited.Load(),
+		LeasesAnswered:      c.n.leasesAnswered.Load(),
+		LeasesTakenOver:     c.n.leasesTakenOver.Load(),
+		LeasesTimedOut:      c.n.leasesTimedOut.Load(),
+		LeasesSkipped:       c.n.leasesSkipped.Load(),
+		Namespace:           c.o.Namespace,
 	}
 }

@@ -31,8 +31,10 @@ type Options struct {
 	Logger *slog.Logger
 
 	// ReconnectMin is the first wait before reconnecting after the
-	// connection was lost. Each failed attempt doubles the wait, up to
-	// ReconnectMax, and every wait is jittered down by up to half.
+	// connection was lost. Each failed attempt, and each connection lost
+	// before it stayed up twice the wait before it, doubles the wait, up to
+	// ReconnectMax; a connection that stayed up that long starts it again
+	// at ReconnectMin. Every wait is jittered down by up to half.
 	// Default (zero or negative): 50 ms.
 	ReconnectMin time.Duration
 

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,5 +171,88 @@ func TestServerRestart(t *testing.T) {
 	}
 	if st := b.Stats(); st.Disconnects != 1 || st.Reconnects != 1 {
 		t.Errorf("Stats: got Disconnects %d, Reconnects %d, want 1, 1", st.Disconnects, st.Reconnects)
+	}
+}
+
+// outages runs a Bus through a proxy whose connections are cut every
+// period for d, and returns the share of d the subscriber spent told of a
+// loss, its longest outage, and the connections the Bus opened meanwhile.
+func outages(t *testing.T, period, d time.Duration) (down float64, longest time.Duration, conns int64) {
+	t.Helper()
+	p := startProxy(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	b := newBus(t, rdb, invalidate.Options{Logger: slog.New(slog.DiscardHandler)}) // default backoff
+	var (
+		mu      sync.Mutex
+		since   time.Time // start of the outage; zero while up
+		total   time.Duration
+		started bool
+	)
+	onLoss := func(restored bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		if !restored {
+			since = now
+			return
+		}
+		if !since.IsZero() {
+			total += now.Sub(since)
+			longest = max(longest, now.Sub(since))
+			since = time.Time{}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := b.Subscribe(ctx, redistest.Prefix(t), func([]byte) {}, onLoss); err != nil {
+		t.Fatal(err)
+	}
+	begin, before := time.Now(), p.accepted.Load()
+	tick := time.NewTicker(period)
+	for time.Since(begin) < d {
+		<-tick.C
+		p.Cut()
+		started = true
+	}
+	tick.Stop()
+	end := time.Now()
+	mu.Lock()
+	defer mu.Unlock()
+	if !started {
+		t.Fatal("no connection was cut")
+	}
+	if !since.IsZero() {
+		total += end.Sub(since)
+		longest = max(longest, end.Sub(since))
+	}
+	return float64(total) / float64(end.Sub(begin)), longest, p.accepted.Load() - before
+}
+
+// TestBackoffUnderRepeatedKills cuts the Bus's connection every 300 ms: a
+// connection that lived longer than the wait before it resets the backoff,
+// so each outage lasts about ReconnectMin (50 ms), not up to ReconnectMax
+// (2 s). Issue 19 saw 65% down, in outages of up to 1.6 s, while a
+// connection had to live ReconnectMax (2 s) to reset it.
+func TestBackoffUnderRepeatedKills(t *testing.T) {
+	down, longest, conns := outages(t, 300*time.Millisecond, 4*time.Second)
+	t.Logf("cut every 300 ms for 4 s: down %.0f%%, longest outage %v, %d connections", 100*down, longest.Round(time.Millisecond), conns)
+	// Generous for a loaded machine under -race: the wait is 25-50 ms.
+	if down > 0.35 || longest > 600*time.Millisecond {
+		t.Errorf("down %.0f%% of the time, longest outage %v; want <= 35%% and <= 600ms", 100*down, longest)
+	}
+}
+
+// TestBackoffUnderFlapping cuts the Bus's connection every 5 ms, so that no
+// connection outlives the wait before it: the backoff grows to
+// ReconnectMax as before, and the Bus does not reconnect in a tight loop.
+func TestBackoffUnderFlapping(t *testing.T) {
+	_, _, conns := outages(t, 5*time.Millisecond, 3*time.Second)
+	t.Logf("cut every 5 ms for 3 s: %d connections", conns)
+	// Waits of 25-50, 50-100, ... up to 1-2 s: at most 9 fit in 3 s (plus
+	// go-redis's own retries of a cut SUBSCRIBE); a backoff reset by every
+	// connection that answered would allow about 80.
+	if conns > 20 {
+		t.Errorf("%d connections in 3 s of flapping, want <= 20 (backing off to ReconnectMax)", conns)
 	}
 }

@@ -37,7 +37,8 @@
 // receive error, or when the connection stops answering (see
 // [Options.HealthInterval]), it calls every subscriber's onLoss(false)
 // (delivery has stopped), closes the connection, waits (exponential backoff
-// with jitter, from [Options.ReconnectMin] up to [Options.ReconnectMax]),
+// with jitter, from [Options.ReconnectMin] up to [Options.ReconnectMax],
+// back to the start once a connection stays up twice the wait before it),
 // opens a new connection and subscribes to every current channel. When Redis
 // confirms a channel, the subscribers on it get onLoss(true): messages may
 // have been published while the Bus was away, and from then on delivery

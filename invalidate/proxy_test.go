@@ -15,6 +15,8 @@ type proxy struct {
 	target string
 	wg     sync.WaitGroup
 
+	accepted atomic.Int64 // connections accepted
+
 	mu     sync.Mutex
 	closed bool
 	pipes  []*pipe
@@ -51,6 +53,19 @@ func (p *proxy) Hold() {
 	}
 }
 
+// Cut closes every connection open now, as a CLIENT KILL or a reset does;
+// later ones pass.
+func (p *proxy) Cut() {
+	p.mu.Lock()
+	pipes := p.pipes
+	p.pipes = nil
+	p.mu.Unlock()
+	for _, pp := range pipes {
+		pp.client.Close()
+		pp.server.Close()
+	}
+}
+
 func (p *proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -58,6 +73,7 @@ func (p *proxy) accept() {
 		if err != nil {
 			return
 		}
+		p.accepted.Add(1)
 		s, err := net.Dial("tcp", p.target)
 		if err != nil {
 			c.Close()

@@ -37,13 +37,13 @@
 //	bus.replays               counter  {replay}   result: replayed, flushed
 //	bus.replayed              counter  {message}
 //	held.served               counter  {value}
-//	queue.writes              counter  {write}    result: queued, refused, replayed, stale
+//	queue.writes              counter  {write}    result: queued, refused, replayed, stale, dropped_on_close
 //	queue.length              gauge    {write}
 //	leases                    counter  {key}      result: taken, waited, answered, taken_over, timed_out, skipped
 //
 // Each is the Stats field of the same meaning; see hybrid.Stats
-// (queue.writes: WritesQueued, QueueFull, QueueReplayed and
-// QueueDroppedStale; queue.length: Queued; leases: LeasesTaken,
+// (queue.writes: WritesQueued, QueueFull, QueueReplayed, QueueDroppedStale
+// and QueueDroppedOnClose; queue.length: Queued; leases: LeasesTaken,
 // LeasesWaited, LeasesAnswered, LeasesTakenOver, LeasesTimedOut and
 // LeasesSkipped). A miss in
 // L1 that a fill answers from L2 counts as an l1 miss and an l2 hit, so

@@ -237,6 +237,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"queue.writes", "result=refused", 0, 0},
 		{"queue.writes", "result=replayed", 0, 0},
 		{"queue.writes", "result=stale", 0, 0},
+		{"queue.writes", "result=dropped_on_close", 0, 0},
 		{"queue.length", "", 0, 0},
 		{"leases", "result=taken", 0, 0},
 		{"leases", "result=waited", 0, 0},
@@ -338,7 +339,7 @@ func attrValue(attrs []attribute.KeyValue, key attribute.Key) (string, bool) {
 }
 
 // TestMetricsQueue checks the series of the queue of failed writes with a
-// write queued, one refused and one replayed.
+// write queued, one refused, one replayed and one dropped at Close.
 func TestMetricsQueue(t *testing.T) {
 	tel := newTelemetry(t)
 	bus := new(hybridtest.Bus)
@@ -387,6 +388,20 @@ func TestMetricsQueue(t *testing.T) {
 		point("queue.writes", "q", "result=replayed"): 1,
 		point("queue.writes", "q", "result=stale"):    0,
 		point("queue.length", "q", ""):                0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+	remote.FailWith(errRedis)
+	if err := c.Set(ctx, "c", "v"); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set: got %v, want ErrQueued", err)
+	}
+	c.Close()
+	got = tel.collect(t)
+	for k, want := range map[string]float64{
+		point("queue.writes", "q", "result=dropped_on_close"): 1,
+		point("queue.length", "q", ""):                        0,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v", k, got[k], want)

@@ -194,11 +194,12 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.Replayed })},
 		{name: "held.served", unit: "{value}", desc: "L1 entries from before a bus loss served because the shared tier could not be reached.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.HeldServed })},
-		{name: "queue.writes", unit: "{write}", desc: "Failed writes queued for replay or refused by a full queue, and queued writes replayed or dropped at replay because the shared tier held a newer value.", series: []series{
+		{name: "queue.writes", unit: "{write}", desc: "Failed writes queued for replay or refused by a full queue, and queued writes replayed, dropped at replay because the shared tier held a newer value, or dropped at Close.", series: []series{
 			by(keyResult, "queued", func(s *hybrid.Stats) uint64 { return s.WritesQueued }),
 			by(keyResult, "refused", func(s *hybrid.Stats) uint64 { return s.QueueFull }),
 			by(keyResult, "replayed", func(s *hybrid.Stats) uint64 { return s.QueueReplayed }),
 			by(keyResult, "stale", func(s *hybrid.Stats) uint64 { return s.QueueDroppedStale }),
+			by(keyResult, "dropped_on_close", func(s *hybrid.Stats) uint64 { return s.QueueDroppedOnClose }),
 		}},
 		{name: "queue.length", unit: "{write}", desc: "Writes in the queue of failed writes now.", gauge: true,
 			series: only(func(s *hybrid.Stats) uint64 { return uint64(max(s.Queued, 0)) })},

@@ -266,7 +266,8 @@ func (s *Server) Close() {
 func Prefix(tb testing.TB) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	name := strings.NewReplacer("/", "_", " ", "_", ":", "_").Replace(tb.Name())
+	// No ':' nor glob character: hybrid.New refuses them in a Namespace.
+	name := strings.NewReplacer("/", "_", " ", "_", ":", "_", "*", "_", "?", "_", "[", "_", "]", "_", `\`, "_").Replace(tb.Name())
 	return "t." + name + "." + hex.EncodeToString(b[:])
 }
 
