@@ -292,9 +292,11 @@ type deltaSearch struct {
 
 // smallestDelta finds the smallest of deltas (sorted) at which h passes.
 // Deltas below the staleness that histStaleness proves fail without a
-// check; above it, bisection, since passing is monotone in Δ. A check that
-// runs out of time counts as not passing (so the Δ found may be larger
-// than the true one) and is listed in unknown.
+// check; above it, they are tried in order up to the first that passes
+// (passing is monotone in Δ). A check that runs out of time is listed in
+// unknown and the next Δ is tried: a larger Δ lets more calls overlap, so
+// porcupine may run out of time there and not below it. After
+// histMaxUnknown of them the search gives up.
 func smallestDelta(h []histOp, deltas []time.Duration) deltaSearch {
 	var s deltaSearch
 	for _, st := range histStaleness(h) {
@@ -304,29 +306,27 @@ func smallestDelta(h []histOp, deltas []time.Duration) deltaSearch {
 	if s.phantom {
 		return s
 	}
-	lo, hi := 0, len(deltas) // deltas[hi] passes, or hi is len
-	for lo < len(deltas) && deltas[lo] < s.floor {
-		lo++
-	}
-	for lo < hi {
-		mid := (lo + hi) / 2
+	for _, d := range deltas {
+		if d < s.floor {
+			continue
+		}
 		s.checks++
-		switch histCheck(histOperations(h, shiftBy(deltas[mid]))) {
+		switch histCheck(histOperations(h, shiftBy(d))) {
 		case porcupine.Ok:
-			hi = mid
+			s.delta, s.found = d, true
+			return s
 		case porcupine.Unknown:
-			s.unknown = append(s.unknown, deltas[mid])
-			lo = mid + 1
-		default:
-			lo = mid + 1
+			if s.unknown = append(s.unknown, d); len(s.unknown) == histMaxUnknown {
+				return s
+			}
 		}
 	}
-	if hi < len(deltas) {
-		s.delta, s.found = deltas[hi], true
-	}
-	slices.Sort(s.unknown)
 	return s
 }
+
+// histMaxUnknown is how many checks may run out of time before the search
+// for the smallest Δ gives up.
+const histMaxUnknown = 3
 
 // histCore returns a part of h that fails the check with reads called at
 // readCall as h does, from which no single call can be left out (but the
