@@ -25,7 +25,7 @@ import (
 type item[V any] struct {
 	v      V
 	absent bool
-	stored int64 // when it was stored in L1 (UnixNano): see held and swap
+	stored uint32 // when it was stored in L1 (see storedNow): held and swap judge it by this
 	t      *timing
 }
 
@@ -65,7 +65,8 @@ type Cache[V any] struct {
 	prefix string             // Namespace + ":"
 	scope  string             // the Remote's prefix and Namespace (see Options.scope)
 	local  *l1.Cache[item[V]]
-	shared // the Remote and its capabilities
+	born   time.Time // when New ran, with its monotonic reading (see storedNow)
+	shared           // the Remote and its capabilities
 	bus    Bus
 	codec  Codec
 	origin message.Origin
@@ -103,6 +104,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		o:      o,
 		def:    o.defaults(),
 		copy:   copier[V](&o),
+		born:   time.Now(),
 		prefix: o.Namespace + ":",
 		scope:  o.scope(),
 		shared: resolveShared(o.Remote, o.Bus != nil),

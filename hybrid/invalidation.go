@@ -156,8 +156,8 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 }
 
 // swap replaces key's L1 entry, if there is one, with the value carried by
-// a message, if that value was written no earlier than the millisecond the
-// entry was stored here or written (by the writer's clock against ours); an
+// a message, if that value was written no earlier than about a millisecond
+// before the entry was stored here or written (by the writer's clock against ours); an
 // entry not known to be older is dropped instead, so that a message recorded and published again
 // cannot bring an old value back. It reports false when the value does not
 // decode or is already stale. If the key changed here while we swapped (our
@@ -177,9 +177,11 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	it, life := c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
 	swapped := false
 	c.local.Update(key, func(old item[V]) (item[V], uint32, time.Duration, bool) {
-		// Write times are whole milliseconds: one in the same millisecond
-		// as the copy is taken as newer (message order is write order).
-		if written < max(old.stored, old.writtenAt())/1e6*1e6 {
+		// Write times and store stamps are whole milliseconds: a write in
+		// the same millisecond as the copy, or the one before, is taken as
+		// newer (message order is write order).
+		stored := time.Now().Add(-c.storedAge(old.stored) - time.Millisecond).UnixNano()
+		if written < max(stored, old.writtenAt())/1e6*1e6 {
 			return old, 0, 0, true // drop
 		}
 		swapped = true

@@ -150,7 +150,20 @@ func (c *Cache[V]) held(it item[V]) bool {
 	if !c.loss.lost.Load() {
 		return false
 	}
-	return c.o.StrictLoss || c.local.Now()-max(it.stored, c.loss.since.Load()) > int64(c.o.LossGrace)
+	if c.o.StrictLoss {
+		return true
+	}
+	return min(c.storedAge(it.stored), time.Duration(c.local.Now()-c.loss.since.Load())) > c.o.LossGrace
+}
+
+// storedNow is the time an L1 store is stamped with: milliseconds since the
+// cache was created, in 32 bits (an item stays small, which an L1 hit
+// measures), wrapping every 49.7 days, which no L1 entry outlives.
+func (c *Cache[V]) storedNow() uint32 { return uint32(time.Since(c.born) / time.Millisecond) }
+
+// storedAge is how long ago an item stamped s was stored.
+func (c *Cache[V]) storedAge(s uint32) time.Duration {
+	return time.Duration(c.storedNow()-s) * time.Millisecond
 }
 
 // sharedDown reports whether a read of the shared tier failed within the

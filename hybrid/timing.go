@@ -32,7 +32,7 @@ func (c *Cache[V]) lifetimes(e *policy) (ttl, localTTL time.Duration) {
 // stamp sets it's timing for a logical L1 lifetime of ttl from now, as e
 // says, and returns the lifetime L1 itself should give it.
 func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (item[V], time.Duration) {
-	it.stored = time.Now().UnixNano() // not L1's coarse clock: swap compares it with write times
+	it.stored = c.storedNow()
 	if !e.timed() {
 		var tags []string
 		if it.t != nil {
