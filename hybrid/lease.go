@@ -163,6 +163,7 @@ func (w *leaseWait) take() (news map[string]leaseNews, all bool) {
 type heldLease struct {
 	keys  []string // the keys, not prefixed
 	token string
+	life  time.Duration // the lease's lifetime, renewed by the keep-alive
 	once  sync.Once
 	stop  chan struct{} // closed by halt: ends the keep-alive
 	done  chan struct{} // closed when the keep-alive has ended
@@ -176,6 +177,11 @@ func (h *heldLease) halt() {
 	}
 	h.once.Do(func() { close(h.stop) })
 	<-h.done
+}
+
+// part returns a lease on keys, some of h's, to release apart from h.
+func (h *heldLease) part(keys []string) *heldLease {
+	return &heldLease{keys: keys, token: h.token, life: h.life}
 }
 
 // leaseKey is the shared-tier key of key's lease: Namespace:\x00lease:<key>
@@ -326,7 +332,7 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 // found, by index, for recheck.
 func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *policy, retry map[int]time.Time, waited map[int]bool) (mine []int, h *heldLease, found map[int]taken) {
 	if len(idx) == 0 {
-		return nil, &heldLease{}, nil
+		return nil, &heldLease{life: e.lease}, nil
 	}
 	tok := c.leaseToken()
 	ask := pick(keys, idx)
@@ -369,7 +375,7 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 		}
 		retry[i] = now.Add(max(left[j], time.Millisecond) + leaseSlack)
 	}
-	return mine, &heldLease{keys: held, token: tok}, found
+	return mine, &heldLease{keys: held, token: tok, life: e.lease}, found
 }
 
 // taken is what a key held right after this fill took its lease: the
@@ -403,7 +409,7 @@ func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *he
 	}
 	if len(filled) > 0 {
 		h.keys = pick(keys, rest)
-		c.releaseLeases(ctx, &heldLease{keys: filled, token: h.token}, make([][]byte, len(filled)), nil)
+		c.releaseLeases(ctx, h.part(filled), make([][]byte, len(filled)), nil)
 	}
 	return rest, answered
 }
@@ -565,7 +571,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	msg := message.Encode(m, c.o.Secret)
 	// The fill's ctx may have ended (Close, LoadTimeout): the release is
 	// still wanted, for at most what the lease had left.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.LoadLease+time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.life+time.Second)
 	defer cancel()
 	// Not counted in Published: the Leaser announces only when another
 	// instance asked for one of the leases.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -480,12 +481,36 @@ func TestLeaseOptionsChecked(t *testing.T) {
 	if _, err := hybrid.New[string](hybrid.Options{LoadLease: -time.Second}); err == nil {
 		t.Error("New accepted a negative LoadLease")
 	}
+	// Near the largest Duration, the release's timeout (the lease plus a
+	// second) and the wait's deadline would overflow.
+	for _, f := range []struct {
+		name string
+		o    hybrid.Options
+	}{
+		{"LoadLease", hybrid.Options{LoadLease: math.MaxInt64 - 1}},
+		{"LoadLease", hybrid.Options{LoadLease: 25 * time.Hour}},
+		{"LeaseWait", hybrid.Options{LoadLease: time.Second, LeaseWait: math.MaxInt64}},
+	} {
+		f.o.Namespace, f.o.Remote, f.o.Bus, f.o.Logger = "n", &hybridtest.Remote{}, new(hybridtest.Bus), quiet
+		c, err := hybrid.New[string](f.o)
+		if err == nil {
+			c.Close()
+			t.Errorf("New accepted a %s out of range", f.name)
+		} else if !strings.Contains(err.Error(), "Options."+f.name) {
+			t.Errorf("New with a %s out of range: %v, want an error naming the field", f.name, err)
+		}
+	}
 	c := newTestCache[string](t, hybrid.Options{})
 	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Second)); err == nil {
 		t.Error("a lease was accepted by a cache without a Remote")
 	}
 	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Microsecond)); err == nil {
 		t.Error("a 1 µs lease was accepted")
+	}
+	bus := new(hybridtest.Bus)
+	leasing := newTestCache[string](t, hybrid.Options{Namespace: "n", Remote: &hybridtest.Remote{Bus: bus}, Bus: bus})
+	if _, err := leasing.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(math.MaxInt64)); err == nil {
+		t.Error("a lease of the largest Duration was accepted")
 	}
 }
 
