@@ -349,7 +349,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 			}
 		},
 		func(js []int, h *heldLease) {
-			defer h.halt()
+			defer c.abandon(ctx, h, "", len(js)) // the load may call Goexit
 			idx := pick(missIdx, js)
 			var sub []fallback[V]
 			for _, i := range idx {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -164,9 +165,12 @@ type heldLease struct {
 	keys  []string // the keys, not prefixed
 	token string
 	life  time.Duration // the lease's lifetime, renewed by the keep-alive
-	once  sync.Once
-	stop  chan struct{} // closed by halt: ends the keep-alive
-	done  chan struct{} // closed when the keep-alive has ended
+	// released is set, on the fill's goroutine, once the fill has
+	// released the lease or handed it to its write (see abandon).
+	released bool
+	once     sync.Once
+	stop     chan struct{} // closed by halt: ends the keep-alive
+	done     chan struct{} // closed when the keep-alive has ended
 }
 
 // halt ends h's keep-alive, if it has one, and waits for it. It may be
@@ -177,6 +181,18 @@ func (h *heldLease) halt() {
 	}
 	h.once.Do(func() { close(h.stop) })
 	<-h.done
+}
+
+// abandon releases h, if its fill did not, as a failed load's: deferred by
+// the fill of key (or of a batch of n keys), it runs when the load calls
+// runtime.Goexit or panics, so that neither the keep-alive nor the lease
+// outlives the load, and the waiters hear of the failure at once.
+func (c *Cache[V]) abandon(ctx context.Context, h *heldLease, key string, n int) {
+	if h == nil || h.released {
+		h.halt()
+		return
+	}
+	c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, loaded(key, n), errGoexit))
 }
 
 // part returns a lease on keys, some of h's, to release apart from h.
@@ -516,6 +532,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 		return
 	}
 	h.halt()
+	h.released = true
 	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
 	unstored := message.Encode(m, c.o.Secret)
 	stored := unstored
@@ -549,6 +566,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 		return
 	}
 	h.halt()
+	h.released = true
 	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.o.Namespace, Keys: h.keys}
 	switch {
 	case errors.Is(loadErr, ErrNotFound):
@@ -556,7 +574,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	case errors.Is(loadErr, errNotStored):
 		m.Op = message.OpNotStored
 	case loadErr != nil && c.stop.Err() == nil:
-		m.Op, m.Value = message.OpLoadFailed, []byte(loadErr.Error())
+		m.Op, m.Value = message.OpLoadFailed, errText(loadErr.Error())
 	case len(c.o.Secret) > 0 && loadErr == nil:
 		inline := make([][]byte, len(h.keys))
 		total := 0
@@ -580,6 +598,22 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	})
 }
 
+// maxErrText bounds the error text a lease holder's load_failed message
+// carries, and that a waiter takes from one.
+const maxErrText = 256
+
+// errText returns the first line of a load's error text (a panic's stack
+// follows it), cut to maxErrText bytes.
+func errText(s string) []byte {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxErrText {
+		s = strings.ToValidUTF8(s[:maxErrText], "")
+	}
+	return []byte(s)
+}
+
 // errPeerLoad is the error a waiter's callers get for a load that failed
 // on the instance that held the lease: it wraps ErrLeaseHolderFailed and
 // carries the holder's error text (text, empty without a Secret).
@@ -587,7 +621,7 @@ func errPeerLoad(key string, text []byte) error {
 	if len(text) == 0 {
 		return fmt.Errorf("hybrid: load %q: %w", key, ErrLeaseHolderFailed)
 	}
-	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, text)
+	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, errText(string(text)))
 }
 
 // onLeaseMessage passes a lease holder's filled, load_failed, not_found

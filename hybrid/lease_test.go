@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -640,4 +641,103 @@ func TestLeaseNotStored(t *testing.T) {
 		t.Errorf("%d loads, %d leases taken, %d waited; want 3 (nothing can be stored), 1 and 2 (no lease taken in turn)", n, taken, waited)
 	}
 	noLeaseLeft(t, ins[0].rdb, ns, true)
+}
+
+// A holder whose load calls runtime.Goexit releases its lease as a failed
+// load does: the waiters hear of the failure at once, and the next fill of
+// the key, on any instance, takes the lease at once instead of waiting
+// LeaseWait for a lease kept alive by no load.
+func TestLeaseHolderGoexit(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: time.Second, LeaseWait: 3 * time.Second}
+			ins := newInstances(t, 2, singleNode(nil), o)
+			a, b := ins[0], ins[1]
+			g, release := gate(t)
+			started := make(chan struct{})
+			resA := make(chan error, 1)
+			go func() {
+				var err error
+				if batch {
+					_, err = a.c.GetOrCreateMany(context.Background(), []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+						close(started)
+						<-g
+						runtime.Goexit()
+						return nil, nil
+					})
+				} else {
+					_, err = a.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) {
+						close(started)
+						<-g
+						runtime.Goexit()
+						return "", nil
+					})
+				}
+				resA <- err
+			}()
+			<-started
+			var bLoads atomic.Int64
+			resB := goGet(b, "k", func(context.Context, string) (string, error) {
+				bLoads.Add(1)
+				return "from B", nil
+			})
+			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			release()
+			if err := <-resA; !errors.Is(err, hybrid.ErrPanic) {
+				t.Fatalf("A: got %v, want ErrPanic", err)
+			}
+			r := <-resB
+			if !errors.Is(r.err, hybrid.ErrLeaseHolderFailed) || bLoads.Load() != 0 {
+				t.Errorf("B: got %q, %v after %d loads, want ErrLeaseHolderFailed without a load", r.v, r.err, bLoads.Load())
+			}
+			// The lease is free: a new fill on either instance takes it.
+			for _, in := range ins {
+				if v, err := in.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "again", nil }); err != nil || v != "again" {
+					t.Errorf("%s: got %q, %v, want its own load", in.name, v, err)
+				}
+				in.c.ClearLocal(context.Background())
+				if err := in.c.Delete(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, in := range ins {
+				if s := in.c.Stats(); s.LeasesTimedOut != 0 {
+					t.Errorf("%s: %d leases timed out, want 0 (the lease released at Goexit)", in.name, s.LeasesTimedOut)
+				}
+			}
+			waitFor(t, 2*time.Second, "the leases released", func() bool { return len(leaseKeys(t, a.rdb, ns)) == 0 }, nil)
+		})
+	}
+}
+
+// A panicking holder's waiters get its panic, bounded and without the
+// stack, which stays in the holder's own error.
+func TestLeasePanicTextBounded(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, []byte("s")))
+	a, b := ins[0], ins[1]
+	g, release := gate(t)
+	started := make(chan struct{})
+	resA := goGet(a, "k", func(context.Context, string) (string, error) {
+		close(started)
+		<-g
+		panic(strings.Repeat("boom ", 2000))
+	})
+	<-started
+	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	release()
+	if r := <-resA; !errors.Is(r.err, hybrid.ErrPanic) || !strings.Contains(r.err.Error(), "goroutine ") {
+		t.Fatalf("A: got %v, want ErrPanic with the stack", r.err)
+	}
+	r := <-resB
+	if !errors.Is(r.err, hybrid.ErrLeaseHolderFailed) || !strings.Contains(r.err.Error(), "boom") {
+		t.Fatalf("B: got %v, want ErrLeaseHolderFailed with the panic's text", r.err)
+	}
+	if text := r.err.Error(); len(text) > 400 || strings.Contains(text, "goroutine ") {
+		t.Errorf("B's error holds %d bytes (stack: %v), want the text bounded and no stack", len(text), strings.Contains(text, "goroutine "))
+	}
 }
