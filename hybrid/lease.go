@@ -552,6 +552,9 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 	case !wrote:
 		c.vers.bump(key)
 		c.local.Delete(key)
+		c.tellHere(message.OpFilled, h.keys, nil, nil)
+	default:
+		c.tellHere(message.OpFilled, h.keys, [][]byte{b}, nil)
 	}
 }
 
@@ -596,6 +599,10 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
 		return c.leaser.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, c.o.Channel, msg)
 	})
+	if m.Op == message.OpFilled && loadErr != nil {
+		vals = nil // a fill ended by Close: nothing stored
+	}
+	c.tellHere(m.Op, h.keys, vals, m.Value)
 }
 
 // maxErrText bounds the error text a lease holder's load_failed message
@@ -627,31 +634,42 @@ func errPeerLoad(key string, text []byte) error {
 // onLeaseMessage passes a lease holder's filled, load_failed, not_found
 // or not_stored message to the fills waiting for its keys.
 func (c *Cache[V]) onLeaseMessage(m message.Message) {
-	switch m.Op {
-	case message.OpLoadFailed:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{failed: errPeerLoad(key, m.Value)})
-		}
-		return
-	case message.OpNotFound:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{failed: fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)})
-		}
-		return
-	case message.OpNotStored:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{alone: true})
-		}
-		return
-	}
 	var vals [][]byte
-	if m.Value != nil {
+	if m.Op == message.OpFilled && m.Value != nil {
 		vals, _ = message.UnpackValues(m.Value, len(m.Keys)) // on error: read them
 	}
-	for i, key := range m.Keys {
-		n := leaseNews{}
-		if vals != nil {
-			n.value = vals[i]
+	c.hear(m.Op, m.Keys, vals, m.Value)
+}
+
+// tellHere passes this instance's own lease news (op on keys, with vals for
+// filled, or text for load_failed) to the fills here that wait for its
+// keys: a fill that started while this instance held the lease (a Delete,
+// Clear or bus loss made callers start anew) waits for it too, and own
+// messages are dropped when they come back (admit).
+func (c *Cache[V]) tellHere(op message.Op, keys []string, vals [][]byte, text []byte) {
+	if c.leases.waiting.Load() == 0 {
+		return
+	}
+	c.hear(op, keys, vals, text)
+}
+
+// hear posts a lease holder's news, op on keys, to the fills waiting for
+// them: for filled, vals[i] is keys[i]'s stored value (nil, or vals nil:
+// read it); for load_failed, text is the holder's error text.
+func (c *Cache[V]) hear(op message.Op, keys []string, vals [][]byte, text []byte) {
+	for i, key := range keys {
+		var n leaseNews
+		switch op {
+		case message.OpLoadFailed:
+			n.failed = errPeerLoad(key, text)
+		case message.OpNotFound:
+			n.failed = fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)
+		case message.OpNotStored:
+			n.alone = true
+		default:
+			if vals != nil {
+				n.value = vals[i]
+			}
 		}
 		c.leases.post(key, n)
 	}

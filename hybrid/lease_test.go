@@ -741,3 +741,40 @@ func TestLeasePanicTextBounded(t *testing.T) {
 		t.Errorf("B's error holds %d bytes (stack: %v), want the text bounded and no stack", len(text), strings.Contains(text, "goroutine "))
 	}
 }
+
+// A second fill of a key on the instance whose first fill holds the lease
+// (a Delete made later callers start anew) hears of the release from its
+// own instance, at once, instead of waiting LeaseWait: own messages are
+// not handled when they come back over the bus.
+func TestLeaseHeldHere(t *testing.T) {
+	for _, m := range invalidationModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			o := leaseOptions(ns, m.secret)
+			o.LoadLease = 10 * time.Second // kept alive: without news, the second fill waits LeaseWait
+			a := newInstances(t, 1, singleNode(nil), o)[0]
+			res1, release := holding(t, a, "k", "first")
+			if err := a.c.Delete(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			res2 := goGet(a, "k", func(context.Context, string) (string, error) { return "second", nil })
+			waitStat(t, a, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			released := time.Now()
+			release()
+			if r := <-res1; r.err != nil || r.v != "first" {
+				t.Fatalf("first fill: got %q, %v", r.v, r.err)
+			}
+			r := <-res2
+			if r.err != nil || r.v != "second" {
+				t.Fatalf("second fill: got %q, %v, want its own load (the first one's value came before the Delete)", r.v, r.err)
+			}
+			if took := time.Since(released); took > 2*time.Second {
+				t.Errorf("second fill answered %v after the first released its lease", took)
+			}
+			if s := a.c.Stats(); s.LeasesTimedOut != 0 || s.LeasesTaken != 2 {
+				t.Errorf("%d leases timed out, %d taken; want 0 and 2 (the second fill takes the lease once released)", s.LeasesTimedOut, s.LeasesTaken)
+			}
+		})
+	}
+}
