@@ -146,7 +146,11 @@
 // its lease at once, and so does one whose load panics or calls
 // runtime.Goexit. A holder's load error reaches the waiters' callers
 // (ErrLeaseHolderFailed, with Secret the first line of its text, at most
-// 256 bytes: no stack) instead of a load of their own. An instance that
+// 256 bytes: no stack) instead of a load of their own. A holder's messages
+// carry its lease token (signed, with a Secret), and a waiter takes news
+// only from the holder it found holding the lease: a recorded message of
+// an earlier fill only makes it read the key. A fill waiting for a lease
+// held by its own instance hears of the release directly. An instance that
 // cannot reach the shared tier for the lease, or has waited LeaseWait,
 // loads by itself: the lease never turns an outage into a failure.
 //

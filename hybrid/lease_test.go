@@ -16,6 +16,7 @@ import (
 
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
@@ -776,5 +777,169 @@ func TestLeaseHeldHere(t *testing.T) {
 				t.Errorf("%d leases timed out, %d taken; want 0 and 2 (the second fill takes the lease once released)", s.LeasesTimedOut, s.LeasesTaken)
 			}
 		})
+	}
+}
+
+// record subscribes to channel and returns what is published on it from
+// now on, in order.
+func record(t testing.TB, rdb redis.UniversalClient, channel string) <-chan []byte {
+	t.Helper()
+	ps := rdb.Subscribe(context.Background(), channel)
+	if _, err := ps.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan []byte, 100)
+	go func() {
+		for m := range ps.Channel() {
+			select {
+			case out <- []byte(m.Payload):
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { ps.Close() })
+	return out
+}
+
+// recorded returns the first message of op from rec.
+func recorded(t testing.TB, rec <-chan []byte, op message.Op) []byte {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case b := <-rec:
+			if message.OpOf(b) == op {
+				return b
+			}
+		case <-timeout:
+			t.Fatalf("no %v message recorded", op)
+		}
+	}
+}
+
+// waitHolding is holding with a load that returns v, err once released.
+func waitHolding(t testing.TB, in *instance, key, v string, err error) (res <-chan result, release func()) {
+	t.Helper()
+	g, release := gate(t)
+	started := make(chan struct{})
+	res = goGet(in, key, func(ctx context.Context, _ string) (string, error) {
+		close(started)
+		select {
+		case <-g:
+			return v, err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	<-started
+	return res, release
+}
+
+// waiterAfter publishes the messages msgs returns while B waits for A's
+// lease on k, then releases A (whose load returns "new") and returns B's
+// result. B's result comes early if a message ended its wait.
+func waiterAfter(t *testing.T, a, b *instance, ns string, msgs func() [][]byte) result {
+	t.Helper()
+	resA, releaseA := waitHolding(t, a, "k", "new", nil)
+	waited := b.c.Stats().LeasesWaited
+	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, waited+1)
+	for _, msg := range msgs() {
+		if err := a.rdb.Publish(context.Background(), "hybridcache:"+ns, msg).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r result
+	select {
+	case r = <-resB: // the message ended B's wait
+		releaseA()
+	case <-time.After(300 * time.Millisecond):
+		releaseA()
+		r = <-resB
+	}
+	if ra := <-resA; ra.err != nil || ra.v != "new" {
+		t.Fatalf("A: got %q, %v", ra.v, ra.err)
+	}
+	return r
+}
+
+// A signed lease holder's message recorded from an earlier fill, published
+// again while another fill of the key waits, is not taken by that fill:
+// lease news is bound to the holder's lease token.
+func TestLeaseReplayedNews(t *testing.T) {
+	for _, c := range []struct {
+		op  message.Op
+		v   string
+		err error
+	}{
+		{message.OpFilled, "old", nil},
+		{message.OpLoadFailed, "", errors.New("db down")},
+		{message.OpNotFound, "", hybrid.ErrNotFound},
+	} {
+		t.Run(c.op.String(), func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, []byte("s")))
+			a, b := ins[0], ins[1]
+			rec := record(t, a.rdb, "hybridcache:"+ns)
+			resA, releaseA := waitHolding(t, a, "k", c.v, c.err)
+			resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			releaseA()
+			<-resA
+			<-resB
+			old := recorded(t, rec, c.op)
+			// Each hears the other's Delete before the next fill, which it
+			// would otherwise discard.
+			ra, rb := a.c.Stats().Received, b.c.Stats().Received
+			for _, in := range ins {
+				if err := in.c.Delete(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitStat(t, a, "Received", statReceived, ra+1)
+			waitStat(t, b, "Received", statReceived, rb+1)
+			r := waiterAfter(t, a, b, ns, func() [][]byte { return [][]byte{old} })
+			if r.err != nil || r.v != "new" {
+				t.Errorf("B: got %q, %v after a replayed %v message, want the new holder's value", r.v, r.err, c.op)
+			}
+			if s := b.c.Stats(); s.Loads != 0 {
+				t.Errorf("B loaded %d times, want 0", s.Loads)
+			}
+		})
+	}
+}
+
+// Without a Secret, a forged load_failed, not_found or not_stored does not
+// end the waiters' wait while the holder still holds its lease: news not
+// from the holder they found only makes them read the key, and news that
+// names it (its token can be read in Redis) makes them check the lease.
+func TestLeaseForgedFailure(t *testing.T) {
+	for _, op := range []message.Op{message.OpLoadFailed, message.OpNotFound, message.OpNotStored} {
+		for _, named := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/holder named=%v", op, named), func(t *testing.T) {
+				srv.NeedReal(t)
+				ns := redistest.Prefix(t)
+				ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, nil))
+				a, b := ins[0], ins[1]
+				r := waiterAfter(t, a, b, ns, func() [][]byte {
+					m := message.Message{Op: op, Namespace: ns, Keys: []string{"k"}}
+					if named {
+						tok, err := a.rdb.Get(context.Background(), ns+":\x00lease:k").Result()
+						if err != nil {
+							t.Fatalf("the holder's lease: %v", err)
+						}
+						m.Token = strings.TrimSuffix(tok, "*")
+					}
+					return [][]byte{message.Encode(m, nil)}
+				})
+				if r.err != nil || r.v != "new" {
+					t.Errorf("B: got %q, %v after a forged %v message, want the holder's value", r.v, r.err, op)
+				}
+				if s := b.c.Stats(); s.Loads != 0 {
+					t.Errorf("B loaded %d times, want 0", s.Loads)
+				}
+			})
+		}
 	}
 }
