@@ -192,11 +192,10 @@ func (h *heldLease) halt() {
 // runtime.Goexit or panics, so that neither the keep-alive nor the lease
 // outlives the load, and the waiters hear of the failure at once.
 func (c *Cache[V]) abandon(ctx context.Context, h *heldLease, key string, n int) {
-	if h == nil || h.released {
-		h.halt()
-		return
+	if h != nil && !h.released && len(h.keys) > 0 {
+		c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, loaded(key, n), errGoexit))
 	}
-	c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, loaded(key, n), errGoexit))
+	h.halt() // also when the fill released its keys in parts
 }
 
 // part returns a lease on keys, some of h's, to release apart from h.
