@@ -171,7 +171,7 @@ var _ hybrid.Leaser = (*countingRemote)(nil)
 // The lease calls are passed on, each counted as a round trip (a take on
 // Redis Cluster makes two when it takes a lease; counted as one).
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, []string, error) {
 	r.trips.Add(1)
 	r.leases.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)

@@ -349,7 +349,7 @@ func (c *Cache[V]) fillMany(caller context.Context, keys []string, calls []*flig
 			}
 		},
 		func(js []int, h *heldLease) {
-			defer h.halt()
+			defer c.abandon(ctx, h, "", len(js)) // the load may call Goexit
 			idx := pick(missIdx, js)
 			var sub []fallback[V]
 			for _, i := range idx {
@@ -471,10 +471,10 @@ func (c *Cache[V]) loadMany(ctx context.Context, keys []string, calls []*flight.
 			}
 		}
 		if len(absent) > 0 {
-			c.releaseLeases(ctx, &heldLease{keys: absent, token: h.token}, nil, fmt.Errorf("hybrid: batch load: %w", ErrNotFound))
+			c.releaseLeases(ctx, h.part(absent), nil, fmt.Errorf("hybrid: batch load: %w", ErrNotFound))
 		}
 		if len(unstored) > 0 {
-			c.releaseLeases(ctx, &heldLease{keys: unstored, token: h.token}, nil, errNotStored)
+			c.releaseLeases(ctx, h.part(unstored), nil, errNotStored)
 		}
 		h.keys = held
 		c.releaseLeases(ctx, h, filled, nil)

@@ -145,8 +145,14 @@
 // other instances wait for that message (no call to the shared tier while
 // they wait), and read the shared tier once if it carries no value. The holder renews its lease while it loads; a waiter
 // takes over a lease that ends without a value; a holder that closes frees
-// its lease at once. A holder's load error reaches the waiters' callers
-// (ErrLeaseHolderFailed) instead of a load of their own. An instance that
+// its lease at once, and so does one whose load panics or calls
+// runtime.Goexit. A holder's load error reaches the waiters' callers
+// (ErrLeaseHolderFailed, with Secret the first line of its text, at most
+// 256 bytes: no stack) instead of a load of their own. A holder's messages
+// carry its lease token (signed, with a Secret), and a waiter takes news
+// only from the holder it found holding the lease: a recorded message of
+// an earlier fill only makes it read the key. A fill waiting for a lease
+// held by its own instance hears of the release directly. An instance that
 // cannot reach the shared tier for the lease, or has waited LeaseWait,
 // loads by itself: the lease never turns an outage into a failure.
 //

@@ -54,6 +54,8 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 
 	var v V
 	var h *heldLease // our lease on key, if we took one
+	// Released here if the load ends the goroutine (runtime.Goexit).
+	defer func() { c.abandon(ctx, h, key, 0) }()
 	var peer *found[V]
 	err := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
 		if c.leasing(&e) && st != readDown {
@@ -64,7 +66,6 @@ func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Co
 		v, err = c.runLoad(ctx, key, load, queued)
 		return err
 	})
-	defer h.halt()
 	if peer != nil {
 		// Another instance loaded it (or failed to): its result is ours.
 		switch {

@@ -460,7 +460,7 @@ func (r *countingRemote) ReplacePublishAndLog(ctx context.Context, key string, o
 	return r.s.ReplacePublishAndLog(ctx, key, old, value, channel, msg, log, entry, maxLen)
 }
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, []string, error) {
 	defer r.leaseCalls.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
 }

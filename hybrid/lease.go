@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,10 +49,14 @@ type leaseWait struct {
 // (value), its load error (failed), that it could not store what it loaded
 // (alone: load it here, without a lease), or a change of another kind,
 // after which the key is to be read from the shared tier (none of those).
+// A holder's news names its lease token (holder): a waiter takes it only
+// from the holder it found, and reads the key on any other.
 type leaseNews struct {
 	value  []byte
 	failed error
 	alone  bool
+	holder string // the sender's lease token; "": not a holder's news
+	sure   bool   // signed, or this instance's own: no need to check the lease
 }
 
 // errNotStored tells releaseLeases that the holder loaded its keys but
@@ -163,9 +168,13 @@ func (w *leaseWait) take() (news map[string]leaseNews, all bool) {
 type heldLease struct {
 	keys  []string // the keys, not prefixed
 	token string
-	once  sync.Once
-	stop  chan struct{} // closed by halt: ends the keep-alive
-	done  chan struct{} // closed when the keep-alive has ended
+	life  time.Duration // the lease's lifetime, renewed by the keep-alive
+	// released is set, on the fill's goroutine, once the fill has
+	// released the lease or handed it to its write (see abandon).
+	released bool
+	once     sync.Once
+	stop     chan struct{} // closed by halt: ends the keep-alive
+	done     chan struct{} // closed when the keep-alive has ended
 }
 
 // halt ends h's keep-alive, if it has one, and waits for it. It may be
@@ -176,6 +185,22 @@ func (h *heldLease) halt() {
 	}
 	h.once.Do(func() { close(h.stop) })
 	<-h.done
+}
+
+// abandon releases h, if its fill did not, as a failed load's: deferred by
+// the fill of key (or of a batch of n keys), it runs when the load calls
+// runtime.Goexit or panics, so that neither the keep-alive nor the lease
+// outlives the load, and the waiters hear of the failure at once.
+func (c *Cache[V]) abandon(ctx context.Context, h *heldLease, key string, n int) {
+	if h != nil && !h.released && len(h.keys) > 0 {
+		c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, loaded(key, n), errGoexit))
+	}
+	h.halt() // also when the fill released its keys in parts
+}
+
+// part returns a lease on keys, some of h's, to release apart from h.
+func (h *heldLease) part(keys []string) *heldLease {
+	return &heldLease{keys: keys, token: h.token, life: h.life}
 }
 
 // leaseKey is the shared-tier key of key's lease: Namespace:\x00lease:<key>
@@ -229,9 +254,10 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 	takeNow := pending
 	retry := make(map[int]time.Time) // when a waited lease ends
 	waited := make(map[int]bool)
+	holder := make([]string, len(keys)) // the token of each waited lease's holder
 	for {
 		if len(takeNow) > 0 || len(alone) > 0 {
-			mine, h, found := c.takeRound(ctx, keys, takeNow, e, retry, waited)
+			mine, h, found := c.takeRound(ctx, keys, takeNow, e, retry, waited, holder)
 			if h == nil {
 				// The lease could not be asked for: load them alone.
 				alone = append(alone, mine...)
@@ -277,9 +303,18 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 		now = time.Now()
 		var read []int
 		var still []int
+		var unsure []int // a failure or not_stored, unsigned: forgeable
 		for _, i := range pending {
 			n, heard := news[keys[i]]
+			if heard && n.holder != holder[i] {
+				// Not from the holder this fill found (an earlier lease's
+				// news, replayed, or a change of another kind): a reason
+				// to read the key, no more.
+				n = leaseNews{}
+			}
 			switch {
+			case heard && (n.failed != nil || n.alone) && !n.sure:
+				unsure = append(unsure, i)
 			case heard && n.failed != nil:
 				c.n.leasesAnswered.Add(1)
 				answer(i, item[V]{}, n.failed)
@@ -298,6 +333,23 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 				takeNow = append(takeNow, i) // the holder's lease ended: take it over
 			default:
 				still = append(still, i)
+			}
+		}
+		if len(unsure) > 0 {
+			// A holder releases its lease before it sends its news: while
+			// it still holds it, the news is forged.
+			held := c.leasesHeld(ctx, keys, unsure, holder)
+			for j, i := range unsure {
+				n := news[keys[i]]
+				switch {
+				case held[j]:
+					still = append(still, i)
+				case n.failed != nil:
+					c.n.leasesAnswered.Add(1)
+					answer(i, item[V]{}, n.failed)
+				default:
+					alone = append(alone, i)
+				}
 			}
 		}
 		pending = still
@@ -322,11 +374,11 @@ func (c *Cache[V]) leased(ctx context.Context, keys []string, toks []token, alon
 // takeRound takes leases on keys[idx] for this fill. It returns those it
 // took and the lease on them; h is nil when the shared tier could not be
 // asked (then mine is idx: to load alone). For the others, retry gets when
-// their holder's lease ends. What the keys it took held once taken is in
-// found, by index, for recheck.
-func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *policy, retry map[int]time.Time, waited map[int]bool) (mine []int, h *heldLease, found map[int]taken) {
+// their holder's lease ends, and holder their holder's token. What the
+// keys it took held once taken is in found, by index, for recheck.
+func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *policy, retry map[int]time.Time, waited map[int]bool, holder []string) (mine []int, h *heldLease, found map[int]taken) {
 	if len(idx) == 0 {
-		return nil, &heldLease{}, nil
+		return nil, &heldLease{life: e.lease}, nil
 	}
 	tok := c.leaseToken()
 	ask := pick(keys, idx)
@@ -334,10 +386,11 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 	var got []bool
 	var left []time.Duration
 	var vals [][]byte
+	var holders []string
 	err := c.call(ctx, "lease", leaseName(ask), func(ctx context.Context) (err error) {
-		got, left, vals, err = c.leaser.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
-		if err == nil && (len(got) != len(ask) || len(left) != len(ask) || len(vals) != len(ask)) {
-			err = fmt.Errorf("hybrid: TakeLeases returned %d, %d and %d results for %d keys", len(got), len(left), len(vals), len(ask))
+		got, left, vals, holders, err = c.leaser.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
+		if err == nil && (len(got) != len(ask) || len(left) != len(ask) || len(vals) != len(ask) || len(holders) != len(ask)) {
+			err = fmt.Errorf("hybrid: TakeLeases returned %d, %d, %d and %d results for %d keys", len(got), len(left), len(vals), len(holders), len(ask))
 		}
 		return err
 	})
@@ -368,8 +421,9 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 			c.n.leasesWaited.Add(1)
 		}
 		retry[i] = now.Add(max(left[j], time.Millisecond) + leaseSlack)
+		holder[i] = holders[j]
 	}
-	return mine, &heldLease{keys: held, token: tok}, found
+	return mine, &heldLease{keys: held, token: tok, life: e.lease}, found
 }
 
 // taken is what a key held right after this fill took its lease: the
@@ -403,9 +457,42 @@ func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *he
 	}
 	if len(filled) > 0 {
 		h.keys = pick(keys, rest)
-		c.releaseLeases(ctx, &heldLease{keys: filled, token: h.token}, make([][]byte, len(filled)), nil)
+		c.releaseLeases(ctx, h.part(filled), make([][]byte, len(filled)), nil)
 	}
 	return rest, answered
+}
+
+// leasesHeld reports, for each keys[i] of idx, whether its lease is still
+// held under holder[i], as read from the shared tier (one GetMany, or a
+// Get per key). A read that fails reports none held.
+func (c *Cache[V]) leasesHeld(ctx context.Context, keys []string, idx []int, holder []string) []bool {
+	ask := pick(keys, idx)
+	full := c.leaseKeys(ask)
+	vals := make([][]byte, len(full))
+	err := c.call(ctx, "lease_check", leaseName(ask), func(ctx context.Context) (err error) {
+		if c.batch != nil {
+			got, err := c.batch.GetMany(ctx, full)
+			if err == nil && len(got) != len(full) {
+				err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(got), len(full))
+			}
+			copy(vals, got)
+			return err
+		}
+		for j, k := range full {
+			if vals[j], _, err = c.remote.Get(ctx, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	held := make([]bool, len(idx))
+	if err != nil {
+		return held
+	}
+	for j, i := range idx {
+		held[j] = vals[j] != nil && strings.TrimSuffix(string(vals[j]), "*") == holder[i]
+	}
+	return held
 }
 
 // leaseName names the keys of a lease call in spans and errors.
@@ -510,7 +597,8 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 		return
 	}
 	h.halt()
-	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys}
+	h.released = true
+	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys, Token: h.token}
 	unstored := message.Encode(m, c.o.Secret)
 	stored := unstored
 	if len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
@@ -529,6 +617,9 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 	case !wrote:
 		c.vers.bump(key)
 		c.local.Delete(key)
+		c.tellHere(message.OpFilled, h.keys, nil, nil, h.token)
+	default:
+		c.tellHere(message.OpFilled, h.keys, [][]byte{b}, nil, h.token)
 	}
 }
 
@@ -543,14 +634,15 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 		return
 	}
 	h.halt()
-	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys}
+	h.released = true
+	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys, Token: h.token}
 	switch {
 	case errors.Is(loadErr, ErrNotFound):
 		m.Op = message.OpNotFound
 	case errors.Is(loadErr, errNotStored):
 		m.Op = message.OpNotStored
 	case loadErr != nil && c.stop.Err() == nil:
-		m.Op, m.Value = message.OpLoadFailed, []byte(loadErr.Error())
+		m.Op, m.Value = message.OpLoadFailed, errText(loadErr.Error())
 	case len(c.o.Secret) > 0 && loadErr == nil:
 		inline := make([][]byte, len(h.keys))
 		total := 0
@@ -565,13 +657,33 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	msg := message.Encode(m, c.o.Secret)
 	// The fill's ctx may have ended (Close, LoadTimeout): the release is
 	// still wanted, for at most what the lease had left.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.LoadLease+time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.life+time.Second)
 	defer cancel()
 	// Not counted in Published: the Leaser announces only when another
 	// instance asked for one of the leases.
 	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
 		return c.leaser.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, c.o.Channel, msg)
 	})
+	if m.Op == message.OpFilled && loadErr != nil {
+		vals = nil // a fill ended by Close: nothing stored
+	}
+	c.tellHere(m.Op, h.keys, vals, m.Value, h.token)
+}
+
+// maxErrText bounds the error text a lease holder's load_failed message
+// carries, and that a waiter takes from one.
+const maxErrText = 256
+
+// errText returns the first line of a load's error text (a panic's stack
+// follows it), cut to maxErrText bytes.
+func errText(s string) []byte {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > maxErrText {
+		s = strings.ToValidUTF8(s[:maxErrText], "")
+	}
+	return []byte(s)
 }
 
 // errPeerLoad is the error a waiter's callers get for a load that failed
@@ -581,37 +693,56 @@ func errPeerLoad(key string, text []byte) error {
 	if len(text) == 0 {
 		return fmt.Errorf("hybrid: load %q: %w", key, ErrLeaseHolderFailed)
 	}
-	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, text)
+	return fmt.Errorf("hybrid: load %q: %w: %s", key, ErrLeaseHolderFailed, errText(string(text)))
 }
 
 // onLeaseMessage passes a lease holder's filled, load_failed, not_found
-// or not_stored message to the fills waiting for its keys.
+// or not_stored message to the fills waiting for its keys. With a Secret,
+// the holder's token of an unsigned message is not trusted (its news is
+// only a reason to read); without one, nothing is signed, and a failure
+// or not_stored is checked against the lease (see leased).
 func (c *Cache[V]) onLeaseMessage(m message.Message) {
-	switch m.Op {
-	case message.OpLoadFailed:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{failed: errPeerLoad(key, m.Value)})
-		}
-		return
-	case message.OpNotFound:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{failed: fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)})
-		}
-		return
-	case message.OpNotStored:
-		for _, key := range m.Keys {
-			c.leases.post(key, leaseNews{alone: true})
-		}
-		return
-	}
 	var vals [][]byte
-	if m.Value != nil {
+	if m.Op == message.OpFilled && m.Value != nil {
 		vals, _ = message.UnpackValues(m.Value, len(m.Keys)) // on error: read them
 	}
-	for i, key := range m.Keys {
-		n := leaseNews{}
-		if vals != nil {
-			n.value = vals[i]
+	token := m.Token
+	if len(c.o.Secret) > 0 && !m.Authentic {
+		token = ""
+	}
+	c.hear(m.Op, m.Keys, vals, m.Value, token, m.Authentic)
+}
+
+// tellHere passes this instance's own lease news (op on keys, with vals for
+// filled, or text for load_failed, from its lease token) to the fills here
+// that wait for its keys: a fill that started while this instance held the lease (a Delete,
+// Clear or bus loss made callers start anew) waits for it too, and own
+// messages are dropped when they come back (admit).
+func (c *Cache[V]) tellHere(op message.Op, keys []string, vals [][]byte, text []byte, token string) {
+	if c.leases.waiting.Load() == 0 {
+		return
+	}
+	c.hear(op, keys, vals, text, token, true)
+}
+
+// hear posts the news of the lease holder of token, op on keys, to the
+// fills waiting for them: for filled, vals[i] is keys[i]'s stored value
+// (nil, or vals nil: read it); for load_failed, text is the holder's error
+// text. sure says the news needs no check (signed, or our own).
+func (c *Cache[V]) hear(op message.Op, keys []string, vals [][]byte, text []byte, token string, sure bool) {
+	for i, key := range keys {
+		n := leaseNews{holder: token, sure: sure}
+		switch op {
+		case message.OpLoadFailed:
+			n.failed = errPeerLoad(key, text)
+		case message.OpNotFound:
+			n.failed = fmt.Errorf("hybrid: load %q: %w", key, ErrNotFound)
+		case message.OpNotStored:
+			n.alone = true
+		default:
+			if vals != nil {
+				n.value = vals[i]
+			}
 		}
 		c.leases.post(key, n)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
@@ -504,12 +507,36 @@ func TestLeaseOptionsChecked(t *testing.T) {
 	if _, err := hybrid.New[string](hybrid.Options{LoadLease: -time.Second}); err == nil {
 		t.Error("New accepted a negative LoadLease")
 	}
+	// Near the largest Duration, the release's timeout (the lease plus a
+	// second) and the wait's deadline would overflow.
+	for _, f := range []struct {
+		name string
+		o    hybrid.Options
+	}{
+		{"LoadLease", hybrid.Options{LoadLease: math.MaxInt64 - 1}},
+		{"LoadLease", hybrid.Options{LoadLease: 25 * time.Hour}},
+		{"LeaseWait", hybrid.Options{LoadLease: time.Second, LeaseWait: math.MaxInt64}},
+	} {
+		f.o.Namespace, f.o.Remote, f.o.Bus, f.o.Logger = "n", &hybridtest.Remote{}, new(hybridtest.Bus), quiet
+		c, err := hybrid.New[string](f.o)
+		if err == nil {
+			c.Close()
+			t.Errorf("New accepted a %s out of range", f.name)
+		} else if !strings.Contains(err.Error(), "Options."+f.name) {
+			t.Errorf("New with a %s out of range: %v, want an error naming the field", f.name, err)
+		}
+	}
 	c := newTestCache[string](t, hybrid.Options{})
 	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Second)); err == nil {
 		t.Error("a lease was accepted by a cache without a Remote")
 	}
 	if _, err := c.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(time.Microsecond)); err == nil {
 		t.Error("a 1 µs lease was accepted")
+	}
+	bus := new(hybridtest.Bus)
+	leasing := newTestCache[string](t, hybrid.Options{Namespace: "n", Remote: &hybridtest.Remote{Bus: bus}, Bus: bus})
+	if _, err := leasing.GetOrCreate(context.Background(), "k", loadTop, hybrid.WithLoadLease(math.MaxInt64)); err == nil {
+		t.Error("a lease of the largest Duration was accepted")
 	}
 }
 
@@ -639,4 +666,304 @@ func TestLeaseNotStored(t *testing.T) {
 		t.Errorf("%d loads, %d leases taken, %d waited; want 3 (nothing can be stored), 1 and 2 (no lease taken in turn)", n, taken, waited)
 	}
 	noLeaseLeft(t, ins[0].rdb, ns, true)
+}
+
+// A holder whose load calls runtime.Goexit releases its lease as a failed
+// load does: the waiters hear of the failure at once, and the next fill of
+// the key, on any instance, takes the lease at once instead of waiting
+// LeaseWait for a lease kept alive by no load.
+func TestLeaseHolderGoexit(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batch=%v", batch), func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, Secret: []byte("s"), LoadLease: time.Second, LeaseWait: 3 * time.Second}
+			ins := newInstances(t, 2, singleNode(nil), o)
+			a, b := ins[0], ins[1]
+			g, release := gate(t)
+			started := make(chan struct{})
+			resA := make(chan error, 1)
+			go func() {
+				var err error
+				if batch {
+					_, err = a.c.GetOrCreateMany(context.Background(), []string{"k"}, func(context.Context, []string) (map[string]string, error) {
+						close(started)
+						<-g
+						runtime.Goexit()
+						return nil, nil
+					})
+				} else {
+					_, err = a.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) {
+						close(started)
+						<-g
+						runtime.Goexit()
+						return "", nil
+					})
+				}
+				resA <- err
+			}()
+			<-started
+			var bLoads atomic.Int64
+			resB := goGet(b, "k", func(context.Context, string) (string, error) {
+				bLoads.Add(1)
+				return "from B", nil
+			})
+			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			release()
+			if err := <-resA; !errors.Is(err, hybrid.ErrPanic) {
+				t.Fatalf("A: got %v, want ErrPanic", err)
+			}
+			r := <-resB
+			if !errors.Is(r.err, hybrid.ErrLeaseHolderFailed) || bLoads.Load() != 0 {
+				t.Errorf("B: got %q, %v after %d loads, want ErrLeaseHolderFailed without a load", r.v, r.err, bLoads.Load())
+			}
+			// The lease is free: a new fill on either instance takes it.
+			for _, in := range ins {
+				if v, err := in.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "again", nil }); err != nil || v != "again" {
+					t.Errorf("%s: got %q, %v, want its own load", in.name, v, err)
+				}
+				in.c.ClearLocal(context.Background())
+				if err := in.c.Delete(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, in := range ins {
+				if s := in.c.Stats(); s.LeasesTimedOut != 0 {
+					t.Errorf("%s: %d leases timed out, want 0 (the lease released at Goexit)", in.name, s.LeasesTimedOut)
+				}
+			}
+			waitFor(t, 2*time.Second, "the leases released", func() bool { return len(leaseKeys(t, a.rdb, ns)) == 0 }, nil)
+		})
+	}
+}
+
+// A panicking holder's waiters get its panic, bounded and without the
+// stack, which stays in the holder's own error.
+func TestLeasePanicTextBounded(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, []byte("s")))
+	a, b := ins[0], ins[1]
+	g, release := gate(t)
+	started := make(chan struct{})
+	resA := goGet(a, "k", func(context.Context, string) (string, error) {
+		close(started)
+		<-g
+		panic(strings.Repeat("boom ", 2000))
+	})
+	<-started
+	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	release()
+	if r := <-resA; !errors.Is(r.err, hybrid.ErrPanic) || !strings.Contains(r.err.Error(), "goroutine ") {
+		t.Fatalf("A: got %v, want ErrPanic with the stack", r.err)
+	}
+	r := <-resB
+	if !errors.Is(r.err, hybrid.ErrLeaseHolderFailed) || !strings.Contains(r.err.Error(), "boom") {
+		t.Fatalf("B: got %v, want ErrLeaseHolderFailed with the panic's text", r.err)
+	}
+	if text := r.err.Error(); len(text) > 400 || strings.Contains(text, "goroutine ") {
+		t.Errorf("B's error holds %d bytes (stack: %v), want the text bounded and no stack", len(text), strings.Contains(text, "goroutine "))
+	}
+}
+
+// A second fill of a key on the instance whose first fill holds the lease
+// (a Delete made later callers start anew) hears of the release from its
+// own instance, at once, instead of waiting LeaseWait: own messages are
+// not handled when they come back over the bus.
+func TestLeaseHeldHere(t *testing.T) {
+	for _, m := range invalidationModes {
+		t.Run(m.name, func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			o := leaseOptions(ns, m.secret)
+			o.LoadLease = 10 * time.Second // kept alive: without news, the second fill waits LeaseWait
+			a := newInstances(t, 1, singleNode(nil), o)[0]
+			res1, release := holding(t, a, "k", "first")
+			if err := a.c.Delete(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			res2 := goGet(a, "k", func(context.Context, string) (string, error) { return "second", nil })
+			waitStat(t, a, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			released := time.Now()
+			release()
+			if r := <-res1; r.err != nil || r.v != "first" {
+				t.Fatalf("first fill: got %q, %v", r.v, r.err)
+			}
+			r := <-res2
+			if r.err != nil || r.v != "second" {
+				t.Fatalf("second fill: got %q, %v, want its own load (the first one's value came before the Delete)", r.v, r.err)
+			}
+			if took := time.Since(released); took > 2*time.Second {
+				t.Errorf("second fill answered %v after the first released its lease", took)
+			}
+			if s := a.c.Stats(); s.LeasesTimedOut != 0 || s.LeasesTaken != 2 {
+				t.Errorf("%d leases timed out, %d taken; want 0 and 2 (the second fill takes the lease once released)", s.LeasesTimedOut, s.LeasesTaken)
+			}
+		})
+	}
+}
+
+// record subscribes to channel and returns what is published on it from
+// now on, in order.
+func record(t testing.TB, rdb redis.UniversalClient, channel string) <-chan []byte {
+	t.Helper()
+	ps := rdb.Subscribe(context.Background(), channel)
+	if _, err := ps.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan []byte, 100)
+	go func() {
+		for m := range ps.Channel() {
+			select {
+			case out <- []byte(m.Payload):
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { ps.Close() })
+	return out
+}
+
+// recorded returns the first message of op from rec.
+func recorded(t testing.TB, rec <-chan []byte, op message.Op) []byte {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case b := <-rec:
+			if message.OpOf(b) == op {
+				return b
+			}
+		case <-timeout:
+			t.Fatalf("no %v message recorded", op)
+		}
+	}
+}
+
+// waitHolding is holding with a load that returns v, err once released.
+func waitHolding(t testing.TB, in *instance, key, v string, err error) (res <-chan result, release func()) {
+	t.Helper()
+	g, release := gate(t)
+	started := make(chan struct{})
+	res = goGet(in, key, func(ctx context.Context, _ string) (string, error) {
+		close(started)
+		select {
+		case <-g:
+			return v, err
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	<-started
+	return res, release
+}
+
+// waiterAfter publishes the messages msgs returns while B waits for A's
+// lease on k, then releases A (whose load returns "new") and returns B's
+// result. B's result comes early if a message ended its wait.
+func waiterAfter(t *testing.T, a, b *instance, ns string, msgs func() [][]byte) result {
+	t.Helper()
+	resA, releaseA := waitHolding(t, a, "k", "new", nil)
+	waited := b.c.Stats().LeasesWaited
+	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, waited+1)
+	for _, msg := range msgs() {
+		if err := a.rdb.Publish(context.Background(), "hybridcache:"+ns, msg).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var r result
+	select {
+	case r = <-resB: // the message ended B's wait
+		releaseA()
+	case <-time.After(300 * time.Millisecond):
+		releaseA()
+		r = <-resB
+	}
+	if ra := <-resA; ra.err != nil || ra.v != "new" {
+		t.Fatalf("A: got %q, %v", ra.v, ra.err)
+	}
+	return r
+}
+
+// A signed lease holder's message recorded from an earlier fill, published
+// again while another fill of the key waits, is not taken by that fill:
+// lease news is bound to the holder's lease token.
+func TestLeaseReplayedNews(t *testing.T) {
+	for _, c := range []struct {
+		op  message.Op
+		v   string
+		err error
+	}{
+		{message.OpFilled, "old", nil},
+		{message.OpLoadFailed, "", errors.New("db down")},
+		{message.OpNotFound, "", hybrid.ErrNotFound},
+	} {
+		t.Run(c.op.String(), func(t *testing.T) {
+			srv.NeedReal(t)
+			ns := redistest.Prefix(t)
+			ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, []byte("s")))
+			a, b := ins[0], ins[1]
+			rec := record(t, a.rdb, "hybridcache:"+ns)
+			resA, releaseA := waitHolding(t, a, "k", c.v, c.err)
+			resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
+			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			releaseA()
+			<-resA
+			<-resB
+			old := recorded(t, rec, c.op)
+			// Each hears the other's Delete before the next fill, which it
+			// would otherwise discard.
+			ra, rb := a.c.Stats().Received, b.c.Stats().Received
+			for _, in := range ins {
+				if err := in.c.Delete(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitStat(t, a, "Received", statReceived, ra+1)
+			waitStat(t, b, "Received", statReceived, rb+1)
+			r := waiterAfter(t, a, b, ns, func() [][]byte { return [][]byte{old} })
+			if r.err != nil || r.v != "new" {
+				t.Errorf("B: got %q, %v after a replayed %v message, want the new holder's value", r.v, r.err, c.op)
+			}
+			if s := b.c.Stats(); s.Loads != 0 {
+				t.Errorf("B loaded %d times, want 0", s.Loads)
+			}
+		})
+	}
+}
+
+// Without a Secret, a forged load_failed, not_found or not_stored does not
+// end the waiters' wait while the holder still holds its lease: news not
+// from the holder they found only makes them read the key, and news that
+// names it (its token can be read in Redis) makes them check the lease.
+func TestLeaseForgedFailure(t *testing.T) {
+	for _, op := range []message.Op{message.OpLoadFailed, message.OpNotFound, message.OpNotStored} {
+		for _, named := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%v/holder named=%v", op, named), func(t *testing.T) {
+				srv.NeedReal(t)
+				ns := redistest.Prefix(t)
+				ins := newInstances(t, 2, singleNode(nil), leaseOptions(ns, nil))
+				a, b := ins[0], ins[1]
+				r := waiterAfter(t, a, b, ns, func() [][]byte {
+					m := message.Message{Op: op, Namespace: ns, Keys: []string{"k"}}
+					if named {
+						tok, err := a.rdb.Get(context.Background(), ns+":\x00lease:k").Result()
+						if err != nil {
+							t.Fatalf("the holder's lease: %v", err)
+						}
+						m.Token = strings.TrimSuffix(tok, "*")
+					}
+					return [][]byte{message.Encode(m, nil)}
+				})
+				if r.err != nil || r.v != "new" {
+					t.Errorf("B: got %q, %v after a forged %v message, want the holder's value", r.v, r.err, op)
+				}
+				if s := b.c.Stats(); s.Loads != 0 {
+					t.Errorf("B loaded %d times, want 0", s.Loads)
+				}
+			})
+		}
+	}
 }

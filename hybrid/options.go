@@ -147,12 +147,14 @@ type Options struct {
 	// that is a Leaser (such as *l2.Store) and a Bus. Costs, per key cold
 	// in both tiers, one more shared-tier call before the load on the
 	// instance that loads it (its write is one call, as without a lease),
-	// and one on an instance that waits; hits cost nothing.
+	// and one on an instance that waits; hits cost nothing. At least 10 ms,
+	// at most 24 hours.
 	// Default: 0, off: each instance loads a cold key once.
 	LoadLease time.Duration
 
 	// LeaseWait bounds how long a fill waits for another instance's lease
-	// (see LoadLease) before it loads by itself. Default: 5 seconds.
+	// (see LoadLease) before it loads by itself. At most 24 hours.
+	// Default: 5 seconds.
 	LeaseWait time.Duration
 
 	// LossGrace is how long, while the bus has lost its connection, an L1
@@ -244,6 +246,10 @@ const (
 	defaultLogEvery  = 10 * time.Second
 	// minLease is the shortest lease: a keep-alive renews it every third.
 	minLease = 10 * time.Millisecond
+	// maxLease bounds LoadLease and LeaseWait: a lease is kept alive while
+	// its load runs, so a longer one serves nothing, and the timers built
+	// from them must not overflow.
+	maxLease = 24 * time.Hour
 )
 
 // scope names what one cache shares between its instances: the Remote's
@@ -305,6 +311,14 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LeaseWait == 0 {
 		o.LeaseWait = 5 * time.Second
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}} {
+		if f.d > maxLease {
+			return o, fmt.Errorf("hybrid: Options.%s (%v) is longer than %v", f.name, f.d, maxLease)
+		}
 	}
 	if o.LoadLease > 0 {
 		if _, ok := o.Remote.(Leaser); !ok || o.Bus == nil {
@@ -555,8 +569,8 @@ func (opt EntryOption) check() error {
 			return fmt.Errorf("hybrid: entry option: duration %v is negative", opt.d)
 		}
 	case kindLoadLease:
-		if opt.d != 0 && opt.d < minLease {
-			return fmt.Errorf("hybrid: entry option: load lease %v is shorter than %v", opt.d, minLease)
+		if opt.d != 0 && (opt.d < minLease || opt.d > maxLease) {
+			return fmt.Errorf("hybrid: entry option: load lease %v is outside [%v, %v]", opt.d, minLease, maxLease)
 		}
 	case kindTTLJitter, kindEagerRefresh:
 		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {

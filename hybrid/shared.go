@@ -172,10 +172,12 @@ type Leaser interface {
 	// held right after the lease was taken, nil for nothing, so that a
 	// taker sees a value stored by a holder that released its lease
 	// between the taker's first read and its lease; when it was not,
-	// left[i] is how long its holder's lease has left, and the lease is
-	// marked as asked for, so that its release announces (see
-	// ReleaseLeases).
-	TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error)
+	// left[i] is how long its holder's lease has left, holders[i] is the
+	// token it is held under (as given to the holder's TakeLeases), and
+	// the lease is marked as asked for, so that its release announces (see
+	// ReleaseLeases). A waiter takes a holder's news only from the holder
+	// it found.
+	TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, holders []string, err error)
 	// ExtendLeases sets to ttl the lifetime of each lease of keys that is
 	// still held under token, and reports which were.
 	ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error)

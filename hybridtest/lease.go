@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -28,26 +29,26 @@ func checkLeaseTTL(op string, n int, ttl time.Duration) error {
 // ttl. taken[i] reports whether keys[i] was taken. When it was, values[i]
 // is a copy of what guards[i] held right after the take (nil for nothing);
 // when it was not, values[i] is nil, left[i] is how long the value that
-// holds it has left (at least a millisecond), else 0, and the lease is
-// marked as asked for (a '*' after its token), so that its release
-// announces. A key held by token itself is not taken again; of repeated
+// holds it has left (at least a millisecond), else 0, holders[i] the token
+// it is held under (without the mark), else "", and the lease is marked
+// as asked for (a '*' after its token), so that its release announces. A key held by token itself is not taken again; of repeated
 // keys only the first can be taken. A key found without an expiry is given
 // ttl and reported as having ttl left. guards must be as long as keys, and
 // ttl at least a millisecond. With no keys it returns at once. It is
 // l2.Store's TakeLeases.
-func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error) {
+func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, holders []string, err error) {
 	defer r.count(func(c *Calls) { c.TakeLeases++ })
 	if len(guards) != len(keys) {
-		return nil, nil, nil, fmt.Errorf("hybridtest: take %d leases: %d guards, want one per key", len(keys), len(guards))
+		return nil, nil, nil, nil, fmt.Errorf("hybridtest: take %d leases: %d guards, want one per key", len(keys), len(guards))
 	}
 	if err := checkLeaseTTL("take", len(keys), ttl); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil, nil
+		return nil, nil, nil, nil, nil
 	}
 	if err := r.begin(ctx, false); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -55,6 +56,7 @@ func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token st
 	taken = make([]bool, len(keys))
 	left = make([]time.Duration, len(keys))
 	values = make([][]byte, len(keys))
+	holders = make([]string, len(keys))
 	for i, k := range keys {
 		if _, ok := r.getLocked(k, now); !ok {
 			r.setLocked(k, []byte(token), ttl, now)
@@ -68,13 +70,14 @@ func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token st
 		if it.expires.IsZero() {
 			it.expires = now.Add(ttl)
 		}
+		holders[i] = strings.TrimSuffix(string(it.value), "*")
 		if !bytes.HasSuffix(it.value, []byte("*")) {
 			it.value = append(clone(it.value), '*') // asked for: its release announces
 		}
 		r.items[k] = it
 		left[i] = max(it.expires.Sub(now), time.Millisecond)
 	}
-	return taken, left, values, nil
+	return taken, left, values, holders, nil
 }
 
 // ExtendLeases sets to ttl the lifetime of each lease of keys that is still

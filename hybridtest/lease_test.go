@@ -32,7 +32,7 @@ func TestRemoteTakeLeases(t *testing.T) {
 	clk := newClock()
 	r := &hybridtest.Remote{Now: clk.Now}
 	const ttl = 10 * time.Second
-	taken, left, values, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", ttl)
+	taken, left, values, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", ttl)
 	if err != nil || !slices.Equal(taken, []bool{true, true}) || !slices.Equal(left, []time.Duration{0, 0}) || len(values) != 2 || values[0] != nil || values[1] != nil {
 		t.Fatalf("TakeLeases(t1) = %v, %v, %q, %v; want [true true], [0 0], [nil nil], nil", taken, left, values, err)
 	}
@@ -45,9 +45,12 @@ func TestRemoteTakeLeases(t *testing.T) {
 	}
 
 	clk.Advance(4 * time.Second)
-	taken, left, _, err = r.TakeLeases(ctx, []string{"a", "c", "c", "b"}, []string{"g:a", "g:c", "g:c", "g:b"}, "t2", time.Minute)
+	taken, left, _, holders, err := r.TakeLeases(ctx, []string{"a", "c", "c", "b"}, []string{"g:a", "g:c", "g:c", "g:b"}, "t2", time.Minute)
 	if want := []bool{false, true, false, false}; err != nil || !slices.Equal(taken, want) {
 		t.Fatalf("TakeLeases(t2) = %v, %v; want %v, nil", taken, err, want)
+	}
+	if want := []string{"t1", "", "t2", "t1"}; !slices.Equal(holders, want) {
+		t.Errorf("holders: got %q, want %q", holders, want)
 	}
 	if want := []time.Duration{6 * time.Second, 0, time.Minute, 6 * time.Second}; !slices.Equal(left, want) {
 		t.Errorf("left: got %v, want %v", left, want)
@@ -61,7 +64,7 @@ func TestRemoteTakeLeases(t *testing.T) {
 	}
 	// The holder itself does not take its lease again (SET NX); marked
 	// once, a lease stays so.
-	taken, left, _, err = r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t1", ttl)
+	taken, left, _, _, err = r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t1", ttl)
 	if err != nil || taken[0] || left[0] != 6*time.Second {
 		t.Errorf("TakeLeases(t1) again = %v, %v, %v; want [false], [6s], nil", taken, left, err)
 	}
@@ -71,14 +74,14 @@ func TestRemoteTakeLeases(t *testing.T) {
 
 	// Within a millisecond of its end, a lease still has 1ms left.
 	clk.Advance(6*time.Second - time.Microsecond)
-	if _, left, _, _ := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); left[0] != time.Millisecond {
+	if _, left, _, _, _ := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); left[0] != time.Millisecond {
 		t.Errorf("left a microsecond before expiry: got %v, want 1ms", left[0])
 	}
 	clk.Advance(time.Microsecond)
 	if _, ok := r.Peek("a"); ok {
 		t.Error("lease a outlived its ttl")
 	}
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); err != nil || !taken[0] {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"a"}, []string{"g:a"}, "t2", ttl); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(t2) after expiry = %v, %v; want [true], nil", taken, err)
 	}
 	if got := r.Calls(); got.TakeLeases != 5 || got.Total() != 5 {
@@ -93,7 +96,7 @@ func TestRemoteTakeLeaseWithoutExpiry(t *testing.T) {
 	r := &hybridtest.Remote{Now: clk.Now}
 	r.Put("l", []byte("stray"), 0)
 	const ttl = 10 * time.Second
-	taken, left, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", ttl)
+	taken, left, _, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", ttl)
 	if err != nil || taken[0] || left[0] != ttl {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
@@ -110,14 +113,14 @@ func TestRemoteExtendLeases(t *testing.T) {
 	ctx := t.Context()
 	clk := newClock()
 	r := &hybridtest.Remote{Now: clk.Now}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", time.Second); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"a", "b"}, []string{"g:a", "g:b"}, "t1", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t2", time.Second); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"c"}, []string{"g:c"}, "t2", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// b is asked for: still t1's.
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"b"}, []string{"g:b"}, "t3", time.Hour); err != nil || taken[0] {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"b"}, []string{"g:b"}, "t3", time.Hour); err != nil || taken[0] {
 		t.Fatalf("TakeLeases(t3, b) = %v, %v; want [false], nil", taken, err)
 	}
 	clk.Advance(500 * time.Millisecond)
@@ -159,7 +162,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 	)
 	unsub, err := bus.Subscribe(ctx, "ch", func(m []byte) {
 		_, lease, _ := strings.Cut(string(m), " ")
-		taken, _, _, err := r.TakeLeases(ctx, []string{lease}, []string{"g:" + lease}, "waiter", time.Minute)
+		taken, _, _, _, err := r.TakeLeases(ctx, []string{lease}, []string{"g:" + lease}, "waiter", time.Minute)
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, string(m))
@@ -174,7 +177,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 	defer unsub()
 	take := func(token string, ttl time.Duration, keys ...string) {
 		t.Helper()
-		if taken, _, _, err := r.TakeLeases(ctx, keys, guards(keys), token, ttl); err != nil || slices.Contains(taken, false) {
+		if taken, _, _, _, err := r.TakeLeases(ctx, keys, guards(keys), token, ttl); err != nil || slices.Contains(taken, false) {
 			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, keys, taken, err)
 		}
 	}
@@ -219,7 +222,7 @@ func TestRemoteReleaseLeases(t *testing.T) {
 	release("t1", []string{"e"}, "ch", "m4 e")
 	holds("e", "t3*") // asked for by the subscriber, on hearing m4
 	// No channel: no message, even for a lease asked for.
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"f"}, []string{"g:f"}, "t2", time.Minute); err != nil || taken[0] {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"f"}, []string{"g:f"}, "t2", time.Minute); err != nil || taken[0] {
 		t.Fatalf("TakeLeases(t2, f) = %v, %v; want [false], nil", taken, err)
 	}
 	release("t1", []string{"f"}, "", "not sent")
@@ -246,10 +249,10 @@ func TestRemoteReleaseLeasesFailingBus(t *testing.T) {
 	bus := new(hybridtest.Bus)
 	defer bus.Close()
 	r := &hybridtest.Remote{Bus: bus}
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"asked", "quiet"}, []string{"g:asked", "g:quiet"}, "t1", time.Minute); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"asked", "quiet"}, []string{"g:asked", "g:quiet"}, "t1", time.Minute); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(t1) = %v, %v; want all taken", taken, err)
 	}
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"asked"}, []string{"g:asked"}, "t2", time.Minute); err != nil || taken[0] {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"asked"}, []string{"g:asked"}, "t2", time.Minute); err != nil || taken[0] {
 		t.Fatalf("TakeLeases(t2) = %v, %v; want [false], nil", taken, err)
 	}
 	down := errors.New("bus down")
@@ -277,7 +280,7 @@ func TestRemoteReleaseLeasesFailingBus(t *testing.T) {
 func TestRemoteLeasesNoBus(t *testing.T) {
 	var r hybridtest.Remote
 	ctx := t.Context()
-	if _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "t", time.Minute); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "t", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ReleaseLeases(ctx, []string{"l"}, "t", "ch", nil); !errors.Is(err, hybridtest.ErrNoBus) {
@@ -296,7 +299,7 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, values, err := r.TakeLeases(ctx, keys, guards(keys), "t", ttl)
+			taken, left, values, _, err := r.TakeLeases(ctx, keys, guards(keys), "t", ttl)
 			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
 				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an error", len(keys), ttl, taken, left, values, err)
 			}
@@ -317,7 +320,7 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 		if len(g) == 1 {
 			keys = nil
 		}
-		taken, left, values, err := r.TakeLeases(ctx, keys, g, "t", time.Second)
+		taken, left, values, _, err := r.TakeLeases(ctx, keys, g, "t", time.Second)
 		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "hybridtest: ") {
 			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an error", len(keys), len(g), taken, left, values, err)
 		}
@@ -330,7 +333,7 @@ func TestRemoteLeasesBadArguments(t *testing.T) {
 	r.FailWith(errors.New("down"))
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if taken, left, values, err := r.TakeLeases(done, nil, nil, "t", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
+	if taken, left, values, _, err := r.TakeLeases(done, nil, nil, "t", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
 		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
 	}
 	if held, err := r.ExtendLeases(done, nil, "t", time.Second); err != nil || len(held) != 0 {
@@ -375,7 +378,7 @@ func TestRemoteTakeLeasesConcurrent(t *testing.T) {
 	n := 0
 	for range takers {
 		wg.Go(func() {
-			taken, _, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", time.Minute)
+			taken, _, _, _, err := r.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, "t", time.Minute)
 			if err != nil {
 				t.Error(err)
 				return
@@ -402,11 +405,11 @@ func TestRemoteTakeLeasesValues(t *testing.T) {
 	r.Put("v:1", []byte{}, time.Minute)
 	r.Put("v:3", []byte("three"), time.Minute)
 	r.Put("v:4", []byte("four"), time.Minute)
-	if _, _, _, err := r.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	keys := []string{"l:0", "l:1", "l:2", "l:3", "l:4", "l:4"}
-	taken, _, values, err := r.TakeLeases(ctx, keys, []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4"}, "me", time.Minute)
+	taken, _, values, _, err := r.TakeLeases(ctx, keys, []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4"}, "me", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,15 +454,15 @@ func TestRemoteFillAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unsub()
-	if _, _, _, err := r.TakeLeases(ctx, []string{"la", "lb", "lc", "le", "lq", "lu", "lv"}, []string{"a", "b", "c", "e", "q", "u", "v"}, "me", time.Minute); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"la", "lb", "lc", "le", "lq", "lu", "lv"}, []string{"a", "b", "c", "e", "q", "u", "v"}, "me", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"ls", "lt"}, []string{"s", "t"}, "other", time.Minute); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"ls", "lt"}, []string{"s", "t"}, "other", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// All but lu, lv and ls are asked for.
 	asked := []string{"la", "lb", "lc", "le", "lq", "lt"}
-	if taken, _, _, err := r.TakeLeases(ctx, asked, asked, "waiter", time.Minute); err != nil || slices.Contains(taken, true) {
+	if taken, _, _, _, err := r.TakeLeases(ctx, asked, asked, "waiter", time.Minute); err != nil || slices.Contains(taken, true) {
 		t.Fatalf("TakeLeases(waiter) = %v, %v; want none taken", taken, err)
 	}
 	r.Put("b", []byte("other's"), time.Minute)
@@ -541,7 +544,7 @@ func TestRemoteFillAndReleaseFailures(t *testing.T) {
 	ctx := t.Context()
 	// Given a channel, no Bus is an error, and nothing is done.
 	var nobus hybridtest.Remote
-	if _, _, _, err := nobus.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute); err != nil {
+	if _, _, _, _, err := nobus.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if wrote, err := nobus.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "t", "ch", nil, nil); !errors.Is(err, hybridtest.ErrNoBus) || wrote {
@@ -562,10 +565,10 @@ func TestRemoteFillAndReleaseFailures(t *testing.T) {
 	bus := new(hybridtest.Bus)
 	defer bus.Close()
 	r := &hybridtest.Remote{Bus: bus}
-	if _, _, _, err := r.TakeLeases(ctx, []string{"l", "m"}, []string{"k", "k2"}, "t", time.Minute); err != nil {
+	if _, _, _, _, err := r.TakeLeases(ctx, []string{"l", "m"}, []string{"k", "k2"}, "t", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if taken, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "waiter", time.Minute); err != nil || taken[0] {
+	if taken, _, _, _, err := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "waiter", time.Minute); err != nil || taken[0] {
 		t.Fatalf("TakeLeases(waiter) = %v, %v; want [false], nil", taken, err)
 	}
 	down := errors.New("bus down")

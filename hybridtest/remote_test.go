@@ -251,7 +251,7 @@ func calls(ctx context.Context, r *hybridtest.Remote) []error {
 	e9 := r.SetPublishAndLog(ctx, "k", []byte("v"), 0, "ch", []byte("m"), "log", []byte("e"), 10)
 	_, e10 := r.OpenLog(ctx, "log")
 	_, _, _, e11 := r.ReadLog(ctx, "log", "", 10)
-	_, _, _, e12 := r.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
+	_, _, _, _, e12 := r.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 	_, e13 := r.ExtendLeases(ctx, []string{"lease"}, "tok", time.Minute)
 	e14 := r.ReleaseLeases(ctx, []string{"lease"}, "tok", "ch", []byte("m"))
 	_, e15 := r.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "lease", "tok", "ch", []byte("s"), []byte("u"))

@@ -107,7 +107,7 @@ func ops() []op {
 		}},
 		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := s.OpenLog(ctx, "log"); return err }},
 		{"TakeLeases", false, func(ctx context.Context, s *l2.Store) error {
-			_, _, _, err := s.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
+			_, _, _, _, err := s.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", false, func(ctx context.Context, s *l2.Store) error {
@@ -428,7 +428,7 @@ func TestTimeout(t *testing.T) {
 	if _, _, _, err := slow.ReadLog(t.Context(), "log", "", 10); err != nil {
 		t.Fatalf("ReadLog: %v", err)
 	}
-	if _, _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
+	if _, _, _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("TakeLeases: %v", err)
 	}
 	if _, err := slow.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
@@ -504,7 +504,7 @@ func TestTimeout(t *testing.T) {
 			}},
 			{"OpenLog", func() error { _, err := fast.OpenLog(t.Context(), "log2"); return err }},
 			{"TakeLeases", func() error {
-				_, _, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
+				_, _, _, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
 				return err
 			}},
 			{"ExtendLeases", func() error {

@@ -289,14 +289,14 @@ func TestClusterLeases(t *testing.T) {
 			// Every third key is held by another token. The other calls
 			// load each script on every node, so that what follows makes
 			// no NOSCRIPT round trip.
-			if taken, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
 			}
 			// Taking none reads nothing.
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if taken, _, values, err := s.TakeLeases(ctx, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
+			if taken, _, values, _, err := s.TakeLeases(ctx, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
 				t.Fatalf("TakeLeases(nobody) = %v, %q, %v; want none taken, no values", taken, values, err)
 			}
 			if c.nodes != nil {
@@ -339,7 +339,7 @@ func TestClusterLeases(t *testing.T) {
 				c.nodes.reset()
 			}
 
-			taken, left, values, err := s.TakeLeases(ctx, keys, guarded, "me", 10*time.Second)
+			taken, left, values, _, err := s.TakeLeases(ctx, keys, guarded, "me", 10*time.Second)
 			if err != nil {
 				t.Fatalf("TakeLeases(me): %v", err)
 			}
@@ -424,7 +424,7 @@ func TestClusterLeases(t *testing.T) {
 			for i := range quiet {
 				quiet[i] = fmt.Sprint("ns:\x00lease:quiet:", i)
 			}
-			if taken, _, _, err := s.TakeLeases(ctx, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := s.TakeLeases(ctx, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(me, quiet) = %v, %v; want all taken", taken, err)
 			}
 			if c.nodes != nil {
@@ -468,7 +468,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	for i := range 30 {
 		keys = append(keys, fmt.Sprint("lease:", i))
 	}
-	if _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "warm", time.Minute); err != nil {
+	if _, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
@@ -479,7 +479,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	taken, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "me", time.Minute)
+	taken, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "me", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", taken, err)
 	}
@@ -506,7 +506,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
 	for i, k := range keys {
-		if _, _, _, err := s.TakeLeases(ctx, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
+		if _, _, _, _, err := s.TakeLeases(ctx, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.Set(ctx, fmt.Sprint("v:", i), []byte("old"), time.Minute); err != nil {
@@ -520,7 +520,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 			t.Errorf("lease %s after FillAndRelease: %d, %v; want released", k, n, err)
 		}
 	}
-	taken, _, _, err = s.TakeLeases(ctx, keys, guards(keys), "again", time.Minute)
+	taken, _, _, _, err = s.TakeLeases(ctx, keys, guards(keys), "again", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", taken, err)
 	}

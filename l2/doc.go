@@ -122,7 +122,8 @@
 // holds it no longer than its ttl:
 //
 //	take:    SET <lease> <token> NX PX <ttl>, then GET <key>;
-//	         else mark it: SET <lease> <held>* PX <its PTTL>    -> value, or time left
+//	         else mark it: SET <lease> <held>* PX <its PTTL>
+//	         -> value, or time left and holder (<held>, without the '*')
 //	extend:  if GET <lease> is <token> or <token>*: PEXPIRE <lease> <ttl> -> held
 //	release: if GET <lease> is <token> or <token>*: DEL <lease>; then, unless
 //	         it was <token> (no one asked for it), PUBLISH <channel> <msg>
@@ -139,7 +140,11 @@
 // the key the lease guards after the lease is set, so that a taker sees a
 // value that a holder stored before it released its lease; the fill writes
 // before it releases and publishes, so that whoever takes the lease or
-// hears the message after it finds the value.
+// hears the message after it finds the value. A taker that finds a lease
+// held learns its holder's token, so that it takes news of the lease only
+// from that holder (hybrid puts the token in its signed messages), and can
+// tell from the lease whether news that names the holder came after its
+// release.
 //
 // On one server (or a Sentinel-managed primary) the take's script reads the
 // guarded key itself, and the fill is one script over both keys: one round

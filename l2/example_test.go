@@ -105,10 +105,10 @@ func ExampleStore_TakeLeases() {
 	// held and learns how long it may have to wait.
 	// The take reads the key the lease guards, user:1, in the same step.
 	lease, guard := []string{"lease:user:1"}, []string{"user:1"}
-	taken, _, values, err := s.TakeLeases(ctx, lease, guard, "instance-a", 5*time.Second)
+	taken, _, values, _, err := s.TakeLeases(ctx, lease, guard, "instance-a", 5*time.Second)
 	fmt.Println("A took it:", taken[0], "user:1 found:", values[0] != nil, err)
-	taken, left, _, err := s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
-	fmt.Println("B took it:", taken[0], "left:", left[0], err)
+	taken, left, _, holders, err := s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
+	fmt.Println("B took it:", taken[0], "left:", left[0], "holder:", holders[0], err)
 
 	// A keeps it alive while it loads, then stores the value, releases the
 	// lease and announces, in one step.
@@ -120,11 +120,11 @@ func ExampleStore_TakeLeases() {
 
 	// B, which missed the message, tries again once A's lease would have
 	// ended: it takes the lease, and finds the value in the same step.
-	taken, _, values, err = s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
+	taken, _, values, _, err = s.TakeLeases(ctx, lease, guard, "instance-b", 5*time.Second)
 	fmt.Printf("B took it: %v, user:1 holds: %s, %v\n", taken[0], values[0], err)
 	// Output:
 	// A took it: true user:1 found: false <nil>
-	// B took it: false left: 5s <nil>
+	// B took it: false left: 5s holder: instance-a <nil>
 	// A still holds it: true <nil>
 	// wrote: true <nil> lease left: false
 	// B took it: true, user:1 holds: Ada, <nil>

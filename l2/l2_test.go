@@ -444,7 +444,7 @@ func TestCanceledContext(t *testing.T) {
 		{"OpenLog", func() error { _, err := s.OpenLog(ctx, "log"); return err }},
 		{"ReadLog", func() error { _, _, _, err := s.ReadLog(ctx, "log", "", 10); return err }},
 		{"TakeLeases", func() error {
-			_, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
+			_, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
@@ -684,7 +684,7 @@ func TestScriptReloaded(t *testing.T) {
 		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
 			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
-		if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
+		if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
 			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, taken, err)
 		}
 		if held, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !held[0] {

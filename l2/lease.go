@@ -15,20 +15,21 @@ import (
 // "Leases" in the package doc.
 
 // takeLease takes the lease KEYS[1] under token ARGV[1] for ARGV[2] ms (SET
-// NX PX). If it took it, it returns an array: empty, or, when KEYS[2] is
-// given (the key the lease guards), holding what KEYS[2] holds right after
-// the take (nil for nothing). Else it marks the lease as asked for (a '*'
-// after its token, see below) and returns the milliseconds it has left, at
-// least 1. A lease that vanished between the SET and the PTTL is tried
-// once more; a key found without an expiry (no lease a Leaser wrote) is
-// given ARGV[2] ms, so that it cannot block its key for ever.
+// NX PX). If it took it, it returns {1}, or, when KEYS[2] is given (the
+// key the lease guards), {1, what KEYS[2] holds right after the take} (nil
+// for nothing). Else it marks the lease as asked for (a '*' after its
+// token, see below) and returns {0, the milliseconds it has left (at least
+// 1), its holder's token (without the mark)}. A lease that vanished
+// between the SET and the PTTL is tried once more; a key found without an
+// expiry (no lease a Leaser wrote) is given ARGV[2] ms, so that it cannot
+// block its key for ever.
 var takeLease = redis.NewScript(`
 for _ = 1, 2 do
 	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 		if KEYS[2] then
-			return {redis.call('GET', KEYS[2])}
+			return {1, redis.call('GET', KEYS[2])}
 		end
-		return {}
+		return {1}
 	end
 	local left = redis.call('PTTL', KEYS[1])
 	local endless = left == -1
@@ -38,15 +39,19 @@ for _ = 1, 2 do
 	if left >= 0 then
 		left = math.max(left, 1)
 		local v = redis.call('GET', KEYS[1])
+		local holder = v
 		if string.sub(v, -1) ~= '*' then
 			redis.call('SET', KEYS[1], v .. '*', 'PX', left)
-		elseif endless then
-			redis.call('PEXPIRE', KEYS[1], left)
+		else
+			holder = string.sub(v, 1, -2)
+			if endless then
+				redis.call('PEXPIRE', KEYS[1], left)
+			end
 		end
-		return left
+		return {0, left, holder}
 	end
 end
-return 1
+return {0, 1, ''}
 `)
 
 // A lease holds its holder's token, followed by '*' once someone who
@@ -123,9 +128,10 @@ func leaseMillis(op string, n int, ttl time.Duration) (int64, error) {
 // guards[i] (the key the lease guards, also with the prefix) held right
 // after the take: nil for nothing, a non-nil empty slice for an empty
 // value. When it was not, values[i] is nil, left[i] is how long the lease
-// that holds it has left (its PTTL, at least a millisecond), else 0, and
-// the lease is marked as asked for (a '*' after its holder's token), so
-// that its holder's release announces.
+// that holds it has left (its PTTL, at least a millisecond), else 0,
+// holders[i] is the token it is held under (without the mark, below),
+// else "", and the lease is marked as asked for (a '*' after its holder's
+// token), so that its holder's release announces.
 // A key held by token itself is not taken again. Of repeated keys, only
 // the first can be taken. A key found without an expiry, which a Leaser
 // never writes, is given ttl and reported as having ttl left, so that it
@@ -146,16 +152,16 @@ func leaseMillis(op string, n int, ttl time.Duration) (int64, error) {
 // NOTE: the takes are not atomic together: when an error is returned (with
 // nil results), some leases may have been taken (also when only the read
 // of the guarded keys failed, in Redis Cluster).
-func (s *Store) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, err error) {
+func (s *Store) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) (taken []bool, left []time.Duration, values [][]byte, holders []string, err error) {
 	if len(guards) != len(keys) {
-		return nil, nil, nil, fmt.Errorf("l2: take %d leases: %d guards, want one per key", len(keys), len(guards))
+		return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: %d guards, want one per key", len(keys), len(guards))
 	}
 	ms, err := leaseMillis("take", len(keys), ttl)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if len(keys) == 0 {
-		return nil, nil, nil, nil
+		return nil, nil, nil, nil, nil
 	}
 	ctx, cancel := withTimeout(ctx, s.write)
 	defer cancel()
@@ -171,46 +177,54 @@ func (s *Store) TakeLeases(ctx context.Context, keys, guards []string, token str
 		return []string{s.prefix + keys[i]}
 	}, func(int) []any { return args })
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("l2: take %d leases: %w", len(keys), withCause(ctx, err))
+		return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: %w", len(keys), withCause(ctx, err))
 	}
 	taken = make([]bool, len(keys))
 	left = make([]time.Duration, len(keys))
 	values = make([][]byte, len(keys))
+	holders = make([]string, len(keys))
 	var read []int // leases taken whose guarded key is still to be read
 	for i, cmd := range cmds {
-		switch r := cmd.Val().(type) {
-		case int64:
-			left[i] = time.Duration(max(r, 1)) * time.Millisecond
-		case []any:
+		r, ok := cmd.Val().([]any)
+		flag := int64(-1)
+		if ok && len(r) > 0 {
+			flag, _ = r[0].(int64)
+		}
+		switch {
+		case flag == 0 && len(r) == 3:
+			ms, ok1 := r[1].(int64)
+			holder, ok2 := r[2].(string)
+			if !ok1 || !ok2 {
+				return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: %v", len(keys), keys[i], r)
+			}
+			left[i] = time.Duration(max(ms, 1)) * time.Millisecond
+			holders[i] = holder
+		case flag == 1 && !inScript:
 			taken[i] = true
-			if !inScript {
-				read = append(read, i)
-				break
-			}
-			if len(r) != 1 {
-				return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: %d values, want 1", len(keys), keys[i], len(r))
-			}
-			switch v := r[0].(type) {
+			read = append(read, i)
+		case flag == 1 && len(r) == 2:
+			taken[i] = true
+			switch v := r[1].(type) {
 			case nil:
 			case string:
 				values[i] = append([]byte{}, v...)
 			default:
-				return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: a %T", len(keys), keys[i], v)
+				return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: a %T", len(keys), keys[i], v)
 			}
 		default:
-			return nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: a %T", len(keys), keys[i], r)
+			return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: script reply for %q: %v", len(keys), keys[i], cmd.Val())
 		}
 	}
 	if len(read) > 0 {
 		vals, err := s.getMany(ctx, pick(guards, read))
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("l2: take %d leases: read %d guarded keys: %w", len(keys), len(read), err)
+			return nil, nil, nil, nil, fmt.Errorf("l2: take %d leases: read %d guarded keys: %w", len(keys), len(read), err)
 		}
 		for j, i := range read {
 			values[i] = vals[j]
 		}
 	}
-	return taken, left, values, nil
+	return taken, left, values, holders, nil
 }
 
 // pick returns keys[i] for each i of idx, in order.

@@ -51,7 +51,7 @@ func holder(t *testing.T, rdb redis.UniversalClient, key string) string {
 // every one held (and so marks it), with time left.
 func askFor(t *testing.T, s *l2.Store, leases ...string) {
 	t.Helper()
-	taken, left, values, err := s.TakeLeases(t.Context(), leases, guards(leases), "waiter", time.Hour)
+	taken, left, values, _, err := s.TakeLeases(t.Context(), leases, guards(leases), "waiter", time.Hour)
 	if err != nil || slices.Contains(taken, true) || slices.Contains(left, 0) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
 		t.Fatalf("TakeLeases(waiter, %q) = %v, %v, %q, %v; want none taken, all with time left", leases, taken, left, values, err)
 	}
@@ -103,9 +103,9 @@ func TestTakeLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	taken, left, values, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
-	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) || len(values) != 1 || values[0] != nil {
-		t.Fatalf("TakeLeases(a) = %v, %v, %q, %v; want [true], [0], [nil], nil", taken, left, values, err)
+	taken, left, values, holders, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) || len(values) != 1 || values[0] != nil || !slices.Equal(holders, []string{""}) {
+		t.Fatalf("TakeLeases(a) = %v, %v, %q, %q, %v; want [true], [0], [nil], [\"\"], nil", taken, left, values, holders, err)
 	}
 	if got := holder(t, rdb, prefix+"l"); got != "a" {
 		t.Errorf("lease holds %q, want the token \"a\"", got)
@@ -118,9 +118,12 @@ func TestTakeLeases(t *testing.T) {
 	// asked for: the holder's token and a '*', with the lifetime it had
 	// (not the taker's ttl). A second taker leaves it so.
 	for _, token := range []string{"b", "c"} {
-		taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, token, time.Minute)
+		taken, left, _, holders, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, token, time.Minute)
 		if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 			t.Fatalf("TakeLeases(%s) = %v, %v, %v; want [false], [(0, %v]], nil", token, taken, left, err, ttl)
+		}
+		if !slices.Equal(holders, []string{"a"}) {
+			t.Errorf("TakeLeases(%s): holders %q, want [a] (the token, without the mark)", token, holders)
 		}
 		if got := holder(t, rdb, prefix+"l"); got != "a*" {
 			t.Errorf("after %s's failed take, lease holds %q, want \"a*\" (marked)", token, got)
@@ -131,7 +134,7 @@ func TestTakeLeases(t *testing.T) {
 	}
 
 	// SET NX: the holder itself does not take it again.
-	taken, left, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	taken, left, _, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 		t.Fatalf("TakeLeases(a) again = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
 	}
@@ -147,10 +150,10 @@ func TestTakeLeasesMarks(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	if taken, _, _, err := s.TakeLeases(ctx, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
 	}
-	taken, _, _, err := s.TakeLeases(ctx, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
+	taken, _, _, _, err := s.TakeLeases(ctx, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
 	if want := []bool{false, true}; err != nil || !slices.Equal(taken, want) {
 		t.Fatalf("TakeLeases(b) = %v, %v; want %v, nil", taken, err, want)
 	}
@@ -177,12 +180,12 @@ func TestTakeLeasesMany(t *testing.T) {
 			others = append(others, keys[i])
 		}
 	}
-	if taken, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
 	}
 	const ttl = 10 * time.Second
 	mine := append(slices.Clone(keys), keys[1])
-	taken, left, values, err := s.TakeLeases(ctx, mine, guards(mine), "me", ttl)
+	taken, left, values, _, err := s.TakeLeases(ctx, mine, guards(mine), "me", ttl)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
@@ -232,7 +235,7 @@ func TestTakeLeaseWithoutExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
-	taken, left, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	taken, left, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || !slices.Equal(left, []time.Duration{ttl}) {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
@@ -253,7 +256,7 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 	for i := range takers {
 		wg.Go(func() {
 			<-start
-			taken, left, _, err := s.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
+			taken, left, _, _, err := s.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
 			if err != nil {
 				t.Errorf("taker %d: %v", i, err)
 				return
@@ -284,10 +287,10 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 func TestExtendLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
+	if _, _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := s.TakeLeases(ctx, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
+	if _, _, _, _, err := s.TakeLeases(ctx, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	held, err := s.ExtendLeases(ctx, []string{"l1", "l3", "missing", "l2"}, "a", time.Minute)
@@ -337,7 +340,7 @@ func TestReleaseLeases(t *testing.T) {
 	const ttl = time.Minute
 	take := func(token string, leases ...string) {
 		t.Helper()
-		if taken, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
+		if taken, _, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
 			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
 		}
 	}
@@ -421,7 +424,7 @@ func TestLeaseExpires(t *testing.T) {
 	srv.NeedReal(t) // miniredis expires keys only when told to
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
+	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
 		t.Fatalf("TakeLeases = %v, %v; want [true], nil", taken, err)
 	}
 	// Redis expires it by itself; wait for that.
@@ -445,7 +448,7 @@ func TestLeaseExpires(t *testing.T) {
 	if got := wait(t, msgs, 1); got[0] != "expired" {
 		t.Errorf("message: got %q, want \"expired\"", got[0])
 	}
-	if taken, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", taken, err)
 	}
 }
@@ -459,7 +462,7 @@ func TestLeasesBadArguments(t *testing.T) {
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, values, err := s.TakeLeases(ctx, keys, guards(keys), "a", ttl)
+			taken, left, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "a", ttl)
 			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
 				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an l2 error", len(keys), ttl, taken, left, values, err)
 			}
@@ -480,7 +483,7 @@ func TestLeasesBadArguments(t *testing.T) {
 		if len(g) == 1 {
 			keys = nil
 		}
-		taken, left, values, err := s.TakeLeases(ctx, keys, g, "a", time.Second)
+		taken, left, values, _, err := s.TakeLeases(ctx, keys, g, "a", time.Second)
 		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
 			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an l2 error", len(keys), len(g), taken, left, values, err)
 		}
@@ -495,7 +498,7 @@ func TestLeasesNoKeys(t *testing.T) {
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
-	if taken, left, values, err := s.TakeLeases(ctx, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
+	if taken, left, values, _, err := s.TakeLeases(ctx, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
 		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
 	}
 	if held, err := s.ExtendLeases(ctx, []string{}, "a", time.Second); err != nil || len(held) != 0 {
@@ -547,7 +550,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 			if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
 				t.Fatal(err)
 			}
-			if taken, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(tok) = %v, %v; want all taken", taken, err)
 			}
 			if len(asked) > 0 {
@@ -578,7 +581,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, func() error {
-			taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+			taken, _, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
 			if err == nil && (slices.Contains(taken, false) || len(values) != 3 || string(values[0]) != "vg:a") {
 				err = fmt.Errorf("taken %v, values %q; want all taken, \"vg:a\" first", taken, values)
 			}
@@ -629,7 +632,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The scripts did their work after the flush too.
-	taken, _, values, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+	taken, _, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases = %v, %v; want all taken", taken, err)
 	}
@@ -700,7 +703,7 @@ func TestLeasesRing(t *testing.T) {
 		}
 	}
 	// Load the script on both shards.
-	if _, _, _, err := s.TakeLeases(ctx, keys, gs, "warm", time.Minute); err != nil {
+	if _, _, _, _, err := s.TakeLeases(ctx, keys, gs, "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
@@ -708,7 +711,7 @@ func TestLeasesRing(t *testing.T) {
 	}
 	var c counter
 	rdb.AddHook(&c)
-	taken, _, values, err := s.TakeLeases(ctx, keys, gs, "a", time.Minute)
+	taken, _, values, _, err := s.TakeLeases(ctx, keys, gs, "a", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
 	}
@@ -728,7 +731,7 @@ func TestLeasesRing(t *testing.T) {
 		t.Fatalf("leases per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
 	c.reset()
-	taken, left, values, err := s.TakeLeases(ctx, keys, gs, "b", time.Minute)
+	taken, left, values, _, err := s.TakeLeases(ctx, keys, gs, "b", time.Minute)
 	if err != nil || slices.Contains(taken, true) || slices.ContainsFunc(left, func(d time.Duration) bool { return d <= 0 }) {
 		t.Fatalf("TakeLeases(b) = %v, %v, %v; want none taken, all with time left", taken, left, err)
 	}
@@ -805,7 +808,7 @@ func TestLeasesRing(t *testing.T) {
 	for i := range 10 {
 		quietKeys = append(quietKeys, fmt.Sprint("q", i))
 	}
-	if taken, _, _, err := s.TakeLeases(ctx, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := s.TakeLeases(ctx, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(q) = %v, %v; want all taken", taken, err)
 	}
 	shards.reset()
@@ -883,7 +886,7 @@ func TestLeasesMatchDouble(t *testing.T) {
 			for i, k := range keys {
 				gs[i] = "v:" + k
 			}
-			taken, left, values, err := x.l.TakeLeases(ctx, keys, gs, token, ttl)
+			taken, left, values, _, err := x.l.TakeLeases(ctx, keys, gs, token, ttl)
 			var leftOK []bool
 			for _, d := range left {
 				leftOK = append(leftOK, d > 0 && d <= ttl)
@@ -1072,13 +1075,13 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 		}
 	}
 	// l:3 is held by another; l:5 is a lease this token holds already.
-	if taken, _, _, err := s.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
 		t.Fatalf("TakeLeases(other) = %v, %v; want [true], nil", taken, err)
 	}
-	if taken, _, values, err := s.TakeLeases(ctx, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
+	if taken, _, values, _, err := s.TakeLeases(ctx, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
 		t.Fatalf("TakeLeases(me, l:5) = %v, %q, %v; want [true], [\"five\"], nil", taken, values, err)
 	}
-	taken, left, values, err := s.TakeLeases(ctx, keys, gs, "me", time.Minute)
+	taken, left, values, _, err := s.TakeLeases(ctx, keys, gs, "me", time.Minute)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
@@ -1134,7 +1137,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
 		value := []byte(fmt.Sprint("value ", round))
-		taken, _, values, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "holder", time.Minute)
+		taken, _, values, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "holder", time.Minute)
 		if err != nil || !taken[0] || values[0] != nil {
 			t.Fatalf("round %d: holder's TakeLeases = %v, %q, %v; want [true], [nil], nil", round, taken, values, err)
 		}
@@ -1151,7 +1154,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 		close(start)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			taken, _, values, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "taker", time.Minute)
+			taken, _, values, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "taker", time.Minute)
 			if err != nil {
 				t.Fatalf("round %d: taker's TakeLeases: %v", round, err)
 			}
@@ -1191,7 +1194,7 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 	const ttl = 10 * time.Second
 	take := func(token string, leases ...string) {
 		t.Helper()
-		taken, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, 20*time.Second)
+		taken, _, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, 20*time.Second)
 		if err != nil || slices.Contains(taken, false) {
 			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
 		}
@@ -1396,7 +1399,7 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 	want := make(map[string]bool) // the messages to hear
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
-		if taken, _, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
+		if taken, _, _, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
 			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, taken, err)
 		}
 		msg := "quiet " + key + " " + lease

@@ -13,14 +13,20 @@
 //	          not found (a lease holder's load found no value for the keys),
 //	          9 not stored (a lease holder loaded the keys but could not
 //	          store them)
-//	[2]       flags: 1 carries a value, 2 signed
+//	[2]       flags: 1 carries a value, 2 signed, 4 carries a lease token
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
 //	if flag 1: uvarint value length, then the value (set: the new
 //	           envelope; tag: the delete's tag record; filled: the keys'
 //	           envelopes, packed by PackValues; load failed: the error)
+//	if flag 4: uvarint token length (1 to MaxTokenLen), then the token of
+//	           the lease holder that sent it (ops 6 to 9 only)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
+//
+// The token is inside the signature, so that a signed lease holder's news
+// cannot be passed off as another lease's: a receiver takes news only from
+// the holder it found holding the lease.
 //
 // Layout of version 2, a positioned message (a version 1 message and its
 // position in the invalidation log, see Positioned):
@@ -113,7 +119,10 @@ func (op Op) String() string {
 const (
 	flagValue  = 1
 	flagSigned = 2
+	flagToken  = 4
 	macLen     = sha256.Size
+	// MaxTokenLen bounds the length of a lease token.
+	MaxTokenLen = 255
 	// MaxKeys bounds the keys one message may name.
 	MaxKeys = 1 << 16
 )
@@ -142,12 +151,22 @@ type Message struct {
 	//
 	// NOTE: the signature does not cover Position; see the package doc.
 	Position string
+	// Token is the lease token of the holder that sent a filled,
+	// load_failed, not_found or not_stored message, "" for none (and for
+	// every other op). It is covered by the signature: it is only to be
+	// trusted when Authentic, or when no secret is used at all.
+	Token string
 }
 
 // Encode returns m in version 1. With a non-empty secret the message is
-// signed; a Value is only carried in a signed message.
+// signed; a Value is only carried in a signed message. Encode panics if m
+// has a Token and is not lease news (ops 6 to 9), or its Token is longer
+// than MaxTokenLen.
 func Encode(m Message, secret []byte) []byte {
-	n := 3 + len(Origin{}) + binary.MaxVarintLen64*3 + len(m.Namespace) + len(m.Value) + macLen
+	if m.Token != "" && (!leaseNews(m.Op) || len(m.Token) > MaxTokenLen) {
+		panic(fmt.Sprintf("message: Encode: token of %d bytes on op %v", len(m.Token), m.Op))
+	}
+	n := 3 + len(Origin{}) + binary.MaxVarintLen64*4 + len(m.Namespace) + len(m.Value) + len(m.Token) + macLen
 	for _, k := range m.Keys {
 		n += binary.MaxVarintLen64 + len(k)
 	}
@@ -158,6 +177,9 @@ func Encode(m Message, secret []byte) []byte {
 		if m.Value != nil {
 			flags |= flagValue
 		}
+	}
+	if m.Token != "" {
+		flags |= flagToken
 	}
 	b = append(b, Version, byte(m.Op), flags)
 	b = append(b, m.Origin[:]...)
@@ -171,6 +193,10 @@ func Encode(m Message, secret []byte) []byte {
 	if flags&flagValue != 0 {
 		b = binary.AppendUvarint(b, uint64(len(m.Value)))
 		b = append(b, m.Value...)
+	}
+	if flags&flagToken != 0 {
+		b = binary.AppendUvarint(b, uint64(len(m.Token)))
+		b = append(b, m.Token...)
 	}
 	if flags&flagSigned != 0 {
 		mac := hmac.New(sha256.New, secret)
@@ -246,8 +272,9 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]
-	if flags&^(flagValue|flagSigned) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0) {
-		return m, fmt.Errorf("%w: bad flags %#x", ErrInvalid, flags)
+	if flags&^(flagValue|flagSigned|flagToken) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0) ||
+		(flags&flagToken != 0 && !leaseNews(m.Op)) {
+		return m, fmt.Errorf("%w: bad flags %#x for op %d", ErrInvalid, flags, m.Op)
 	}
 	body := b
 	if flags&flagSigned != 0 {
@@ -280,6 +307,13 @@ func decode(b []byte, secret []byte) (Message, error) {
 			m.Value = v
 		}
 	}
+	if flags&flagToken != 0 {
+		tok := r.bytes()
+		if r.err == nil && (len(tok) == 0 || len(tok) > MaxTokenLen) {
+			return Message{}, fmt.Errorf("%w: token of %d bytes", ErrInvalid, len(tok))
+		}
+		m.Token = string(tok)
+	}
 	if r.err != nil {
 		return Message{}, r.err
 	}
@@ -291,6 +325,10 @@ func decode(b []byte, secret []byte) (Message, error) {
 	}
 	return m, nil
 }
+
+// leaseNews reports whether op is a lease holder's news, which may carry
+// its token.
+func leaseNews(op Op) bool { return op >= OpFilled && op <= OpNotStored }
 
 // PackValues packs one value per key of an OpFilled message into its
 // Value: each as a uvarint length and its bytes, an empty one for a key

@@ -24,6 +24,8 @@ func TestRoundTrip(t *testing.T) {
 		{"expire unsigned", message.Message{Op: message.OpExpire, Origin: origin, Namespace: "ns", Keys: []string{"k"}}, nil},
 		{"expire signed", message.Message{Op: message.OpExpire, Origin: origin, Namespace: "ns", Keys: []string{"k"}}, secret},
 		{"many keys", message.Message{Op: message.OpDelete, Origin: origin, Namespace: "n", Keys: []string{"a", "", "ccc"}}, nil},
+		{"filled with token", message.Message{Op: message.OpFilled, Origin: origin, Namespace: "ns", Keys: []string{"k"}, Value: message.PackValues([][]byte{[]byte("v")}), Token: "0a0b.7"}, secret},
+		{"load failed unsigned with token", message.Message{Op: message.OpLoadFailed, Origin: origin, Namespace: "ns", Keys: []string{"k"}, Token: "0a0b.8"}, nil},
 	}
 	for _, tt := range tests {
 		b := message.Encode(tt.m, tt.secret)
@@ -31,7 +33,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: Decode: %v", tt.name, err)
 		}
-		if got.Op != tt.m.Op || got.Origin != tt.m.Origin || got.Namespace != tt.m.Namespace || len(got.Keys) != len(tt.m.Keys) || !bytes.Equal(got.Value, tt.m.Value) {
+		if got.Op != tt.m.Op || got.Origin != tt.m.Origin || got.Namespace != tt.m.Namespace || len(got.Keys) != len(tt.m.Keys) || (tt.secret != nil && !bytes.Equal(got.Value, tt.m.Value)) || got.Token != tt.m.Token {
 			t.Errorf("%s: got %+v, want %+v", tt.name, got, tt.m)
 		}
 		if got.Authentic != (len(tt.secret) > 0) {
@@ -72,20 +74,41 @@ func TestForgedSignature(t *testing.T) {
 	}
 }
 
+// A signed lease holder's news cannot be passed off as another holder's:
+// the token is inside the signature.
+func TestTokenSigned(t *testing.T) {
+	secret := []byte("s")
+	b := message.Encode(message.Message{Op: message.OpFilled, Namespace: "ns", Keys: []string{"k"}, Value: message.PackValues([][]byte{[]byte("v")}), Token: "aa.1"}, secret)
+	i := bytes.Index(b, []byte("aa.1"))
+	b[i+3] = '2'
+	got, err := message.Decode(b, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Authentic || got.Value != nil || got.Token != "aa.2" {
+		t.Errorf("token changed: got Authentic %v, Value %q, Token %q; want false, none, aa.2", got.Authentic, got.Value, got.Token)
+	}
+}
+
 func TestDecodeRejects(t *testing.T) {
 	valid := message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"k"}}, nil)
 	hugeCount := append(bytes.Clone(valid[:22]), 0xff, 0xff, 0xff, 0xff, 0x0f)
 	for name, b := range map[string][]byte{
-		"empty":          nil,
-		"short":          valid[:10],
-		"version 9":      append([]byte{9}, valid[1:]...),
-		"op 0":           append([]byte{1, 0}, valid[2:]...),
-		"op 10":          append([]byte{1, 10}, valid[2:]...),
-		"expire, no key": message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
-		"value unsigned": append([]byte{1, 1, 1}, valid[3:]...),
-		"trailing":       append(bytes.Clone(valid), 0),
-		"truncated key":  valid[:len(valid)-1],
-		"huge key count": hugeCount,
+		"empty":             nil,
+		"short":             valid[:10],
+		"version 9":         append([]byte{9}, valid[1:]...),
+		"op 0":              append([]byte{1, 0}, valid[2:]...),
+		"op 10":             append([]byte{1, 10}, valid[2:]...),
+		"expire, no key":    message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
+		"value unsigned":    append([]byte{1, 1, 1}, valid[3:]...),
+		"trailing":          append(bytes.Clone(valid), 0),
+		"truncated key":     valid[:len(valid)-1],
+		"huge key count":    hugeCount,
+		"token on a delete": append([]byte{1, 2, 4}, append(bytes.Clone(valid[3:]), 1, 'x')...),
+		"empty token":       append([]byte{1, 6, 4}, append(bytes.Clone(valid[3:]), 0)...),
+		"long token":        append([]byte{1, 6, 4}, append(append(bytes.Clone(valid[3:]), 0x80, 0x02), bytes.Repeat([]byte("x"), 256)...)...),
+		"truncated token":   append([]byte{1, 6, 4}, append(bytes.Clone(valid[3:]), 3, 'x')...),
+		"flag 8":            append([]byte{1, 6, 8}, valid[3:]...),
 	} {
 		if _, err := message.Decode(b, nil); !errors.Is(err, message.ErrInvalid) {
 			t.Errorf("%s: got err %v, want ErrInvalid", name, err)
@@ -105,6 +128,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpLoadFailed, Namespace: "ns", Keys: []string{"k"}, Value: []byte("db down")}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpNotFound, Namespace: "ns", Keys: []string{"k"}}, nil))
 	f.Add(message.Encode(message.Message{Op: message.OpNotStored, Namespace: "ns", Keys: []string{"k"}}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpFilled, Namespace: "ns", Keys: []string{"k"}, Value: message.PackValues([][]byte{[]byte("v")}), Token: "0a.1"}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpNotFound, Namespace: "ns", Keys: []string{"k"}, Token: "0a.2"}, nil))
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
 	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
 	f.Add(message.Positioned("1-0", message.Positioned("2-0", message.Encode(message.Message{Op: message.OpClear}, nil))))
@@ -124,6 +149,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		if m.Value != nil && !m.Authentic {
 			t.Fatal("value from an unauthentic message")
+		}
+		if m.Token != "" && (m.Op < message.OpFilled || m.Op > message.OpNotStored || len(m.Token) > message.MaxTokenLen) {
+			t.Fatalf("token of %d bytes on op %v", len(m.Token), m.Op)
 		}
 		if len(m.Keys) > len(b) {
 			t.Fatalf("%d keys from %d bytes", len(m.Keys), len(b))
