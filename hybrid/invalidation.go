@@ -157,12 +157,12 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 
 // swap replaces key's L1 entry, if there is one, with the value carried by
 // a message, if that value was written no earlier than about a millisecond
-// before the entry was stored here or written (by the writer's clock against ours); an
-// entry not known to be older is dropped instead, so that a message recorded and published again
-// cannot bring an old value back. It reports false when the value does not
-// decode or is already stale. If the key changed here while we swapped (our
-// own Set, say), the entry is dropped: the swapped value may be the older
-// one.
+// before the entry was stored here or written (by the writer's clock
+// against ours). An entry not known to be older is dropped instead, so that
+// a message recorded and published again cannot bring an old value back.
+// It reports false when the value does not decode or is already stale. If
+// the key changed here while we swapped (our own Set, say), the entry is
+// dropped: the swapped value may be the older one.
 func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	var it item[V]
 	ttl, written, err := c.decodeInto(&it, b, c.def.timed())
