@@ -82,10 +82,10 @@ func (v *versions) bumpAllLoss() {
 	v.gen.Add(1)
 }
 
-// ownWrite is advance for this instance's own write of t's key, which
-// began when losses was lost: it bumps t's slot again and returns the new
-// token, valid if nobody else bumped the slot since t and the generation
-// moved only for bus losses. A loss says that others' changes may have
+// ownWrite bumps t's slot again after this instance's own write of t's
+// key, which began when v.losses was lost, and returns the new token, valid
+// if nobody else bumped the slot since t and the generation moved only for
+// bus losses. A loss says that others' changes may have
 // been missed, not that this write is outdated: what it wrote is the
 // newest this instance knows of the key.
 func (v *versions) ownWrite(t token, lost uint64) (token, bool) {
