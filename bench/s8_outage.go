@@ -73,8 +73,8 @@ func scenarioOutage(ctx context.Context, e *env) (*section, error) {
 		"B and C then read at %s reads/s each (GetOrCreate, keys in a shuffled cycle, each read on its own goroutine: an open loop) "+
 		"from %s before the event until %s after its end. "+
 		"Mode keep is the default Options (LossGrace 1 s, the replay log); strict is StrictLoss: true, which flushes L1 when the bus "+
-		"drops and again when it is back: that is how the library behaved before this work (\"today's behaviour\" in issue 14), so the "+
-		"strict rows stand for it; the old code was not checked out.\n\n"+
+		"drops and again when it is back, and since issue 19 reads through to Redis while the bus is down (while Redis answers). "+
+		"Before issue 19 strict only flushed, which is how the library behaved before issue 14; runs from before 2026-12-02 measured that.\n\n"+
 		"Events: (1) pub/sub blip: `CLIENT KILL TYPE pubsub` on the harness's own redis-server, then A sets %d keys (every 100th) "+
 		"at once, while the buses wait out their 100 ms; the event ends when B's and C's buses are both back. "+
 		"(2) Redis paused %s: SIGSTOP to the harness's redis-server, SIGCONT after %s. "+
