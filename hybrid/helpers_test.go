@@ -355,6 +355,9 @@ type countingRemote struct {
 	// afterGet, when set, runs after the Store's Get (and GetMany, once per
 	// key) returned and before the cache sees the result.
 	afterGet atomic.Pointer[func(key string)]
+	// beforeNewer, when set, runs before the Store's SetIfNewer calls (a
+	// queued write's replay).
+	beforeNewer atomic.Pointer[func(key string)]
 }
 
 func (r *countingRemote) hook(key string) {
@@ -442,11 +445,17 @@ func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, val
 
 func (r *countingRemote) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (bool, error) {
 	defer r.newerSets.Add(1)
+	if f := r.beforeNewer.Load(); f != nil {
+		(*f)(key)
+	}
 	return r.s.SetIfNewerAndPublish(ctx, key, value, ttl, channel, msg, stampOffset)
 }
 
 func (r *countingRemote) SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (bool, error) {
 	defer r.newerSets.Add(1)
+	if f := r.beforeNewer.Load(); f != nil {
+		(*f)(key)
+	}
 	return r.s.SetIfNewerPublishAndLog(ctx, key, value, ttl, channel, msg, stampOffset, log, entry, maxLen)
 }
 

@@ -253,6 +253,14 @@ func (c *Cache[V]) replayQueue() {
 		wait = queueRetryMin
 		c.queue.done(w)
 		if stored {
+			if w.own && w.m.Op == message.OpDelete {
+				// A read since Redis came back may have stored the value
+				// the delete removed, and our own message does not reach
+				// our L1.
+				c.vers.bump(w.name)
+				c.flights.Forget(w.name)
+				c.local.Delete(w.name)
+			}
 			c.n.queueReplayed.Add(1)
 			continue
 		}

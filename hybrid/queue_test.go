@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -515,5 +516,37 @@ func TestIntegrationQueueLossDuringWrite(t *testing.T) {
 	waitQueue(t, a.c, 1, 0)
 	if v, ok := getStr(t, a, "k"); !ok || v != "mine" {
 		t.Errorf("A after the replay: got %q, %v, want \"mine\"", v, ok)
+	}
+}
+
+// TestIntegrationQueuedDeleteReadBeforeReplay: A's Delete is queued while
+// its store is cut; Redis answers again, and a read of the key on A just
+// before the replay finds the old value in Redis and stores it in L1. Once
+// the delete is replayed, A must not go on serving that value (its own
+// message does not reach its own L1).
+func TestIntegrationQueuedDeleteReadBeforeReplay(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := t.Context()
+	o := hybrid.Options{Namespace: redistest.Prefix(t), QueueWrites: 100}
+	p := startProxy(t, srv.Addr)
+	a := newSplitInstance(t, "A", via(p, shortTimeouts)(t), singleNode(nil)(t),
+		l2.Options{ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond}, o, invalidate.Options{})
+	setStr(t, a, "k", "v0")
+	p.Cut()
+	if err := a.c.Delete(ctx, "k"); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Delete with the store cut: got %v, want ErrQueued", err)
+	}
+	var read atomic.Bool
+	f := func(string) {
+		if read.CompareAndSwap(false, true) {
+			v, _, _ := a.c.Get(ctx, "k") // Redis still holds v0
+			t.Logf("A read %q just before the replay", v)
+		}
+	}
+	a.remote.beforeNewer.Store(&f)
+	setFault(t, p.Pass())
+	waitQueue(t, a.c, 1, 0)
+	if v, ok := getStr(t, a, "k"); ok {
+		t.Errorf("A after its Delete was replayed: got %q, want a miss", v)
 	}
 }
