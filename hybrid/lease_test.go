@@ -150,19 +150,7 @@ func wantAll(t *testing.T, ins []*instance, res []result, want string) {
 // ends (Close). It returns once the load has started.
 func holding(t testing.TB, in *instance, key, v string) (res <-chan result, release func()) {
 	t.Helper()
-	g, release := gate(t)
-	started := make(chan struct{})
-	res = goGet(in, key, func(ctx context.Context, _ string) (string, error) {
-		close(started)
-		select {
-		case <-g:
-			return v, nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	})
-	<-started
-	return res, release
+	return waitHolding(t, in, key, v, nil)
 }
 
 func leaseOptions(ns string, secret []byte) hybrid.Options {
