@@ -1,0 +1,111 @@
+// Package tier holds the request and result types of the shared-tier
+// contract (hybrid.Remote), so that package hybrid, which owns the
+// contract, and the packages that implement it (l2, hybridtest) can share
+// them without importing one another. Package hybrid re-exports each type
+// under the same name; its documentation is the contract.
+package tier
+
+import "time"
+
+// Cond is the condition under which a Write stores its value.
+type Cond uint8
+
+const (
+	// Always stores whatever the key holds.
+	Always Cond = iota
+	// IfAbsent stores only where the key holds nothing (SET NX).
+	IfAbsent
+	// IfEqual stores only where the key holds exactly Write.Old (an empty
+	// Old matches an empty value only, never a missing key).
+	IfEqual
+	// IfNewer stores only where the key holds nothing, or a value whose
+	// write time is not after Write.Value's, and reports stored also when
+	// the key already holds exactly Write.Value (then nothing is written or
+	// published). Write times are 8 bytes, big-endian, at byte offset
+	// Write.StampAt of both values; a stored value too short to hold one
+	// counts as older. Of two values with the same write time, Write.Value
+	// wins.
+	IfNewer
+)
+
+// Write is one write to the shared tier: a value under a key, on a
+// condition, maybe announced, logged and releasing a lease.
+type Write struct {
+	Key   string
+	Value []byte        // the bytes to store (a cache value, a tombstone or a record)
+	TTL   time.Duration // the key's lifetime; 0 or less: no expiry
+	If    Cond          // when to store
+	Old   []byte        // IfEqual: the bytes the key must hold
+	// KeepTTL keeps the lifetime the key has left instead of TTL (SET
+	// KEEPTTL); with IfEqual only.
+	KeepTTL bool
+	// StampAt is, with IfNewer, the byte offset of the write time in Value
+	// and in the stored value.
+	StampAt int
+
+	// Msg is published on Feed.Channel if the write stored, Else if it did
+	// not (nil: nothing), in the same atomic step as the write, so that
+	// the order of messages is the order of writes.
+	Msg, Else []byte
+	// Log, when a message goes out, is appended to the log Feed.Log in the
+	// same step, and the message is published positioned at the new
+	// entry: byte 2, one byte holding the length of the position, the
+	// position, then the message.
+	Log []byte
+
+	// Lease, if not empty, is a lease (see Remote.TakeLeases) that the
+	// write releases after storing, if it is still held under Token. Then
+	// Msg or Else goes out only if someone may wait for the lease: a taker
+	// found it held, or it is no longer held under Token.
+	Lease, Token string
+}
+
+// Feed is where a batch of writes announces: the bus channel and the log
+// (with its length, kept to about LogLen entries). An empty Channel
+// publishes nothing.
+type Feed struct {
+	Channel string
+	Log     string
+	LogLen  int
+}
+
+// Lease is one key's result of Remote.TakeLeases.
+type Lease struct {
+	Taken bool
+	// Value is, when Taken, what the guarded key held right after the
+	// lease was taken (nil: nothing).
+	Value []byte
+	// Left and Holder are, when not Taken, how long the holder's lease has
+	// left and the token it is held under.
+	Left   time.Duration
+	Holder string
+}
+
+// LogPage is what Remote.ReadLog found.
+type LogPage struct {
+	Entries   [][]byte // oldest first
+	Positions []string // of Entries
+	// Complete is false when the log cannot show every entry after the
+	// position asked for: it is missing, entries after it were trimmed, or
+	// the position is after the newest entry.
+	Complete bool
+	Last     string // the position of the newest entry
+}
+
+// Info describes a Remote, for the cache to adapt to and its advisor to
+// check.
+type Info struct {
+	// Prefix is prepended by the Remote to every key; the cache makes it
+	// part of its channel and messages, so that caches kept apart by a
+	// prefix take none of each other's news.
+	Prefix string
+	// ReadBound is the longest a Get can block whatever its ctx (0: no
+	// bound). With one, the caller that leads a fill reads the shared tier
+	// itself; without, the read runs on a worker so that it can leave.
+	ReadBound time.Duration
+	// Log reports whether the Remote keeps a log (Write.Log, ReadLog).
+	Log bool
+	// Advice lists settings of the Remote that cost its user, for the
+	// cache to log once at start.
+	Advice []string
+}
