@@ -107,7 +107,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		born:   time.Now(),
 		prefix: o.Namespace + ":",
 		scope:  o.scope(),
-		shared: resolveShared(o.Remote, o.Bus != nil),
+		shared: resolveShared(&o, o.Namespace+":\x00log"),
 		bus:    o.Bus,
 		codec:  o.Codec,
 		vers:   &versions{slots: newSlots()},
@@ -142,15 +142,12 @@ func New[V any](o Options) (*Cache[V], error) {
 	if o.QueueWrites > 0 && c.remote != nil {
 		c.queue = newWriteQueue(o.QueueWrites)
 	}
-	if c.journal != nil && o.ReplayLogLen < 0 {
-		c.journal = nil
-	}
-	if c.journal != nil {
+	if c.logged() {
 		// Before subscribing: what was published since is harmless to
 		// miss (L1 is empty), and replayed once more after a loss anyway.
 		switch pos, err := c.openLog(); {
 		case errors.Is(err, errors.ErrUnsupported):
-			c.journal = nil
+			c.feed.Log = ""
 		case err == nil:
 			c.loss.noteTrusted(pos)
 		}

@@ -11,133 +11,398 @@ import (
 	"github.com/hybridcache/hybridcache/internal/flight"
 )
 
-// This file holds fills: what runs, detached from its callers, when a key
-// misses L1, and the calls of the load functions.
+// This file holds fills: what runs, detached from its callers, when keys
+// miss L1. One engine serves GetOrCreate (a fill of one key) and
+// GetOrCreateMany (a fill of a batch's misses): one shared-tier read, one
+// load of what it did not find (with leases when asked), one write back.
 
-// runFill runs fill on a worker (see run). Its closure is made here, so
-// that only a call that needs one moves its arguments to the heap.
-func (c *Cache[V]) runFill(ctx context.Context, key string, load func(context.Context, string) (V, error), e policy, call *flight.Call[V], stale *item[V], pre *remoteRead[V]) bool {
-	return c.run(func() { c.fill(ctx, key, load, e, call, stale, pre) })
+// loader is the load function of a fill: a GetOrCreate's (one) or a
+// GetOrCreateMany's (many).
+type loader[V any] struct {
+	one  func(context.Context, string) (V, error)
+	many func(context.Context, []string) (map[string]V, error)
 }
 
-// fill runs one shared miss: the shared tier (unless pre holds what the
-// leader read there itself), then load. It runs detached from the caller
-// that started it (that caller may leave) and ends with Close or
-// LoadTimeout. stale, if not nil, is an expired L1 value that fail-safe may
-// serve if load fails.
-func (c *Cache[V]) fill(caller context.Context, key string, load func(context.Context, string) (V, error), e policy, call *flight.Call[V], stale *item[V], pre *remoteRead[V]) {
-	defer c.abandoned(key, call)
-	finish := func(v V, err error) { c.flights.Finish(key, call, v, err) }
-	ctx, cancel := c.fillContext(caller, e.loadTimeout)
-	defer cancel()
-
-	if pre == nil {
-		if pre = c.readShared(ctx, key, call, &e); pre == nil {
-			return // finished by readShared, with what it found
+// run calls the load for keys (see guard). A batch loader gets its own
+// copy of keys: it may keep or change the slice.
+func (l loader[V]) run(c *Cache[V], ctx context.Context, keys []string, queued func()) (m map[string]V, err error) {
+	if l.one == nil {
+		err = c.guard(ctx, "", len(keys), queued, func(ctx context.Context) (err error) {
+			m, err = l.many(ctx, append([]string(nil), keys...))
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
+		return m, nil
 	}
-	tok, it, st, raw := pre.tok, pre.it, pre.st, pre.raw
-	var read *item[V]
-	if st == readStale {
-		read = &it
-	}
-	var fbs []fallback[V]
-	if s := c.staleFor(stale, read, &e); s != nil {
-		fbs = []fallback[V]{{key: key, call: call, tok: tok, it: *s}}
-	}
-	// Replace what the shared tier holds when it is stale, corrupt or a
-	// tombstone, if it still holds that; otherwise write only if absent.
-	var old []byte
-	if st == readStale || st == readCorrupt || st == readDeleted {
-		old = raw
-	}
-
 	var v V
-	var h *heldLease // our lease on key, if we took one
-	// Released here if the load ends the goroutine (runtime.Goexit).
-	defer func() { c.abandon(ctx, h, key, 0) }()
-	var peer *found[V]
-	err := c.loadSoftly(fbs, &e, func(queued func()) (err error) {
-		if c.leasing(&e) && st != readDown {
-			if h, peer = c.leaseOne(ctx, key, tok, &e); peer != nil {
-				return peer.err
-			}
-		}
-		v, err = c.runLoad(ctx, key, load, queued)
+	err = c.guard(ctx, keys[0], 0, queued, func(ctx context.Context) (err error) {
+		v, err = l.one(ctx, keys[0])
 		return err
 	})
-	if peer != nil {
-		// Another instance loaded it (or failed to): its result is ours.
-		switch {
-		case err != nil:
-			if failSafe(err) {
-				c.serveStale(fbs, err, &e)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]V{keys[0]: v}, nil
+}
+
+// fill is one fill of keys, each with the call its callers wait on. Its
+// read fields are set by readFill, by the leader or by the fill itself.
+type fill[V any] struct {
+	keys  []string
+	calls []*flight.Call[V]
+	load  loader[V]
+	e     policy
+	// stale holds, by key, L1 entries past their lifetime that fail-safe
+	// may serve.
+	stale map[string]item[V]
+
+	read    bool              // readFill ran
+	cut     bool              // the reader's ctx ended before the shared tier answered
+	toks    []token           // the keys' tokens from before the read
+	vals    []found[V]        // what the read found, then what the load gave
+	replace map[string][]byte // by key, the stored bytes a write back replaces
+	missIdx []int             // the keys still to load
+
+	// Room for a fill of one key, so that its slices cost no allocation
+	// of their own.
+	key1  [1]string
+	call1 [1]*flight.Call[V]
+}
+
+// newFill returns the fill of one key.
+func newFill[V any](key string, call *flight.Call[V], load func(context.Context, string) (V, error), e policy, stale *item[V]) *fill[V] {
+	f := &fill[V]{load: loader[V]{one: load}, e: e}
+	f.key1[0], f.call1[0] = key, call
+	f.keys, f.calls = f.key1[:], f.call1[:]
+	if stale != nil {
+		f.stale = map[string]item[V]{key: *stale}
+	}
+	return f
+}
+
+// what names what f loads, in errors.
+func (f *fill[V]) what() string {
+	if f.load.one != nil {
+		return loaded(f.keys[0], 0)
+	}
+	return loaded("", len(f.keys))
+}
+
+// start runs f for the caller that leads it: the shared-tier read on the
+// caller's goroutine when leaderReads allows it, and the rest on a worker
+// if anything is left to load. It reports false if the cache closed first
+// (f's calls are then finished with ErrClosed), and cut when the caller's
+// ctx ended during its read (the fill reads again, for the callers still
+// waiting).
+func (c *Cache[V]) start(ctx context.Context, f *fill[V]) (ok, cut bool) {
+	if c.leaderReads(ctx) {
+		rctx := ctx
+		if f.e.loadTimeout > 0 {
+			var cancel context.CancelFunc
+			rctx, cancel = c.leadContext(ctx, f.e.loadTimeout)
+			defer cancel()
+		}
+		if c.readFill(rctx, f); f.cut {
+			f.read, f.cut, cut = false, false, true
+		} else if len(f.missIdx) == 0 {
+			return true, false
+		}
+	}
+	if c.run(func() { c.fill(ctx, f) }) {
+		return true, cut
+	}
+	var zero V
+	for i, key := range f.keys {
+		if !f.read || f.vals[i].st != readHit {
+			c.flights.Finish(key, f.calls[i], zero, ErrClosed)
+		}
+	}
+	return false, cut
+}
+
+// leaderReads reports whether the leader of a fill makes its shared-tier
+// read itself, saving the hand-off to a worker goroutine and back: when its
+// ctx cannot end (it would wait for the whole fill anyway), or when the
+// Remote bounds how long a read can block (RemoteInfo.ReadBound), so that
+// a caller whose ctx ends during the read waits no longer than that bound.
+// Otherwise the whole fill runs on a worker and the caller can leave at once.
+func (c *Cache[V]) leaderReads(ctx context.Context) bool {
+	return c.readBound > 0 || ctx.Done() == nil
+}
+
+// leadContext bounds a leader's read by the load timeout. A ctx that cannot
+// end serves as a fill's context, which adds the end that Close brings; one
+// that can keeps its own end.
+func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if ctx.Done() == nil {
+		return c.fillContext(ctx, timeout)
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// readFill reads f's keys from the shared tier in one call and finishes
+// the calls of the keys it found live (or remembered absent).
+func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
+	f.read = true
+	f.toks = c.tokens(f.keys)
+	f.vals, f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, &f.e)
+	if f.cut {
+		return
+	}
+	f.missIdx = f.missIdx[:0]
+	hits := 0
+	for i := range f.keys {
+		if f.vals[i].st == readHit {
+			hits++
+		} else {
+			f.missIdx = append(f.missIdx, i)
+		}
+	}
+	if hits == 0 {
+		return
+	}
+	if hits == len(f.keys) {
+		c.flights.FinishMany(f.keys, f.calls, all(len(f.keys)), f.result)
+		return
+	}
+	c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)
+}
+
+// result is key i's answer once f.vals[i].it holds it.
+func (f *fill[V]) result(i int) (V, error) {
+	if f.vals[i].it.absent {
+		var zero V
+		return zero, fmt.Errorf("hybrid: %q: %w", f.keys[i], ErrNotFound)
+	}
+	return f.vals[i].it.v, nil
+}
+
+// fill runs f past its leader: the read, unless the leader made it; then
+// one load for what it did not find (with LoadLease: for the keys it got
+// a lease on, while it waits for the others); then the write back. It
+// runs detached from its callers (they may leave) and ends with Close or
+// LoadTimeout.
+func (c *Cache[V]) fill(caller context.Context, f *fill[V]) {
+	defer c.abandoned(f)
+	ctx, cancel := c.fillContext(caller, f.e.loadTimeout)
+	defer cancel()
+	if !f.read {
+		c.readFill(ctx, f)
+	}
+	keys, calls, e := f.keys, f.calls, &f.e
+	if len(f.missIdx) == 0 {
+		return
+	}
+	var fbs []fallback[V]
+	for _, i := range f.missIdx {
+		var held, read *item[V]
+		if it, ok := f.stale[keys[i]]; ok {
+			held = &it
+		}
+		if f.vals[i].st == readStale {
+			read = &f.vals[i].it
+		}
+		if s := c.staleFor(held, read, e); s != nil {
+			fbs = append(fbs, fallback[V]{key: keys[i], call: calls[i], tok: f.toks[i], it: *s})
+		}
+	}
+	if !c.leasing(e) {
+		c.loadFill(ctx, f, f.missIdx, fbs, nil)
+		return
+	}
+	// One lease per missing key, all asked for in one round trip; the
+	// keys the shared tier could not be read for are loaded without one.
+	missIdx := f.missIdx
+	var alone []int
+	for j, i := range missIdx {
+		if f.vals[i].st == readDown {
+			alone = append(alone, j)
+		}
+	}
+	left := c.leased(ctx, pick(keys, missIdx), pick(f.toks, missIdx), alone, e,
+		func(j int, it item[V], err error) {
+			i := missIdx[j]
+			switch {
+			case err != nil:
+				if fb := fallbackOf(fbs, keys[i]); fb != nil && failSafe(err) {
+					c.serveStale([]fallback[V]{*fb}, err, e)
+				}
+				var zero V
+				c.flights.Finish(keys[i], calls[i], zero, err)
+			case it.absent:
+				var zero V
+				c.flights.Finish(keys[i], calls[i], zero, fmt.Errorf("hybrid: %q: %w", keys[i], ErrNotFound))
+			default:
+				c.flights.Finish(keys[i], calls[i], it.v, nil)
 			}
-			finish(v, err)
-		case peer.it.absent:
-			finish(v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
+		},
+		func(js []int, h *heldLease) {
+			defer c.abandon(ctx, h, f.what()) // the load may call Goexit
+			idx := pick(missIdx, js)
+			var sub []fallback[V]
+			for _, i := range idx {
+				if fb := fallbackOf(fbs, keys[i]); fb != nil {
+					sub = append(sub, *fb)
+				}
+			}
+			c.loadFill(ctx, f, idx, sub, h)
+		})
+	if len(left) > 0 {
+		err := callerErr(ctx)
+		c.flights.FinishMany(keys, calls, pick(missIdx, left), func(int) (V, error) {
+			var zero V
+			return zero, err
+		})
+	}
+}
+
+// fallbackOf returns key's fallback in fbs, nil if it has none.
+func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
+	for i := range fbs {
+		if fbs[i].key == key {
+			return &fbs[i]
+		}
+	}
+	return nil
+}
+
+// loadFill loads f.keys[idx], found missing by f's read, with one call of
+// the load, and stores what it returns in L1 and then the shared tier; fbs
+// are their fail-safe fallbacks. A load that fails with ErrNotFound finds
+// every key absent. h is this fill's lease on some of the keys (nil:
+// none), released once they are stored.
+func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fallback[V], h *heldLease) {
+	keys, calls, toks, vals, e := f.keys, f.calls, f.toks, f.vals, &f.e
+	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
+	var zero V
+	var loaded map[string]V
+	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
+		loaded, err = f.load.run(c, ctx, pick(keys, idx), queued)
+		return err
+	})
+	var notFound error // the load's own error, for the keys it found absent
+	if errors.Is(loadErr, ErrNotFound) {
+		notFound, loadErr = loadErr, nil
+	}
+	if loadErr != nil {
+		if failSafe(loadErr) {
+			c.serveStale(fbs, loadErr, e)
+		}
+		finish(idx, func(int) (V, error) { return zero, loadErr })
+		c.releaseLeases(ctx, h, nil, loadErr)
+		return
+	}
+	fws := make([]fillWrite, 0, len(idx))
+	lb := c.local.Batch()
+	for _, i := range idx {
+		key := keys[i]
+		ttl, localTTL := c.lifetimes(e)
+		v, ok := loaded[key]
+		var b []byte
+		switch {
+		case !ok && e.negativeTTL > 0:
+			vals[i].it = item[V]{absent: true}
+			ttl, localTTL = e.negativeTTL, min(e.negativeTTL, localTTL)
+			b = c.encodeAbsent(ttl, e.tags)
+		case !ok:
+			vals[i].it = item[V]{absent: true} // not found, and not remembered
+			continue
 		default:
-			finish(peer.it.v, nil)
+			vals[i].it = item[V]{v: v}
+			var err error
+			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
+				c.notStored(key, err)
+				continue
+			}
 		}
-		return
+		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], e)
+		fws = append(fws, fillWrite{key: key, b: b, life: e.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
-	if err != nil {
-		if errors.Is(err, ErrNotFound) && e.negativeTTL > 0 {
-			ttl, localTTL := e.negativeTTL, min(e.negativeTTL, e.localTTL)
-			b := c.encodeAbsent(ttl, e.tags)
-			c.storeLocal(nil, key, tagged(item[V]{absent: true}, e.tags), c.size(b), localTTL, tok, &e)
-			finish(v, err)
-			c.storeFilled(ctx, key, b, e.physical(ttl), old, tok, h)
-			return
-		}
-		if failSafe(err) {
-			c.serveStale(fbs, err, &e)
-		}
-		finish(v, err)
-		c.releaseLeases(ctx, h, nil, err)
-		return
-	}
-	ttl, localTTL := c.lifetimes(&e)
-	b, err := c.encode(key, v, ttl, e.tags)
-	if err != nil {
-		c.notStored(key, err)
-		finish(v, nil)
-		c.releaseLeases(ctx, h, nil, errNotStored)
-		return
-	}
+	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier; then the instances waiting for
-	// our lease.
-	c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, &e)
-	finish(v, nil)
-	c.storeFilled(ctx, key, b, e.physical(ttl), old, tok, h)
+	// our leases.
+	finish(idx, func(i int) (V, error) {
+		if vals[i].it.absent && notFound != nil {
+			return zero, notFound
+		}
+		return f.result(i)
+	})
+	c.storeLoaded(ctx, fws, loaded, h)
 }
 
-// leaseOne is the lease step of a single-key fill (see leased): it returns
-// the lease this fill took on key (nil: load without one), or the result
-// another instance's load gave, with err set to ctx's error if ctx ended
-// while it waited.
-func (c *Cache[V]) leaseOne(ctx context.Context, key string, tok token, e *policy) (h *heldLease, peer *found[V]) {
-	left := c.leased(ctx, []string{key}, []token{tok}, nil, e,
-		func(_ int, it item[V], err error) { peer = &found[V]{it: it, err: err} },
-		func(_ []int, held *heldLease) { h = held })
-	if left != nil {
-		return nil, &found[V]{err: callerErr(ctx)}
-	}
-	return h, peer
-}
-
-// abandoned ends call with an error wrapping ErrPanic if its fill returns
-// without having ended it: a load that calls runtime.Goexit skips all but
-// deferred calls, and its waiters must still get an answer. A call that
-// only answered with a stale value (see serveStale) ends here too.
-func (c *Cache[V]) abandoned(key string, call *flight.Call[V]) {
-	var zero V
-	if call.Done() {
-		c.flights.Finish(key, call, zero, nil) // keeps its result
+// storeLoaded writes a fill's loaded values back (see storeRemote) and
+// releases its lease h on some of them, telling the instances that wait
+// for them what they need: what was written travels to them, what the
+// load did not return they learn is not found, and what could not be
+// stored they load by themselves. A lease on one key is released by the
+// key's own write, in the same atomic step.
+func (c *Cache[V]) storeLoaded(ctx context.Context, fws []fillWrite, loaded map[string]V, h *heldLease) {
+	if h == nil || len(h.keys) == 0 {
+		c.storeRemote(ctx, fws)
 		return
 	}
-	c.flights.Finish(key, call, zero, fmt.Errorf("%w: %q: %w", ErrPanic, key, errGoexit))
+	if len(h.keys) == 1 {
+		for j := range fws {
+			if fws[j].key == h.keys[0] {
+				w := fws[j]
+				c.storeRemote(ctx, append(fws[:j:j], fws[j+1:]...))
+				c.storeFilled(ctx, w, h)
+				return
+			}
+		}
+	}
+	wrote := c.storeRemote(ctx, fws)
+	written := make(map[string][]byte, len(fws))
+	for j, w := range fws {
+		written[w.key] = w.b
+		if !wrote[j] {
+			written[w.key] = nil // stored in L1 only: the waiters read it
+		}
+	}
+	var held, absent, unstored []string
+	for _, key := range h.keys {
+		_, inL1 := written[key]
+		_, ok := loaded[key]
+		switch {
+		case inL1:
+			held = append(held, key)
+		case ok:
+			unstored = append(unstored, key)
+		default:
+			absent = append(absent, key)
+		}
+	}
+	if len(absent) > 0 {
+		c.releaseLeases(ctx, h.part(absent), nil, fmt.Errorf("hybrid: load: %w", ErrNotFound))
+	}
+	if len(unstored) > 0 {
+		c.releaseLeases(ctx, h.part(unstored), nil, errNotStored)
+	}
+	filled := make([][]byte, len(held))
+	for j, key := range held {
+		filled[j] = written[key]
+	}
+	h.keys = held
+	c.releaseLeases(ctx, h, filled, nil)
+}
+
+// abandoned ends each of f's calls with an error wrapping ErrPanic if its
+// fill returns without having ended it: a load that calls runtime.Goexit
+// skips all but deferred calls, and its waiters must still get an answer.
+// A call that only answered with a stale value (see serveStale) ends here
+// too.
+func (c *Cache[V]) abandoned(f *fill[V]) {
+	var zero V
+	for i, call := range f.calls {
+		if call.Done() {
+			c.flights.Finish(f.keys[i], call, zero, nil) // keeps its result
+			continue
+		}
+		c.flights.Finish(f.keys[i], call, zero, fmt.Errorf("%w: %s: %w", ErrPanic, f.what(), errGoexit))
+	}
 }
 
 // errGoexit is the cause of the error a load that calls runtime.Goexit
@@ -176,28 +441,6 @@ type fillCtx struct {
 }
 
 func (f fillCtx) Value(key any) any { return f.values.Value(key) }
-
-// runLoad calls load for key (see guard).
-func (c *Cache[V]) runLoad(ctx context.Context, key string, load func(context.Context, string) (V, error), queued func()) (v V, err error) {
-	err = c.guard(ctx, key, 0, queued, func(ctx context.Context) (err error) {
-		v, err = load(ctx, key)
-		return err
-	})
-	return v, err
-}
-
-// runLoadMany calls a batch load for keys (see guard). The loader gets its
-// own copy of keys: it may keep or change the slice.
-func (c *Cache[V]) runLoadMany(ctx context.Context, keys []string, load func(context.Context, []string) (map[string]V, error), queued func()) (m map[string]V, err error) {
-	err = c.guard(ctx, "", len(keys), queued, func(ctx context.Context) (err error) {
-		m, err = load(ctx, append([]string(nil), keys...))
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
 
 // guard runs one call of a load function, f, for key or for a batch of n
 // keys, as every such call runs: within MaxConcurrentLoads (see slot, which

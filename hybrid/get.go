@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
-
-	"github.com/hybridcache/hybridcache/internal/flight"
 )
 
 // This file holds the single-key read path: L1, then the one place that
@@ -67,18 +64,8 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	}
 	call, leader := c.flights.Join(key)
 	if leader {
-		var pre *remoteRead[V]
-		cut := false
-		if c.leaderReads(ctx) {
-			if pre = c.leadRead(ctx, key, call, &e); pre == nil {
-				return call.Wait(ctx)
-			}
-			if pre.st == readCut {
-				pre, cut = nil, true // the fill reads again, for the callers still waiting
-			}
-		}
-		if !c.runFill(ctx, key, load, e, call, stale, pre) {
-			c.flights.Finish(key, call, zero, ErrClosed)
+		ok, cut := c.start(ctx, newFill(key, call, load, e, stale))
+		if !ok {
 			return zero, ErrClosed
 		}
 		if cut { // whether or not the fill is already done
@@ -86,65 +73,6 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 		}
 	}
 	return call.Wait(ctx)
-}
-
-// remoteRead is what a leader found in the shared tier when it read it
-// itself, before it handed the rest of its fill to a worker.
-type remoteRead[V any] struct {
-	tok token
-	it  item[V]
-	st  readState
-	raw []byte
-}
-
-// leaderReads reports whether the leader of a fill makes its shared-tier
-// read itself, saving the hand-off to a worker goroutine and back: when its
-// ctx cannot end (it would wait for the whole fill anyway), or when the
-// Remote bounds how long a read can block (BoundedReader), so that a
-// caller whose ctx ends during the read waits no longer than that bound.
-// Otherwise the whole fill runs on a worker and the caller can leave at once.
-func (c *Cache[V]) leaderReads(ctx context.Context) bool {
-	return c.readBound > 0 || ctx.Done() == nil
-}
-
-// leadRead is the shared-tier read of a fill, made by its leader (see
-// leaderReads). A read that finds a live value finishes call and returns
-// nil; otherwise leadRead returns what it read for the fill to go on with
-// (readCut if the leader's ctx ended first).
-func (c *Cache[V]) leadRead(ctx context.Context, key string, call *flight.Call[V], e *policy) *remoteRead[V] {
-	if e.loadTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = c.leadContext(ctx, e.loadTimeout)
-		defer cancel()
-	}
-	return c.readShared(ctx, key, call, e)
-}
-
-// leadContext bounds a leader's read by the load timeout. A ctx that cannot
-// end serves as a fill's context, which adds the end that Close brings; one
-// that can keeps its own end.
-func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if ctx.Done() == nil {
-		return c.fillContext(ctx, timeout)
-	}
-	return context.WithTimeout(ctx, timeout)
-}
-
-// readShared is a fill's read of the shared tier: a live value (or a
-// remembered absence) finishes call and gives nil; anything else is
-// returned for the fill to go on with.
-func (c *Cache[V]) readShared(ctx context.Context, key string, call *flight.Call[V], e *policy) *remoteRead[V] {
-	tok := c.vers.token(key)
-	it, st, raw := c.readRemote(ctx, key, tok, e)
-	if st != readHit {
-		return &remoteRead[V]{tok: tok, it: it, st: st, raw: raw}
-	}
-	if it.absent {
-		c.flights.Finish(key, call, it.v, fmt.Errorf("hybrid: %q: %w", key, ErrNotFound))
-	} else {
-		c.flights.Finish(key, call, it.v, nil)
-	}
-	return nil
 }
 
 // Get returns the value for key from L1 or the shared tier, without
@@ -166,7 +94,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	it, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
 	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err

@@ -316,31 +316,17 @@ func fillFromRemote(t testing.TB, c *hybrid.Cache[string], key, want string) {
 // one namespace that no other test uses (redistest.Prefix).
 
 var (
-	_ hybrid.Remote      = (*countingRemote)(nil)
-	_ hybrid.BatchRemote = (*countingRemote)(nil)
-	_ hybrid.Announcer   = (*countingRemote)(nil)
-
-	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
-	_ hybrid.BoundedReader    = (*countingRemote)(nil)
-	_ hybrid.Journal          = (*countingRemote)(nil)
-	_ hybrid.NewerSetter      = (*countingRemote)(nil)
-	_ hybrid.NewerJournal     = (*countingRemote)(nil)
-	_ hybrid.Journal          = (*l2.Store)(nil)
-	_ hybrid.JournalReplacer  = (*countingRemote)(nil)
-	_ hybrid.JournalReplacer  = (*l2.Store)(nil)
-	_ hybrid.BoundedReader    = (*l2.Store)(nil)
-	_ hybrid.Leaser           = (*countingRemote)(nil)
-	_ hybrid.Leaser           = (*l2.Store)(nil)
+	_ hybrid.Remote = (*countingRemote)(nil)
+	_ hybrid.Remote = (*l2.Store)(nil)
 )
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
-// test can tell how often an instance went to Redis. It implements Remote,
-// BatchRemote, CompareAndSetter, Announcer, Replacer, NewerSetter and
-// NewerJournal (both counted as newerSets), and Leaser (FillAndRelease
-// counted apart from the other lease calls), by delegating to the Store. A call is counted when it returns, so a count seen means the
-// call is over. Gets of the cache's own records (keys "ns:\x00...": the
-// clear record, tag records) are counted apart from Gets of values, which
-// the tests of the read path count.
+// test can tell how often an instance went to Redis. A call is counted
+// when it returns, so a count seen means the call is over. Reads are
+// counted as Get (one key) or GetMany; writes by their kind, as the cache
+// makes them (see count). Gets of the cache's own records (keys
+// "ns:\x00...": the clear record, tag records, leases) are counted apart
+// from Gets of values, which the tests of the read path count.
 type countingRemote struct {
 	s *l2.Store
 
@@ -352,10 +338,10 @@ type countingRemote struct {
 	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
 	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
 
-	// afterGet, when set, runs after the Store's Get (and GetMany, once per
-	// key) returned and before the cache sees the result.
+	// afterGet, when set, runs after the Store's Get returned, once per
+	// key, and before the cache sees the result.
 	afterGet atomic.Pointer[func(key string)]
-	// beforeNewer, when set, runs before the Store's SetIfNewer calls (a
+	// beforeNewer, when set, runs before a write of Cond IfNewer (a
 	// queued write's replay).
 	beforeNewer atomic.Pointer[func(key string)]
 }
@@ -375,101 +361,68 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 	r.afterGet.Store(&f)
 }
 
-// ReadBound passes the Store's on, so that the cache treats a
-// countingRemote as it would the Store.
-func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
-func (r *countingRemote) Prefix() string           { return r.s.Prefix() }
+func (r *countingRemote) Info() hybrid.RemoteInfo { return r.s.Info() }
 
-func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	if strings.Contains(key, ":\x00") {
+func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	switch {
+	case len(keys) == 1 && strings.Contains(keys[0], ":\x00"):
 		defer r.recordGets.Add(1)
-	} else {
+	case len(keys) == 1:
 		defer r.gets.Add(1)
+	default:
+		defer r.getManys.Add(1)
+		defer r.getManyKeys.Add(int64(len(keys)))
 	}
-	v, ok, err := r.s.Get(ctx, key)
-	r.hook(key)
-	return v, ok, err
-}
-
-func (r *countingRemote) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	defer r.sets.Add(1)
-	return r.s.Set(ctx, key, value, ttl)
-}
-
-func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	defer r.setIfAbsents.Add(1)
-	return r.s.SetIfAbsent(ctx, key, value, ttl)
-}
-
-func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
-	defer r.getManys.Add(1)
-	defer r.getManyKeys.Add(int64(len(keys)))
-	v, err := r.s.GetMany(ctx, keys)
+	v, err := r.s.Get(ctx, keys)
 	for _, k := range keys {
 		r.hook(k)
 	}
 	return v, err
 }
 
-func (r *countingRemote) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) ([]bool, error) {
-	defer r.setManyIfAbsents.Add(1)
-	defer r.setManyKey.Add(int64(len(keys)))
-	return r.s.SetManyIfAbsent(ctx, keys, values, ttls)
-}
-
-func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
-	defer r.setAndPublishes.Add(1)
-	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
-}
-
-// The Journal's calls are passed on uncounted: a write through
-// SetPublishAndLog counts as a SetAndPublish.
-
-func (r *countingRemote) SetPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, log string, entry []byte, maxLen int) error {
-	defer r.setAndPublishes.Add(1)
-	return r.s.SetPublishAndLog(ctx, key, value, ttl, channel, msg, log, entry, maxLen)
-}
-
-func (r *countingRemote) OpenLog(ctx context.Context, log string) (string, error) {
-	return r.s.OpenLog(ctx, log)
-}
-
-func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) ([][]byte, []string, bool, error) {
-	return r.s.ReadLog(ctx, log, after, max)
-}
-
-func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
-	defer r.compareAndSets.Add(1)
-	return r.s.CompareAndSet(ctx, key, old, value, ttl)
-}
-
-func (r *countingRemote) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (bool, error) {
-	defer r.newerSets.Add(1)
-	if f := r.beforeNewer.Load(); f != nil {
-		(*f)(key)
+// Write counts a call by the kind of its writes: a lease holder's write, a
+// replay (IfNewer), an Expire (KeepTTL), an announced write, a replacing
+// fill (IfEqual), a batch of fills (more than one write), a fill
+// (IfAbsent) or a plain Set.
+func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+	defer r.count(ws)
+	for _, w := range ws {
+		if w.If == hybrid.IfNewer {
+			if fn := r.beforeNewer.Load(); fn != nil {
+				(*fn)(w.Key)
+			}
+		}
 	}
-	return r.s.SetIfNewerAndPublish(ctx, key, value, ttl, channel, msg, stampOffset)
+	return r.s.Write(ctx, ws, f)
 }
 
-func (r *countingRemote) SetIfNewerPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int, log string, entry []byte, maxLen int) (bool, error) {
-	defer r.newerSets.Add(1)
-	if f := r.beforeNewer.Load(); f != nil {
-		(*f)(key)
+func (r *countingRemote) count(ws []hybrid.Write) {
+	if len(ws) == 0 {
+		return
 	}
-	return r.s.SetIfNewerPublishAndLog(ctx, key, value, ttl, channel, msg, stampOffset, log, entry, maxLen)
+	w := ws[0]
+	switch {
+	case w.Lease != "":
+		r.fillAndReleases.Add(1)
+	case w.If == hybrid.IfNewer:
+		r.newerSets.Add(1)
+	case w.KeepTTL:
+		r.replaces.Add(1)
+	case w.Msg != nil:
+		r.setAndPublishes.Add(1)
+	case len(ws) > 1:
+		r.setManyIfAbsents.Add(1)
+		r.setManyKey.Add(int64(len(ws)))
+	case w.If == hybrid.IfEqual:
+		r.compareAndSets.Add(1)
+	case w.If == hybrid.IfAbsent:
+		r.setIfAbsents.Add(1)
+	default:
+		r.sets.Add(1)
+	}
 }
 
-func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
-	defer r.replaces.Add(1)
-	return r.s.ReplaceAndPublish(ctx, key, old, value, channel, msg)
-}
-
-func (r *countingRemote) ReplacePublishAndLog(ctx context.Context, key string, old, value []byte, channel string, msg []byte, log string, entry []byte, maxLen int) (bool, error) {
-	defer r.replaces.Add(1)
-	return r.s.ReplacePublishAndLog(ctx, key, old, value, channel, msg, log, entry, maxLen)
-}
-
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, []string, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
 	defer r.leaseCalls.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
 }
@@ -479,14 +432,13 @@ func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token 
 	return r.s.ExtendLeases(ctx, keys, token, ttl)
 }
 
-func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
 	defer r.leaseCalls.Add(1)
-	return r.s.ReleaseLeases(ctx, keys, token, channel, msg)
+	return r.s.ReleaseLeases(ctx, keys, token, msg, f)
 }
 
-func (r *countingRemote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (bool, error) {
-	defer r.fillAndReleases.Add(1)
-	return r.s.FillAndRelease(ctx, key, old, value, ttl, lease, token, channel, stored, unstored)
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (hybrid.LogPage, error) {
+	return r.s.ReadLog(ctx, log, after, max)
 }
 
 // remoteCalls is a snapshot of a countingRemote's counters.

@@ -103,7 +103,7 @@ func (c *Cache[V]) admit(m message.Message) bool {
 	}
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
-		if keysOnly && m.Op != message.OpFilled && c.ann != nil {
+		if keysOnly && m.Op != message.OpFilled && c.remote != nil {
 			c.echo.back(m.Keys[0], m.Position) // a tag's message names no key we wrote
 		}
 		c.noteApplied(m)

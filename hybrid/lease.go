@@ -191,9 +191,9 @@ func (h *heldLease) halt() {
 // the fill of key (or of a batch of n keys), it runs when the load calls
 // runtime.Goexit or panics, so that neither the keep-alive nor the lease
 // outlives the load, and the waiters hear of the failure at once.
-func (c *Cache[V]) abandon(ctx context.Context, h *heldLease, key string, n int) {
+func (c *Cache[V]) abandon(ctx context.Context, h *heldLease, what string) {
 	if h != nil && !h.released && len(h.keys) > 0 {
-		c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, loaded(key, n), errGoexit))
+		c.releaseLeases(ctx, h, nil, fmt.Errorf("%w: %s: %w", ErrPanic, what, errGoexit))
 	}
 	h.halt() // also when the fill released its keys in parts
 }
@@ -222,7 +222,7 @@ func (c *Cache[V]) leaseToken() string {
 }
 
 // leasing reports whether a fill under e takes leases.
-func (c *Cache[V]) leasing(e *policy) bool { return e.lease > 0 && c.leaser != nil }
+func (c *Cache[V]) leasing(e *policy) bool { return e.lease > 0 && c.remote != nil && c.bus != nil }
 
 // leased is the lease step of a fill of keys (one key, or a batch's
 // misses), toks their tokens from before the fill's read. It ends each key
@@ -383,14 +383,11 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 	tok := c.leaseToken()
 	ask := pick(keys, idx)
 	toks := c.tokens(ask) // before the read that comes with the take
-	var got []bool
-	var left []time.Duration
-	var vals [][]byte
-	var holders []string
+	var got []Lease
 	err := c.call(ctx, "lease", leaseName(ask), func(ctx context.Context) (err error) {
-		got, left, vals, holders, err = c.leaser.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
-		if err == nil && (len(got) != len(ask) || len(left) != len(ask) || len(vals) != len(ask) || len(holders) != len(ask)) {
-			err = fmt.Errorf("hybrid: TakeLeases returned %d, %d, %d and %d results for %d keys", len(got), len(left), len(vals), len(holders), len(ask))
+		got, err = c.remote.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
+		if err == nil && len(got) != len(ask) {
+			err = fmt.Errorf("hybrid: Remote.TakeLeases returned %d results for %d keys", len(got), len(ask))
 		}
 		return err
 	})
@@ -401,18 +398,18 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 	now := time.Now()
 	var held []string
 	for j, i := range idx {
-		if got[j] {
+		if got[j].Taken {
 			mine = append(mine, i)
 			held = append(held, keys[i])
 			c.n.leasesTaken.Add(1)
 			if waited[i] {
 				c.n.leasesTakenOver.Add(1)
 			}
-			if vals[j] != nil {
+			if got[j].Value != nil {
 				if found == nil {
 					found = make(map[int]taken)
 				}
-				found[i] = taken{b: vals[j], tok: toks[j]}
+				found[i] = taken{b: got[j].Value, tok: toks[j]}
 			}
 			continue
 		}
@@ -420,8 +417,8 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 			waited[i] = true
 			c.n.leasesWaited.Add(1)
 		}
-		retry[i] = now.Add(max(left[j], time.Millisecond) + leaseSlack)
-		holder[i] = holders[j]
+		retry[i] = now.Add(max(got[j].Left, time.Millisecond) + leaseSlack)
+		holder[i] = got[j].Holder
 	}
 	return mine, &heldLease{keys: held, token: tok, life: e.lease}, found
 }
@@ -463,28 +460,11 @@ func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *he
 }
 
 // leasesHeld reports, for each keys[i] of idx, whether its lease is still
-// held under holder[i], as read from the shared tier (one GetMany, or a
-// Get per key). A read that fails reports none held.
+// held under holder[i], as read from the shared tier in one call. A read
+// that fails reports none held.
 func (c *Cache[V]) leasesHeld(ctx context.Context, keys []string, idx []int, holder []string) []bool {
 	ask := pick(keys, idx)
-	full := c.leaseKeys(ask)
-	vals := make([][]byte, len(full))
-	err := c.call(ctx, "lease_check", leaseName(ask), func(ctx context.Context) (err error) {
-		if c.batch != nil {
-			got, err := c.batch.GetMany(ctx, full)
-			if err == nil && len(got) != len(full) {
-				err = fmt.Errorf("hybrid: GetMany returned %d values for %d keys", len(got), len(full))
-			}
-			copy(vals, got)
-			return err
-		}
-		for j, k := range full {
-			if vals[j], _, err = c.remote.Get(ctx, k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	vals, err := c.get(ctx, "lease_check", leaseName(ask), c.leaseKeys(ask))
 	held := make([]bool, len(idx))
 	if err != nil {
 		return held
@@ -566,7 +546,7 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 			ctx, cancel := context.WithTimeout(c.stop, d/3)
 			var held []bool
 			err := c.do(ctx, "lease_extend", leaseName(h.keys), func(ctx context.Context) (err error) {
-				held, err = c.leaser.ExtendLeases(ctx, keys, h.token, d)
+				held, err = c.remote.ExtendLeases(ctx, keys, h.token, d)
 				return err
 			})
 			cancel()
@@ -586,16 +566,13 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 	}()
 }
 
-// storeFilled is storeRemote for a single-key fill, which may hold a
-// lease on key (h): then the write, the release and the announcement to
-// the waiting instances are one call (FillAndRelease). A write not made
-// (the key changed here since tok, or the call failed) still releases the
-// lease, announced without a value.
-func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life time.Duration, old []byte, tok token, h *heldLease) {
-	if h == nil || len(h.keys) == 0 {
-		c.storeRemote(ctx, key, b, life, old, tok)
-		return
-	}
+// storeFilled is storeRemote for the one key a fill holds a lease on (h):
+// the write, the release and the announcement to the waiting instances
+// are one atomic write (Write.Lease). A write not made (the key changed
+// here since its token, or the call failed) still releases the lease,
+// announced without a value.
+func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) {
+	key, b := fw.key, fw.b
 	h.halt()
 	h.released = true
 	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys, Token: h.token}
@@ -606,9 +583,17 @@ func (c *Cache[V]) storeFilled(ctx context.Context, key string, b []byte, life t
 		stored = message.Encode(m, c.o.Secret)
 	}
 	wrote, tried := false, false
-	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(tok) }, func(ctx context.Context) (err error) {
+	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
 		tried = true
-		wrote, err = c.leaser.FillAndRelease(ctx, c.prefix+key, old, b, life, c.leaseKey(key), h.token, c.o.Channel, stored, unstored)
+		w := Write{Key: c.prefix + key, Value: b, TTL: fw.life, If: IfAbsent, Msg: stored, Else: unstored, Lease: c.leaseKey(key), Token: h.token}
+		if fw.old != nil {
+			w.If, w.Old = IfEqual, fw.old
+		}
+		res, err := c.remote.Write(ctx, []Write{w}, Feed{Channel: c.feed.Channel})
+		if err == nil && len(res) != 1 {
+			err = fmt.Errorf("hybrid: Remote.Write returned %d results for 1 write", len(res))
+		}
+		wrote = err == nil && res[0]
 		return err
 	})
 	switch {
@@ -662,7 +647,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	// Not counted in Published: the Leaser announces only when another
 	// instance asked for one of the leases.
 	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
-		return c.leaser.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, c.o.Channel, msg)
+		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, Feed{Channel: c.feed.Channel})
 	})
 	if m.Op == message.OpFilled && loadErr != nil {
 		vals = nil // a fill ended by Close: nothing stored

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -129,11 +130,12 @@ func (c *Cache[V]) logKey() string { return c.prefix + "\x00log" }
 func (c *Cache[V]) openLog() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var pos string
+	var page LogPage
 	err := c.call(ctx, "open_log", "", func(ctx context.Context) (err error) {
-		pos, err = c.journal.OpenLog(ctx, c.logKey())
+		page, err = c.remote.ReadLog(ctx, c.logKey(), "", 0)
 		return err
 	})
+	pos := page.Last
 	if err != nil && !errors.Is(err, errors.ErrUnsupported) {
 		// The position stays unknown: a loss before the first message
 		// flushes L1.
@@ -205,7 +207,7 @@ func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got i
 		}
 		defer c.loss.checking.Store(false)
 	}
-	got, st, _ := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	got, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
 	switch st {
 	case readHit:
 		return got, true
@@ -253,7 +255,7 @@ func (c *Cache[V]) onLoss(restored bool) {
 		c.n.busLosses.Add(1)
 		return
 	}
-	if c.journal == nil || !c.run(c.replay) {
+	if !c.logged() || !c.run(c.replay) {
 		c.flush()
 		c.loss.lost.Store(false)
 		c.n.busLosses.Add(1)
@@ -278,7 +280,12 @@ func (c *Cache[V]) readLog(ctx context.Context, after string) (entries [][]byte,
 	wait := 50 * time.Millisecond
 	for {
 		err = c.call(ctx, "read_log", "", func(ctx context.Context) (err error) {
-			entries, positions, complete, err = c.journal.ReadLog(ctx, c.logKey(), after, replayBatch)
+			var page LogPage
+			page, err = c.remote.ReadLog(ctx, c.logKey(), after, replayBatch)
+			entries, positions, complete = page.Entries, page.Positions, page.Complete
+			if err == nil && len(positions) != len(entries) {
+				err = fmt.Errorf("hybrid: Remote.ReadLog returned %d positions for %d entries", len(positions), len(entries))
+			}
 			return err
 		})
 		if err == nil || !pause(ctx, wait) {

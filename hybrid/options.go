@@ -234,6 +234,8 @@ type Options struct {
 	// Tracer, if set, gets a span around every load and shared-tier call
 	// (see the otel module for one on OpenTelemetry). Default: none.
 	Tracer Tracer
+
+	info RemoteInfo // what the Remote said of itself (withDefaults asks it once)
 }
 
 const (
@@ -256,12 +258,7 @@ const (
 // key prefix (when it has one, see Remote) and the Namespace. The bus
 // channel and every message carry it, so that caches that share no keys
 // share no messages either.
-func (o *Options) scope() string {
-	if p, ok := o.Remote.(interface{ Prefix() string }); ok {
-		return p.Prefix() + o.Namespace
-	}
-	return o.Namespace
-}
+func (o *Options) scope() string { return o.info.Prefix + o.Namespace }
 
 // globChars are the characters with a meaning in a Redis glob pattern
 // (SCAN MATCH, KEYS), refused in a Namespace.
@@ -321,8 +318,8 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if o.LoadLease > 0 {
-		if _, ok := o.Remote.(Leaser); !ok || o.Bus == nil {
-			return o, errors.New("hybrid: Options.LoadLease needs a Remote that is a Leaser (such as *l2.Store) and a Bus")
+		if o.Remote == nil || o.Bus == nil {
+			return o, errors.New("hybrid: Options.LoadLease needs a Remote and a Bus")
 		}
 		if o.LoadLease < minLease {
 			return o, fmt.Errorf("hybrid: Options.LoadLease (%v) is shorter than %v", o.LoadLease, minLease)
@@ -369,6 +366,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Codec == nil {
 		o.Codec = codec.JSON{}
+	}
+	if o.Remote != nil {
+		o.info = o.Remote.Info()
 	}
 	if o.Channel == "" {
 		o.Channel = "hybridcache:" + o.scope()
@@ -533,8 +533,8 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.eager = opt.f
 		case kindLoadLease:
 			if opt.d > 0 {
-				if _, ok := o.Remote.(Leaser); !ok || o.Bus == nil {
-					return e, errors.New("hybrid: entry option: a load lease needs a Remote that is a Leaser and a Bus")
+				if o.Remote == nil || o.Bus == nil {
+					return e, errors.New("hybrid: entry option: a load lease needs a Remote and a Bus")
 				}
 			}
 			e.lease = opt.d

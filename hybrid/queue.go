@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"bytes"
 	"container/list"
 	"context"
 	"encoding/binary"
@@ -275,15 +274,9 @@ func (c *Cache[V]) replayQueue() {
 }
 
 // replayWrite makes the queued write w unless the shared tier holds a
-// newer value (see NewerSetter), and announces it if it wrote. stored
-// reports whether the shared tier holds w afterwards (written now, or
-// found: the original landed).
-//
-// It is one atomic step with a NewerSetter, or with a NewerJournal when
-// the cache keeps a log (which then records the write too). Otherwise the
-// key is read, the write times compared, and w written and announced as
-// Set does: a write by another instance that lands between the read and
-// the write is overwritten.
+// newer value (Cond IfNewer), and announces and logs it if it wrote, in
+// one atomic step. stored reports whether the shared tier holds w
+// afterwards (written now, or found: the original landed).
 func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored bool, err error) {
 	life := w.life
 	if w.m.Op == message.OpSet {
@@ -291,57 +284,15 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 		// still replaces the older value, for a moment.
 		life = max(life-time.Since(w.at), time.Millisecond)
 	}
-	logged := c.journal != nil && c.newerLog != nil
-	if logged || (c.journal == nil && c.newer != nil) {
-		channel, msg, entry := "", []byte(nil), []byte(nil)
-		if c.bus != nil {
-			channel, msg = c.o.Channel, message.Encode(w.m, c.o.Secret)
-		}
-		if logged {
-			m := w.m
-			m.Value = nil // the message as the log keeps it
-			entry = message.Encode(m, c.o.Secret)
-		}
-		err = c.call(ctx, "replay_"+w.op, w.name, func(ctx context.Context) (err error) {
-			if w.own && c.bus != nil {
-				c.sentOwn(w.name)
-			}
-			if logged {
-				stored, err = c.newerLog.SetIfNewerPublishAndLog(ctx, w.rkey, w.b, life, channel, msg, w.stamp, c.logKey(), entry, c.o.ReplayLogLen)
-				return err
-			}
-			stored, err = c.newer.SetIfNewerAndPublish(ctx, w.rkey, w.b, life, channel, msg, w.stamp)
-			return err
-		})
-		if err != nil {
-			return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
-		}
-		return stored, nil
+	msg, entry := c.announced(w.m)
+	if w.own && msg != nil {
+		c.echo.sent(w.name)
 	}
-	cur, found, err := c.readRecord(ctx, "replay_get", w.name, w.rkey)
+	res, err := c.write(ctx, "replay_"+w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Msg: msg, Log: entry}})
 	if err != nil {
 		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
 	}
-	switch old, ok := stampAt(cur, w.stamp); {
-	case found && bytes.Equal(cur, w.b):
-		// The original landed. Without an Announcer its message went out
-		// separately and may have failed: send it again (a drop or a tag
-		// delete, harmless twice).
-		if c.ann == nil && c.bus != nil {
-			if err := c.publish(ctx, w.m); err != nil {
-				return false, fmt.Errorf("hybrid: replay %s: announce: %w", about(w.op, w.name), err)
-			}
-		}
-		return true, nil
-	case found && ok:
-		if t, _ := stampAt(w.b, w.stamp); old > t {
-			return false, nil
-		}
-	}
-	if err := c.writeAndPublish(ctx, "replay_"+w.op, w.name, w.rkey, w.b, life, w.m, w.own); err != nil {
-		return false, err
-	}
-	return true, nil
+	return res[0], nil
 }
 
 // stampAt reads the write time at offset off of b, Unix milliseconds;

@@ -221,42 +221,12 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load f
 	if err != nil || load == nil {
 		return
 	}
-	call, leader := c.flights.Join(key)
-	if !leader {
-		return
-	}
-	c.n.refreshes.Add(1)
-	if !c.run(func() { c.refreshFill(ctx, key, held, load, e, call) }) {
-		var zero V
-		c.flights.Finish(key, call, zero, ErrClosed)
-	}
+	c.refreshMany(ctx, []string{key}, []item[V]{held}, loader[V]{one: load}, e)
 }
 
-func (c *Cache[V]) refreshFill(caller context.Context, key string, held item[V], load func(context.Context, string) (V, error), e policy, call *flight.Call[V]) {
-	var zero V
-	result, resultErr := zero, error(ErrClosed)
-	defer func() { c.flights.Finish(key, call, result, resultErr) }()
-	ctx, cancel := c.fillContext(caller, e.loadTimeout)
-	defer cancel()
-
-	// Another instance may have refreshed it already.
-	if it, st, _ := c.readRemote(ctx, key, c.vers.token(key), &e); refreshed(it, st, held) {
-		result, resultErr = it.v, nil
-		return
-	}
-	v, err := c.runLoad(ctx, key, load, nil)
-	if err != nil {
-		result, resultErr = zero, err
-		return // the current value stays until it expires (and fail-safe)
-	}
-	result, resultErr = v, nil
-	c.setRefreshed(ctx, key, v, &e)
-}
-
-// refreshMany is refresh for the keys of a batch whose L1 entries (held,
-// by index) are due: one batch load for those that no other fill or
-// refresh has in hand.
-func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V], load func(context.Context, []string) (map[string]V, error), e policy) {
+// refreshMany is refresh for keys whose L1 entries (held, by index) are
+// due: one load for those that no other fill or refresh has in hand.
+func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V], load loader[V], e policy) {
 	calls := make([]*flight.Call[V], len(keys))
 	lead := c.flights.JoinMany(keys, calls, make([]int, 0, len(keys)))
 	if len(lead) == 0 {
@@ -266,17 +236,20 @@ func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V
 		keys, held, calls = pick(keys, lead), pick(held, lead), pick(calls, lead)
 	}
 	c.n.refreshes.Add(uint64(len(keys)))
-	if !c.run(func() { c.refreshFillMany(ctx, keys, held, calls, load, e) }) {
+	if !c.run(func() { c.refreshFill(ctx, keys, held, calls, load, e) }) {
 		var zero V
 		c.flights.FinishMany(keys, calls, all(len(keys)), func(int) (V, error) { return zero, ErrClosed })
 	}
 }
 
-// refreshFillMany is refreshFill for a batch: one shared-tier read, one
-// load for what no other instance has refreshed, and a write of each value.
-func (c *Cache[V]) refreshFillMany(caller context.Context, keys []string, held []item[V], calls []*flight.Call[V], load func(context.Context, []string) (map[string]V, error), e policy) {
+// refreshFill is the fill of a refresh: one shared-tier read, one load for
+// what no other instance has refreshed, and a write of each value, like
+// Set. On failure the current values stay until they expire (and
+// fail-safe).
+func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []item[V], calls []*flight.Call[V], load loader[V], e policy) {
 	var zero V
-	defer c.abandonedMany(keys, calls)
+	f := &fill[V]{keys: keys, calls: calls, load: load}
+	defer c.abandoned(f)
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
@@ -293,10 +266,8 @@ func (c *Cache[V]) refreshFillMany(caller context.Context, keys []string, held [
 	if len(todo) == 0 {
 		return
 	}
-	missing := pick(keys, todo)
-	loaded, err := c.runLoadMany(ctx, missing, load, nil)
+	loaded, err := load.run(c, ctx, pick(keys, todo), nil)
 	if err != nil {
-		// The current values stay until they expire (and fail-safe).
 		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
 		return
 	}

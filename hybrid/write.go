@@ -77,7 +77,7 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, l
 		// value back (its write-if-absent finds the tombstone).
 		w.op, w.m.Op = "delete", message.OpDelete
 		w.b, w.life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
-	} else if c.ann != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+	} else if c.remote != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
 		w.m.Value = b
 	}
 	return c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
