@@ -2,219 +2,69 @@
 // front of a shared tier (Redis, through package l2), kept coherent across
 // instances by invalidation messages (package invalidate).
 //
-// # Read path
+// An L1 hit returns the decoded value itself, with no round trip and no
+// allocation; the shared tier lets instances reuse each other's loads; the
+// messages make every instance drop or swap its copy when one writes.
 //
-// GetOrCreate looks in L1 first; a hit returns the stored value itself,
-// with no allocation. On a miss, one fill per key runs however many callers
-// wait: it reads the shared tier once and, on a miss there, calls load once.
-// The loaded value is stored in L1 and written to the shared tier only if
-// the key is still absent there (SET NX), so a fill never overwrites another
-// instance's write. Each caller waits with its own ctx; a caller that leaves
-// gets ctx.Err() at once and the fill goes on for the others, detached from
-// any one caller and bounded by Options.LoadTimeout and Close.
+// # Usage
 //
-// The fill's leader (the first caller to miss) makes the shared-tier read
-// on its own goroutine when the Remote bounds how long a read can block
-// (BoundedReader: an l2.Store whose client has ContextTimeoutEnabled), or
-// when its ctx cannot end; if its ctx ends during that read, it returns
-// within the bound (l2.Options.ReadTimeout). Otherwise the read runs on a
-// worker goroutine and the leader, too, returns as soon as its ctx ends. A
-// load always runs on a worker. Callers that join a fill return as soon as
-// their ctx ends.
+// Give New a Namespace and a Remote, then read through GetOrCreate with a
+// load function that is called on a miss in both tiers:
 //
-// # Write path
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	products, err := hybrid.New[Product](hybrid.Options{
+//		Namespace: "products",               // Redis keys "products:<key>"
+//		Remote:    l2.New(rdb, l2.Options{}), // the shared tier
+//	})
+//	if err != nil { ... }
+//	defer products.Close()
 //
-// Set and Delete write the shared tier, announce the change on the bus and
-// then update L1. After Set returns nil, Get on the same instance returns the
-// new value (read-your-writes). With an l2.Store (an Announcer), the write
-// and its announcement are one Redis script, so messages arrive in write
-// order; with Options.Secret set, a Set's message carries the new value (up
-// to InlineMaxBytes) and peers that hold the key swap it in without a round
-// trip. Otherwise peers drop the key and read it again when asked.
+//	p, err := products.GetOrCreate(ctx, "42", loadProduct)
 //
-// Expire ends a value's lifetime now without removing it: its logical
-// expiry is rewritten in the shared tier (one script with its message, for
-// l2.Store, which keeps the value's physical lifetime) and every instance
-// marks its L1 copy stale, so the next read loads anew and fail-safe can
-// still fall back on the old value. Clear removes the whole namespace,
-// from every instance and from the shared tier's point of view, with one
-// write and one message (see Tags: it is a tag delete that every value is
-// subject to); ClearLocal only drops L1 everywhere and leaves the shared
-// tier as it is.
+// Without a Bus, other instances keep their copy until its LocalTTL ends.
+// Add one (invalidate.New over the same client) so that they hear of Set,
+// Delete, Expire, DeleteByTag and Clear, and a Secret so that the messages
+// are signed and carry new values.
 //
-// # Invalidation and its window
+// # Reads and writes
 //
-// Another instance stops serving the old value once the message arrives:
-// on loopback well under a millisecond, see the README for measured
-// figures. A fill that was reading the shared tier or loading when an
-// invalidation for its key arrived returns its value to its callers but does
-// not store it in L1 (no stale fill). No entry outlives its L1 lifetime in
-// any case.
+// On a miss, one fill per key runs however many callers wait: one
+// shared-tier read and, on a miss there, one load. The fill is detached from
+// any one caller, who leaves with ctx.Err() when its ctx ends. A fill stores
+// nothing in L1 if its key was invalidated meanwhile, and never writes back
+// over a newer write. Set and Delete write the shared tier, announce the
+// change and then update L1, so the same instance reads its own writes.
 //
-// When the bus loses its connection, L1 is kept: an entry is served as it
-// is for Options.LossGrace from the loss (or from its store, if stored
-// during the loss); past it, it is read again from the shared tier, and
-// served as it is only while that cannot be reached (the database is not
-// called either). Once the bus is
-// back, the messages missed meanwhile are replayed from a capped log that
-// the shared tier keeps of every announced write (a Journal, such as
-// l2.Store on one Redis server; on Redis Cluster there is none), and L1 is
-// flushed only when the log cannot cover the gap (trimmed, lost with a
-// restart or a failover). Options.StrictLoss flushes L1 on the drop and on
-// the restore instead, and while the bus is down reads every value from
-// the shared tier while that answers.
+// When Redis is slow or down, reads fall back to L1 and load within the
+// store's time bound, and writes return the error. When the bus is lost, L1
+// is served for Options.LossGrace and then read again (Options.StrictLoss
+// reads through at once); missed writes are replayed from a log in Redis
+// or L1 is flushed. Fail-safe, soft and hard timeouts, eager refresh, negative
+// caching, tags, a circuit breaker, queued writes and one load per key
+// across a fleet (LoadLease) are options, off by default.
 //
-// Only the cache's own messages invalidate: a write that bypasses the cache
-// (FLUSHALL, a SET from redis-cli, a restore) is seen by an instance when
-// its L1 copy's lifetime ends. With Options.Secret, a message without a
-// valid signature may at most drop (or expire) the keys it names; without
-// one, anyone who can publish on the channel can drop or expire keys or
-// clear L1 (never plant a value, nor make the shared tier's values
-// misses).
+// # Plug points
 //
-// # When Redis is slow or down
-//
-// Reads degrade: a shared-tier error is counted (Stats.L2Errors), logged at
-// most once per Options.LogEvery, and the call goes on to L1 and load.
-// Writes report: Set, Delete, Expire and Clear return the error (and drop,
-// expire or clear in L1 all the same). With an l2.Store, no call waits on
-// Redis longer than the store's ReadTimeout or WriteTimeout, whatever the
-// client's retries, or the ctx. A fill's write-back that fails is retried
-// twice, then counted (Stats.WritesDropped) and logged. With
-// Options.BreakerThreshold, a run of failures opens a circuit breaker: for
-// BreakerOpenFor the shared tier is not called at all (reads go to L1 and
-// load, writes return ErrUnavailable), then one call probes it.
-//
-// With Options.QueueWrites, a Set, Delete, DeleteByTag or Clear whose
-// shared-tier write fails (unreachable, timed out, breaker open; not bad
-// input nor a call its own ctx cut short) is applied to L1 here (Set
-// stores the value, so read-your-writes holds on this instance), queued
-// (newest per key, at most QueueWrites; a full queue refuses and the call
-// returns its error as before) and replayed in order by a goroutine of the
-// cache, retrying from 100 ms up to every 5 s and at once when the bus
-// comes back; the call returns an error wrapping ErrQueued. A replay
-// writes only over an older value (clocks in sync, as for tags): with
-// l2.Store (a NewerSetter, and a NewerJournal where it keeps the log) the
-// write times are compared inside the script that writes, logs and
-// announces, so a write another instance made meanwhile wins
-// (Stats.QueueDroppedStale, and the outdated value leaves L1 here) and a
-// write that timed out but landed (a stalled Redis runs it when it
-// resumes) is found as it is and not written again. A Remote without those
-// capabilities is read, compared and then written as Set writes: a write
-// landing between that read and that write is overwritten. Close drops
-// what is still queued, with a warning saying how many
-// (Stats.QueueDroppedOnClose).
-//
-// # Resilience options
-//
-// All off by default. FailSafeMaxAge keeps values that long past their
-// lifetime, in both tiers, and serves such a stale value when load fails
-// (then not again before FailSafeThrottle). SoftTimeout, with a stale value
-// at hand, answers with it when load is slower than that, and stores the
-// load's result when it arrives; LoadTimeout is the hard limit that cancels
-// the load. EagerRefresh reloads an entry in the background once it has
-// lived that fraction of its L1 lifetime, so hot keys never go cold.
-// NegativeTTL remembers "not found" (a load error wrapping ErrNotFound).
-// TTLJitter spreads the expiry of entries written together. Every one of
-// them can also be set, or turned off, for one call with an EntryOption
-// (WithFailSafe, WithFailSafeThrottle, WithSoftTimeout, WithLoadTimeout,
-// WithEagerRefresh, WithNegativeTTL, WithTTLJitter); those that shape a
-// stored value apply to the values that call writes.
-//
-// MaxConcurrentLoads bounds the loads running at once in a cache (a batch
-// load takes one slot). A fill beyond it waits for a slot within its
-// LoadTimeout, its callers each with their own ctx; with a stale value at
-// hand, its callers get that at once, as after a soft timeout, and the fill
-// loads when a slot frees (Stats.LoadsQueued counts the waits).
-//
-// GetOrCreateMany takes the same steps for each of its keys, with the same
-// EntryOptions: keys whose batch load fails, is slow or waits for a slot
-// get their stale values (from L1, or stale in the shared tier), absences
-// are remembered, and entries due for eager refresh are reloaded by one
-// batch load in the background. A batch returns once every key has its
-// answer: a key without a stale value waits for the load.
-//
-// # One load per key across the fleet
-//
-// LoadLease (WithLoadLease for one call) makes a key that is cold in both
-// tiers load once across all instances, not once per instance: a fill
-// takes a lease on the key in the shared tier first (a batch, on all its
-// missing keys in one round trip). The holder loads, writes, and releases
-// the lease together with a "filled" message that carries the value when
-// a Secret is set, sent only if another instance asked for the lease; the
-// other instances wait for that message (no call to the shared tier while
-// they wait), and read the shared tier once if it carries no value. The holder renews its lease while it loads; a waiter
-// takes over a lease that ends without a value; a holder that closes frees
-// its lease at once, and so does one whose load panics or calls
-// runtime.Goexit. A holder's load error reaches the waiters' callers
-// (ErrLeaseHolderFailed, with Secret the first line of its text, at most
-// 256 bytes: no stack) instead of a load of their own. A holder's messages
-// carry its lease token (signed, with a Secret), and a waiter takes news
-// only from the holder it found holding the lease: a recorded message of
-// an earlier fill only makes it read the key. A fill waiting for a lease
-// held by its own instance hears of the release directly. An instance that
-// cannot reach the shared tier for the lease, or has waited LeaseWait,
-// loads by itself: the lease never turns an outage into a failure.
-//
-// # Tags
-//
-// WithTags tags the values a call writes; DeleteByTag(tag) removes them
-// from every instance and from the shared tier's point of view. It writes
-// one tag record (the time of the delete) and sends one message, instead
-// of finding the tagged keys: a value read from the shared tier whose tag
-// was deleted after it was written is a miss. Each instance drops tagged
-// L1 entries when the message arrives, and keeps what it knows of tag
-// records current through the bus (reading a record the first time it
-// meets the tag, and again after the bus reports a loss). A hit in L1
-// checks nothing: tagged entries are removed from L1, not filtered on read.
-//
-// Clear is the same mechanism for a built-in tag that every value carries:
-// it writes the time of the Clear under Namespace:\x00clear (kept without
-// expiry), and a value read from the shared tier that was written no later
-// than that is a miss. So an instance reads that record once, at its first
-// shared-tier hit, and again after a bus loss; a signed Clear's message
-// carries it.
-//
-// # Compression
-//
-// With Options.CompressAbove, values whose encoding is at least that long
-// are stored S2-compressed when that makes them shorter, flagged in their
-// envelope; compressed and plain values coexist, and a decompression is
-// bounded by MaxValueBytes before it allocates.
-//
-// # Telemetry
-//
-// Stats returns every counter. Options.Events has hooks for evictions,
-// invalidations received, shared-tier errors and stale serves;
-// Options.Tracer gets a span around every load and shared-tier call. The
-// module github.com/hybridcache/hybridcache/otel exports both to
-// OpenTelemetry.
-//
-// # Fills never write back an outdated value
-//
-// A fill writes its loaded value to the shared tier only where the key still
-// holds what the fill read: nothing (SET NX), or the stale, undecodable or
-// deleted entry it saw (compare-and-set, with a Remote that implements
-// CompareAndSetter, as l2.Store does). A Delete leaves a tombstone for TTL
-// instead of removing the key, so a fill that began before the Delete finds
-// the key changed and writes nothing. Tombstones read as misses.
-//
-// # Bad input
-//
-// Empty keys, keys starting with a NUL byte (the cache's own records) and
-// keys longer than Options.MaxKeyBytes get ErrEmptyKey, ErrReservedKey and
-// ErrKeyTooLong from every call; in a batch, that key gets the error and
-// the rest of the page is served. A stored value that does not decode is a
-// miss (Stats.DecodeErrors) that the load replaces. A load that panics
-// gives every waiter an error wrapping ErrPanic. L1 never holds more than
-// Options.LocalMaxBytes, each entry weighed by its encoded size.
+// Remote is the shared tier, one interface that *l2.Store and
+// hybridtest.Remote implement; hybridtest.TestRemote checks another
+// implementation against its contract. Bus carries the messages
+// (*invalidate.Bus). Codec encodes values (package codec: JSON, msgpack,
+// raw bytes). Stats returns the counters, grouped by tier.
 //
 // # Values are shared
 //
-// NOTE: L1 holds values as they are, and every hit returns the same value.
-// Do not modify a value (or what its pointers, slices or maps reach) after
-// Set or after receiving it from the cache. For mutable types, set
-// Options.CopyOnRead: every caller then gets its own copy (by V's Clone
-// method if it has one, else through the Codec) and Set stores a copy; a
-// hit then costs that copy.
+// NOTE: every L1 hit returns the same value. Do not modify a value (or what
+// its pointers, slices or maps reach) after Set or after receiving it from
+// the cache; for mutable types set Options.CopyOnRead, and each caller gets
+// its own copy.
+//
+// # More
+//
+// The module's README.md has the production configuration, the promises in
+// short and the measured figures. Its docs folder has the rest:
+// docs/promises.md (every promise in full, what each bad input gets),
+// docs/usage.md (per-call options, batches, resilience, tags, Expire and
+// Clear, values, telemetry), docs/operations.md (client settings, keys in
+// Redis, the bus, Secret, TLS, Cluster, outages, queued writes) and
+// docs/leases.md (one load per key across the fleet).
 package hybrid
