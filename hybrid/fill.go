@@ -375,4 +375,3 @@ func (c *Cache[V]) abandoned(f *fill[V]) {
 // errGoexit is the cause of the error a load that calls runtime.Goexit
 // leaves its waiters.
 var errGoexit = errors.New("load called runtime.Goexit")
-
