@@ -154,24 +154,43 @@ func noLoadMany[V any](context.Context, []string) (map[string]V, error) {
 }
 
 // countingRemote wraps an l2.Store and counts its round trips to Redis,
-// its value reads and the bytes it read, delegating everything, so the
-// cache sees every capability the Store has: Remote, BatchRemote,
-// CompareAndSetter, Announcer, Journal, Replacer, BoundedReader and
-// Leaser.
+// its value reads and the bytes it read, delegating every call of the
+// Remote contract, so the cache runs exactly the code it runs on the Store.
 type countingRemote struct {
 	s         *l2.Store
 	trips     atomic.Int64 // every call that reaches Redis
-	reads     atomic.Int64 // Get and GetMany calls
-	leases    atomic.Int64 // TakeLeases, ExtendLeases, ReleaseLeases and FillAndRelease calls
+	reads     atomic.Int64 // Get calls
+	leases    atomic.Int64 // lease calls, and writes that release a lease
 	bytesRead atomic.Int64
 }
 
-var _ hybrid.Leaser = (*countingRemote)(nil)
+var _ hybrid.Remote = (*countingRemote)(nil)
+
+// Info makes no round trip.
+func (r *countingRemote) Info() hybrid.RemoteInfo { return r.s.Info() }
+
+func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	r.trips.Add(1)
+	r.reads.Add(1)
+	vs, err := r.s.Get(ctx, keys)
+	for _, v := range vs {
+		r.bytesRead.Add(int64(len(v)))
+	}
+	return vs, err
+}
+
+func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+	r.trips.Add(1)
+	if len(ws) > 0 && ws[0].Lease != "" {
+		r.leases.Add(1)
+	}
+	return r.s.Write(ctx, ws, f)
+}
 
 // The lease calls are passed on, each counted as a round trip (a take on
 // Redis Cluster makes two when it takes a lease; counted as one).
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]bool, []time.Duration, [][]byte, []string, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
 	r.trips.Add(1)
 	r.leases.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
@@ -183,94 +202,16 @@ func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token 
 	return r.s.ExtendLeases(ctx, keys, token, ttl)
 }
 
-func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, channel string, msg []byte) error {
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
 	r.trips.Add(1)
 	r.leases.Add(1)
-	return r.s.ReleaseLeases(ctx, keys, token, channel, msg)
+	return r.s.ReleaseLeases(ctx, keys, token, msg, f)
 }
 
-func (r *countingRemote) FillAndRelease(ctx context.Context, key string, old, value []byte, ttl time.Duration, lease, token, channel string, stored, unstored []byte) (bool, error) {
-	r.trips.Add(1)
-	r.leases.Add(1)
-	return r.s.FillAndRelease(ctx, key, old, value, ttl, lease, token, channel, stored, unstored)
-}
-
-var (
-	_ hybrid.BatchRemote      = (*countingRemote)(nil)
-	_ hybrid.CompareAndSetter = (*countingRemote)(nil)
-	_ hybrid.Announcer        = (*countingRemote)(nil)
-	_ hybrid.Journal          = (*countingRemote)(nil)
-	_ hybrid.Replacer         = (*countingRemote)(nil)
-	_ hybrid.BoundedReader    = (*countingRemote)(nil)
-)
-
-func (r *countingRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	r.trips.Add(1)
-	r.reads.Add(1)
-	v, ok, err := r.s.Get(ctx, key)
-	r.bytesRead.Add(int64(len(v)))
-	return v, ok, err
-}
-
-func (r *countingRemote) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	r.trips.Add(1)
-	return r.s.Set(ctx, key, value, ttl)
-}
-
-func (r *countingRemote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
-	r.trips.Add(1)
-	return r.s.SetIfAbsent(ctx, key, value, ttl)
-}
-
-func (r *countingRemote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
-	r.trips.Add(1)
-	r.reads.Add(1)
-	vs, err := r.s.GetMany(ctx, keys)
-	for _, v := range vs {
-		r.bytesRead.Add(int64(len(v)))
-	}
-	return vs, err
-}
-
-func (r *countingRemote) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) ([]bool, error) {
-	r.trips.Add(1)
-	return r.s.SetManyIfAbsent(ctx, keys, values, ttls)
-}
-
-func (r *countingRemote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
-	r.trips.Add(1)
-	return r.s.SetAndPublish(ctx, key, value, ttl, channel, msg)
-}
-
-func (r *countingRemote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (bool, error) {
-	r.trips.Add(1)
-	return r.s.CompareAndSet(ctx, key, old, value, ttl)
-}
-
-func (r *countingRemote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (bool, error) {
-	r.trips.Add(1)
-	return r.s.ReplaceAndPublish(ctx, key, old, value, channel, msg)
-}
-
-func (r *countingRemote) SetPublishAndLog(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, log string, entry []byte, maxLen int) error {
-	r.trips.Add(1)
-	return r.s.SetPublishAndLog(ctx, key, value, ttl, channel, msg, log, entry, maxLen)
-}
-
-func (r *countingRemote) OpenLog(ctx context.Context, log string) (string, error) {
-	r.trips.Add(1)
-	return r.s.OpenLog(ctx, log)
-}
-
-func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) ([][]byte, []string, bool, error) {
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (hybrid.LogPage, error) {
 	r.trips.Add(1)
 	return r.s.ReadLog(ctx, log, after, max)
 }
-
-// ReadBound makes no round trip: it says how long the Store's reads may
-// block (0 unless the client applies ctx deadlines to its socket).
-func (r *countingRemote) ReadBound() time.Duration { return r.s.ReadBound() }
-func (r *countingRemote) Prefix() string           { return r.s.Prefix() }
 
 // --- go-redis/cache ---
 
