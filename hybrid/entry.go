@@ -1,0 +1,224 @@
+package hybrid
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hybridcache/hybridcache/internal/envelope"
+	"time"
+)
+
+// This file holds the per-call options (EntryOption) and the policy a call
+// runs under: Options' defaults with its EntryOptions applied.
+
+// EntryOption overrides an Options setting for one call. It is a plain
+// value, so passing options keeps the L1-hit path free of allocations.
+//
+// Options that shape a stored value (TTL, LocalTTL, jitter, fail-safe's
+// extra lifetime, eager refresh's schedule, tags) apply to the values this
+// call writes; options that shape a miss (fail-safe's fallback and
+// throttle, the timeouts, negative caching) apply to this call's fill. So
+// fail-safe can serve a stale value only if the value was written by a call
+// with fail-safe on: without it, nothing is kept past TTL.
+type EntryOption struct {
+	kind entryKind
+	d    time.Duration
+	f    float64
+	s    []string
+}
+
+type entryKind uint8
+
+const (
+	kindTTL entryKind = iota + 1
+	kindLocalTTL
+	kindNegativeTTL
+	kindTTLJitter
+	kindFailSafe
+	kindFailSafeThrottle
+	kindSoftTimeout
+	kindLoadTimeout
+	kindEagerRefresh
+	kindTags
+	kindLoadLease
+)
+
+// WithTTL sets the shared-tier lifetime of the value written by this call.
+func WithTTL(d time.Duration) EntryOption { return EntryOption{kind: kindTTL, d: d} }
+
+// WithLocalTTL sets the L1 lifetime of the value stored by this call. It is
+// capped by the call's TTL.
+func WithLocalTTL(d time.Duration) EntryOption { return EntryOption{kind: kindLocalTTL, d: d} }
+
+// WithNegativeTTL sets Options.NegativeTTL for this call: how long an
+// absence found by its load is remembered. 0 remembers nothing.
+func WithNegativeTTL(d time.Duration) EntryOption {
+	return EntryOption{kind: kindNegativeTTL, d: d}
+}
+
+// WithTTLJitter sets Options.TTLJitter for the values this call writes.
+func WithTTLJitter(f float64) EntryOption { return EntryOption{kind: kindTTLJitter, f: f} }
+
+// WithFailSafe sets Options.FailSafeMaxAge for this call: the values it
+// writes are kept maxAge past their lifetime, and its fill serves a value
+// stale for up to maxAge when load fails. 0 turns fail-safe off.
+func WithFailSafe(maxAge time.Duration) EntryOption {
+	return EntryOption{kind: kindFailSafe, d: maxAge}
+}
+
+// WithFailSafeThrottle sets Options.FailSafeThrottle for this call.
+func WithFailSafeThrottle(d time.Duration) EntryOption {
+	return EntryOption{kind: kindFailSafeThrottle, d: d}
+}
+
+// WithSoftTimeout sets Options.SoftTimeout for this call. 0: none.
+func WithSoftTimeout(d time.Duration) EntryOption {
+	return EntryOption{kind: kindSoftTimeout, d: d}
+}
+
+// WithLoadTimeout sets Options.LoadTimeout, the hard bound that cancels the
+// load, for a fill this call starts. 0: none.
+func WithLoadTimeout(d time.Duration) EntryOption {
+	return EntryOption{kind: kindLoadTimeout, d: d}
+}
+
+// WithEagerRefresh sets Options.EagerRefresh for the values this call
+// writes. 0: off.
+func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
+
+// WithLoadLease sets Options.LoadLease for a fill this call starts: 0
+// turns the lease off for it. On a cache whose Remote is not a Leaser, or
+// that has no Bus, a lease is refused with an error.
+func WithLoadLease(d time.Duration) EntryOption {
+	return EntryOption{kind: kindLoadLease, d: d}
+}
+
+// WithTags tags the values this call writes, so that DeleteByTag removes
+// them. See DeleteByTag for the limits on tags.
+func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
+
+// policy is the resolved configuration of one call: Options with its
+// EntryOptions applied.
+type policy struct {
+	ttl, localTTL    time.Duration
+	negativeTTL      time.Duration
+	jitter           float64
+	failSafe         time.Duration // FailSafeMaxAge
+	failSafeThrottle time.Duration
+	softTimeout      time.Duration
+	loadTimeout      time.Duration
+	eager            float64
+	lease            time.Duration // LoadLease; 0: none
+	tags             []string
+}
+
+// timed reports whether values written under e need a schedule in L1.
+func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 }
+
+// physical is how long the shared tier keeps a value whose logical
+// lifetime is ttl: longer by the fail-safe age, so that a stale copy
+// remains to fall back on.
+func (e *policy) physical(ttl time.Duration) time.Duration { return ttl + e.failSafe }
+
+// defaults returns the policy of a call without options.
+func (o *Options) defaults() policy {
+	return policy{
+		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
+		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
+		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
+		lease: o.LoadLease,
+	}
+}
+
+// policy resolves opts over def, the cache's defaults.
+func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
+	e := *def
+	if len(opts) == 0 {
+		return e, nil
+	}
+	localSet := false
+	for _, opt := range opts {
+		if err := opt.check(); err != nil {
+			return e, err
+		}
+		switch opt.kind {
+		case kindTTL:
+			e.ttl = opt.d
+		case kindLocalTTL:
+			e.localTTL, localSet = opt.d, true
+		case kindNegativeTTL:
+			e.negativeTTL = opt.d
+		case kindTTLJitter:
+			e.jitter = opt.f
+		case kindFailSafe:
+			e.failSafe = opt.d
+		case kindFailSafeThrottle:
+			e.failSafeThrottle = opt.d
+		case kindSoftTimeout:
+			e.softTimeout = opt.d
+		case kindLoadTimeout:
+			e.loadTimeout = opt.d
+		case kindEagerRefresh:
+			e.eager = opt.f
+		case kindLoadLease:
+			if opt.d > 0 {
+				if o.Remote == nil || o.Bus == nil {
+					return e, errors.New("hybrid: entry option: a load lease needs a Remote and a Bus")
+				}
+			}
+			e.lease = opt.d
+		case kindTags:
+			e.tags = append(e.tags[:len(e.tags):len(e.tags)], opt.s...)
+		}
+	}
+	if len(e.tags) > maxTags {
+		return e, fmt.Errorf("hybrid: entry option: %d tags, at most %d", len(e.tags), maxTags)
+	}
+	if len(e.tags) > 0 && e.physical(e.ttl) > tagLife(o) {
+		return e, fmt.Errorf("hybrid: entry option: a tagged value may live at most %v in the shared tier (TTL plus fail-safe), not %v", tagLife(o), e.physical(e.ttl))
+	}
+	if e.localTTL > e.ttl && o.Remote != nil {
+		if localSet {
+			return e, fmt.Errorf("hybrid: entry option: LocalTTL (%v) is longer than TTL (%v)", e.localTTL, e.ttl)
+		}
+		e.localTTL = e.ttl
+	}
+	return e, nil
+}
+
+// check validates one option's value.
+func (opt EntryOption) check() error {
+	switch opt.kind {
+	case kindTTL, kindLocalTTL, kindFailSafeThrottle:
+		if opt.d <= 0 {
+			return fmt.Errorf("hybrid: entry option: duration %v is not positive", opt.d)
+		}
+	case kindNegativeTTL, kindFailSafe, kindSoftTimeout, kindLoadTimeout:
+		if opt.d < 0 {
+			return fmt.Errorf("hybrid: entry option: duration %v is negative", opt.d)
+		}
+	case kindLoadLease:
+		if opt.d != 0 && (opt.d < minLease || opt.d > maxLease) {
+			return fmt.Errorf("hybrid: entry option: load lease %v is outside [%v, %v]", opt.d, minLease, maxLease)
+		}
+	case kindTTLJitter, kindEagerRefresh:
+		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {
+			return fmt.Errorf("hybrid: entry option: fraction %v is outside [0, 1)", opt.f)
+		}
+	case kindTags:
+		for _, tag := range opt.s {
+			if tag == "" || len(tag) > maxTagLen {
+				return fmt.Errorf("hybrid: entry option: tag %q is empty or longer than %d bytes", tag, maxTagLen)
+			}
+		}
+	default:
+		return errors.New("hybrid: entry option: zero EntryOption")
+	}
+	return nil
+}
+
+// The limits on tags are the stored form's (see WithTags).
+const (
+	maxTags   = envelope.MaxTags
+	maxTagLen = envelope.MaxTagLen
+)
