@@ -384,7 +384,7 @@ func (c *Cache[V]) takeRound(ctx context.Context, keys []string, idx []int, e *p
 	ask := pick(keys, idx)
 	toks := c.tokens(ask) // before the read that comes with the take
 	var got []Lease
-	err := c.call(ctx, "lease", leaseName(ask), func(ctx context.Context) (err error) {
+	err := c.call(ctx, OpLease, leaseName(ask), func(ctx context.Context) (err error) {
 		got, err = c.remote.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
 		if err == nil && len(got) != len(ask) {
 			err = fmt.Errorf("hybrid: Remote.TakeLeases returned %d results for %d keys", len(got), len(ask))
@@ -464,7 +464,7 @@ func (c *Cache[V]) recheck(ctx context.Context, keys []string, mine []int, h *he
 // that fails reports none held.
 func (c *Cache[V]) leasesHeld(ctx context.Context, keys []string, idx []int, holder []string) []bool {
 	ask := pick(keys, idx)
-	vals, err := c.get(ctx, "lease_check", leaseName(ask), c.leaseKeys(ask))
+	vals, err := c.get(ctx, OpLeaseCheck, leaseName(ask), c.leaseKeys(ask))
 	held := make([]bool, len(idx))
 	if err != nil {
 		return held
@@ -545,7 +545,7 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 			}
 			ctx, cancel := context.WithTimeout(c.stop, d/3)
 			var held []bool
-			err := c.do(ctx, "lease_extend", leaseName(h.keys), func(ctx context.Context) (err error) {
+			err := c.do(ctx, OpLeaseExtend, leaseName(h.keys), func(ctx context.Context) (err error) {
 				held, err = c.remote.ExtendLeases(ctx, keys, h.token, d)
 				return err
 			})
@@ -583,7 +583,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 		stored = message.Encode(m, c.o.Secret)
 	}
 	wrote, tried := false, false
-	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
+	err := c.retry(ctx, OpSet, key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
 		tried = true
 		w := Write{Key: c.prefix + key, Value: b, TTL: fw.life, If: IfAbsent, Msg: stored, Else: unstored, Lease: c.leaseKey(key), Token: h.token}
 		if fw.old != nil {
@@ -644,9 +644,9 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	// still wanted, for at most what the lease had left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.life+time.Second)
 	defer cancel()
-	// Not counted in Published: the Leaser announces only when another
+	// Not counted in Invalidations.Sent: the Leaser announces only when another
 	// instance asked for one of the leases.
-	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
+	c.call(ctx, OpLeaseRelease, leaseName(h.keys), func(ctx context.Context) error {
 		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, Feed{Channel: c.feed.Channel})
 	})
 	if m.Op == message.OpFilled && loadErr != nil {

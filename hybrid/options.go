@@ -100,7 +100,7 @@ type Options struct {
 	// FailSafeMaxAge turns fail-safe on: values are kept this long past
 	// their lifetime (in both tiers), and when load fails or times out for
 	// a key whose value has expired less than FailSafeMaxAge ago, that stale
-	// value is returned instead of the error (Stats.StaleServed); in a
+	// value is returned instead of the error (Stats.Load.StaleServed); in a
 	// batch, for each key that has one. Default: 0, off.
 	FailSafeMaxAge time.Duration
 
@@ -128,8 +128,8 @@ type Options struct {
 	// it asks for). A fill beyond the bound waits for a slot, within its
 	// LoadTimeout and until Close, while each of its callers waits with its
 	// own ctx; when a fail-safe stale value is at hand, its callers get that
-	// at once (Stats.StaleServed) and the fill goes on waiting, then loads
-	// and stores the result. Waits are counted in Stats.LoadsQueued.
+	// at once (Stats.Load.StaleServed) and the fill goes on waiting, then loads
+	// and stores the result. Waits are counted in Stats.Load.Queued.
 	// Shared-tier reads are not bounded. Default: 0, no bound.
 	MaxConcurrentLoads int
 
@@ -195,14 +195,14 @@ type Options struct {
 	// once when the bus comes back); the call returns an error wrapping
 	// ErrQueued and the failure. The queue keeps the newest write per key
 	// (and per tag); when it is full, a failed write of a key not queued is
-	// refused (Stats.QueueFull) and its error returned as without a
+	// refused (Stats.Queue.Refused) and its error returned as without a
 	// queue. Bad input, encoding errors and a call cut short by its own
 	// ctx are never queued. Close drops what is still queued, and says how
-	// many in a warning and in Stats.QueueDroppedOnClose.
+	// many in a warning and in Stats.Queue.DroppedOnClose.
 	//
 	// A replay writes only over an older value (write times compared in
 	// Redis, see NewerSetter; clocks in sync, as for tags), so a write
-	// another instance made meanwhile wins (Stats.QueueDroppedStale), and
+	// another instance made meanwhile wins (Stats.Queue.Stale), and
 	// a write that timed out but landed is not written twice.
 	// Default: 0, off: failed writes return their error.
 	QueueWrites int
@@ -220,7 +220,8 @@ type Options struct {
 	BreakerOpenFor time.Duration
 
 	// Logger receives errors from the read path and the bus, at most one per
-	// kind per LogEvery. Default: slog.Default().
+	// kind per LogEvery, and New's advice on the settings. Default:
+	// slog.Default().
 	Logger *slog.Logger
 
 	// LogEvery is the minimum gap between two log lines of one kind.
