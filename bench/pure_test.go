@@ -416,9 +416,9 @@ func TestLossProgress(t *testing.T) {
 		{3, 7, true, true},
 	}
 	for _, tt := range tests {
-		seen, rec := lossProgress(hybrid.Stats{BusLosses: tt.before}, hybrid.Stats{BusLosses: tt.now})
+		seen, rec := lossProgress(hybrid.Stats{Bus: hybrid.BusStats{Losses: tt.before}}, hybrid.Stats{Bus: hybrid.BusStats{Losses: tt.now}})
 		if seen != tt.wantSeen || rec != tt.wantReconcil {
-			t.Errorf("lossProgress(BusLosses %d -> %d) = %v, %v; want %v, %v", tt.before, tt.now, seen, rec, tt.wantSeen, tt.wantReconcil)
+			t.Errorf("lossProgress(Bus.Losses %d -> %d) = %v, %v; want %v, %v", tt.before, tt.now, seen, rec, tt.wantSeen, tt.wantReconcil)
 		}
 	}
 }

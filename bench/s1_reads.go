@@ -363,7 +363,7 @@ func s1MissRows(ctx, cancelable context.Context, e *env, d *recordData, rs *rows
 					return err
 				},
 				close: func() {
-					if h := o.c.Stats().L2Hits; h != uint64(reads) {
+					if h := o.c.Stats().L2.Hits; h != uint64(reads) {
 						e.note("scenario 1, %s: %d of %d reads were L2 hits (want all)", name, h, reads)
 					}
 					o.Close()

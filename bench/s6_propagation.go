@@ -305,7 +305,7 @@ func openPropOurs(ctx context.Context, e *env) (*propSet, error) {
 		write: func(v int) error { return inst[0].c.Set(ctx, "k", &Record{ID: v, Name: "v"}) },
 		msgs: func() (uint64, uint64, uint64) {
 			a, b, c := inst[0].c.Stats(), inst[1].c.Stats(), inst[2].c.Stats()
-			return a.Published, b.Received + c.Received, b.Swapped + c.Swapped
+			return a.Invalidations.Sent, b.Invalidations.Applied + c.Invalidations.Applied, b.Invalidations.Swapped + c.Invalidations.Swapped
 		},
 		closeFn: closeAll,
 	}

@@ -84,11 +84,11 @@ func scenarioOutage(ctx context.Context, e *env) (*section, error) {
 		"Columns, summed over B and C: reads made; database loads; Redis value reads (Get and GetMany calls, from the counting "+
 		"wrapper); stale reads, a read returning another version than the database's (what A last wrote), before and after the "+
 		"instance reconciled; after reconciling, the reads of the window after the event plus one read of every key on B and C "+
-		"at its end. Reconciled is when the instance's Stats show the loss dealt with (BusLosses up by two: the drop, then the "+
+		"at its end. Reconciled is when the instance's Stats show the loss dealt with (Bus.Losses up by two: the drop, then the "+
 		"replay, the fallback flush or, in strict mode, the second flush), from the end of the event (for the blip: from when "+
 		"the instance's own bus was back); loss seen is when the "+
-		"first of those showed, from its start (Stats polled every %s). Replays and flushes are the Stats deltas: Replays (Replayed "+
-		"messages), and flushes: ReplayFlushes in keep mode, BusLosses in strict mode (each flushes L1). Held is HeldServed: entries "+
+		"first of those showed, from its start (Stats polled every %s). Replays and flushes are the Stats deltas: Bus.Replays (Bus.Replayed "+
+		"messages), and flushes: Bus.Flushed in keep mode, Bus.Losses in strict mode (each flushes L1). Held is Bus.HeldServed: entries "+
 		"from before the loss served as they were because Redis could not be reached. One run per cell: counts, not ratios. "+
 		"The instances' expected warnings are not logged.",
 		fmtCount(outageKeys), fmtCount(rate), fmtDur(float64(outageLead)), fmtDur(float64(outageAfter)), outageWrites,
@@ -320,7 +320,7 @@ func (s *outageSet) warm(ctx context.Context) error {
 func outageBlip(ctx context.Context, e *env, s *outageSet) (string, error) {
 	var recv, back [2]uint64
 	for i, r := range s.r {
-		recv[i], back[i] = r.c.Stats().Received, r.bus.Stats().Reconnects
+		recv[i], back[i] = r.c.Stats().Invalidations.Applied, r.bus.Stats().Reconnects
 	}
 	if err := e.rdb.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		return "", fmt.Errorf("CLIENT KILL TYPE pubsub: %w", err)
@@ -334,7 +334,7 @@ func outageBlip(ctx context.Context, e *env, s *outageSet) (string, error) {
 	}
 	var remark string
 	for i, r := range s.r {
-		if n := r.c.Stats().Received - recv[i]; n > 0 {
+		if n := r.c.Stats().Invalidations.Applied - recv[i]; n > 0 {
 			remark = fmt.Sprintf("%s received %d message(s) before A's writes in the gap were done: its bus was back too soon", "BC"[i:i+1], n)
 		}
 	}
@@ -547,16 +547,16 @@ func runOutageCell(ctx context.Context, e *env, ev outageEvent, m outageMode, ra
 	for i, in := range s.r {
 		st := in.c.Stats()
 		b := before[i]
-		res.replays += st.Replays - b.Replays
-		res.replayed += st.Replayed - b.Replayed
-		res.held += st.HeldServed - b.HeldServed
+		res.replays += st.Bus.Replays - b.Bus.Replays
+		res.replayed += st.Bus.Replayed - b.Bus.Replayed
+		res.held += st.Bus.HeldServed - b.Bus.HeldServed
 		if m.strict {
-			res.flushes += st.BusLosses - b.BusLosses
+			res.flushes += st.Bus.Losses - b.Bus.Losses
 		} else {
-			res.flushes += st.ReplayFlushes - b.ReplayFlushes
+			res.flushes += st.Bus.Flushed - b.Bus.Flushed
 		}
-		if n := st.BusLosses - b.BusLosses; n > 2 {
-			notes = append(notes, fmt.Sprintf("%s counted %d bus losses (BusLosses), where one outage makes 2", "BC"[i:i+1], n))
+		if n := st.Bus.Losses - b.Bus.Losses; n > 2 {
+			notes = append(notes, fmt.Sprintf("%s counted %d bus losses (Bus.Losses), where one outage makes 2", "BC"[i:i+1], n))
 		}
 		res.seen[i], res.reconciled[i] = -1, -1
 		recon[i] = after // not reconciled: nothing counts as after
@@ -596,12 +596,12 @@ func runOutageCell(ctx context.Context, e *env, ev outageEvent, m outageMode, ra
 }
 
 // lossProgress reports, from an instance's Stats before an event and now,
-// whether it has seen a bus loss since (BusLosses up by one: the drop) and
+// whether it has seen a bus loss since (Bus.Losses up by one: the drop) and
 // whether it has dealt with it (up by two: the replay or the fallback flush
 // once the bus is back; in strict mode, the flush on restore). Both counts
 // are made once L1 reflects them.
 func lossProgress(before, now hybrid.Stats) (seen, reconciled bool) {
-	return now.BusLosses > before.BusLosses, now.BusLosses >= before.BusLosses+2
+	return now.Bus.Losses > before.Bus.Losses, now.Bus.Losses >= before.Bus.Losses+2
 }
 
 // readTally is what the reads of one cell amount to, B and C together.

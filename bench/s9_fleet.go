@@ -193,11 +193,11 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 		}
 	}
 	sec.addTable(t)
-	sec.add("Leases are the lease rows' Stats, summed over the instances, of the last run: LeasesTaken (keys whose lease an " +
-		"instance took, take-overs included), LeasesWaited (keys whose lease another instance held when asked: waited for), " +
-		"LeasesAnswered (waited keys answered by the holder's value or error, with no load), LeasesTakenOver (waited keys " +
-		"whose lease ended without a value and were taken), LeasesTimedOut (waited keys loaded after LeaseWait) and " +
-		"LeasesSkipped (keys loaded without a lease because Redis could not be asked).")
+	sec.add("Leases are the lease rows' Stats, summed over the instances, of the last run: Leases.Taken (keys whose lease an " +
+		"instance took, take-overs included), Leases.Waited (keys whose lease another instance held when asked: waited for), " +
+		"Leases.Answered (waited keys answered by the holder's value or error, with no load), Leases.TakenOver (waited keys " +
+		"whose lease ended without a value and were taken), Leases.TimedOut (waited keys loaded after LeaseWait) and " +
+		"Leases.Skipped (keys loaded without a lease because Redis could not be asked).")
 	if len(mixes.Rows) > 0 {
 		sec.addTable(mixes)
 	}
@@ -465,7 +465,7 @@ func timeToAll(ends [][][]time.Duration) time.Duration {
 // fleetLeaseNames.
 func fleetLeases(sts []hybrid.Stats) (sums [6]uint64) {
 	for _, st := range sts {
-		for i, n := range [6]uint64{st.LeasesTaken, st.LeasesWaited, st.LeasesAnswered, st.LeasesTakenOver, st.LeasesTimedOut, st.LeasesSkipped} {
+		for i, n := range [6]uint64{st.Leases.Taken, st.Leases.Waited, st.Leases.Answered, st.Leases.TakenOver, st.Leases.TimedOut, st.Leases.Skipped} {
 			sums[i] += n
 		}
 	}

@@ -336,8 +336,8 @@ func TestNoStaleBatchFill(t *testing.T) {
 			if r.err != nil || len(r.m) != 2 {
 				t.Fatalf("b: GetOrCreateMany: got %v, %v, want 2 values", r.m, r.err)
 			}
-			if st := b.Stats(); st.FillsDiscarded < 1 {
-				t.Errorf("b: FillsDiscarded got %d, want at least 1", st.FillsDiscarded)
+			if st := b.Stats(); st.L1.FillsDiscarded < 1 {
+				t.Errorf("b: L1.FillsDiscarded got %d, want at least 1", st.L1.FillsDiscarded)
 			}
 			v, ok := getString(t, b, "k")
 			switch {
@@ -427,8 +427,8 @@ func testBatchFailSafe(t *testing.T, cancelable bool) {
 		if !errors.Is(err, dbDown) || !maps.Equal(got, want) {
 			t.Fatalf("failing load: got %v, %v; want %v and the load's error for \"none\"", got, err, want)
 		}
-		if st := b.Stats(); st.StaleServed != 2 {
-			t.Errorf("StaleServed: got %d, want 2", st.StaleServed)
+		if st := b.Stats(); st.Load.StaleServed != 2 {
+			t.Errorf("Load.StaleServed: got %d, want 2", st.Load.StaleServed)
 		}
 		// Throttled: only the key without a stale value is loaded again.
 		got, err = b.GetOrCreateMany(ctx, keys, fail)
@@ -512,8 +512,8 @@ func TestIntegrationBatchFailSafe(t *testing.T) {
 	if c.GetMany-before.GetMany != 1 || c.Get != before.Get {
 		t.Errorf("reads: %d GetMany, %d Get; want 1 and 0", c.GetMany-before.GetMany, c.Get-before.Get)
 	}
-	if st := b.c.Stats(); st.StaleServed != uint64(len(keys)) {
-		t.Errorf("StaleServed: got %d, want %d", st.StaleServed, len(keys))
+	if st := b.c.Stats(); st.Load.StaleServed != uint64(len(keys)) {
+		t.Errorf("Load.StaleServed: got %d, want %d", st.Load.StaleServed, len(keys))
 	}
 	for _, k := range keys {
 		if v, ok := redisValue(t, b.rdb, ns, k); !ok || v != "old:"+k {
@@ -558,8 +558,8 @@ func TestBatchSoftTimeout(t *testing.T) {
 		if got, err := c.GetMany(t.Context(), []string{"a", "b"}); err != nil || got["a"] != "new" || got["b"] != "new" {
 			t.Errorf("after the slow load: got %v, %v; want its values", got, err)
 		}
-		if st := c.Stats(); st.SoftTimeouts != 1 || st.StaleServed != 2 || st.Loads != 1 {
-			t.Errorf("Stats: SoftTimeouts %d, StaleServed %d, Loads %d; want 1, 2, 1", st.SoftTimeouts, st.StaleServed, st.Loads)
+		if st := c.Stats(); st.Load.SoftTimeouts != 1 || st.Load.StaleServed != 2 || st.Load.Calls != 1 {
+			t.Errorf("Stats: Load.SoftTimeouts %d, Load.StaleServed %d, Load.Calls %d; want 1, 2, 1", st.Load.SoftTimeouts, st.Load.StaleServed, st.Load.Calls)
 		}
 	})
 }
@@ -622,8 +622,8 @@ func TestBatchEagerRefresh(t *testing.T) {
 		if v, _ := s.stored(t, "a"); v != "v2:a" {
 			t.Errorf("shared tier: got %q, want the refreshed v2:a", v)
 		}
-		if st := c.Stats(); st.Refreshes != 2 {
-			t.Errorf("Refreshes: got %d, want 2 (one per key)", st.Refreshes)
+		if st := c.Stats(); st.Load.Refreshes != 2 {
+			t.Errorf("Load.Refreshes: got %d, want 2 (one per key)", st.Load.Refreshes)
 		}
 	})
 }
@@ -696,8 +696,8 @@ func TestBatchLoadTakesOneSlot(t *testing.T) {
 		if err != nil || got["s"] != "old" || time.Since(start) != 0 {
 			t.Errorf("batch beyond the bound: got %v, %v after %v; want the stale value at once", got, err, time.Since(start))
 		}
-		if st := c.Stats(); st.LoadsQueued != 1 || st.StaleServed != 1 {
-			t.Errorf("LoadsQueued %d, StaleServed %d; want 1 and 1", st.LoadsQueued, st.StaleServed)
+		if st := c.Stats(); st.Load.Queued != 1 || st.Load.StaleServed != 1 {
+			t.Errorf("Load.Queued %d, Load.StaleServed %d; want 1 and 1", st.Load.Queued, st.Load.StaleServed)
 		}
 		close(batch.release)
 		single.release <- struct{}{}
@@ -828,12 +828,12 @@ func testBatch(t *testing.T, newClient clientFactory) {
 	t.Run("half in Redis", func(t *testing.T) {
 		keys := keysOf("h", 50)
 		want := loaded(keys[25:]...)
-		recv := a.c.Stats().Received
+		recv := a.c.Stats().Invalidations.Applied
 		for _, k := range keys[:25] {
 			setStr(t, b, k, "b:"+k)
 			want[k] = "b:" + k
 		}
-		waitStat(t, a, "Received", statReceived, recv+25)
+		waitStat(t, a, "Invalidations.Applied", statReceived, recv+25)
 		l := &batchLoad{}
 		before := a.remote.calls()
 		call(t, keys, l, want)
@@ -887,12 +887,12 @@ func testBatch(t *testing.T, newClient clientFactory) {
 		}()
 		<-l.reached
 		var singles atomic.Int64
-		misses, gets := a.c.Stats().L1Misses, a.remote.calls().Get
+		misses, gets := a.c.Stats().L1.Misses, a.remote.calls().Get
 		single := goGet(a, "j03", func(context.Context, string) (string, error) {
 			singles.Add(1)
 			return "single", nil
 		})
-		waitFor(t, 5*time.Second, "the GetOrCreate to miss L1", func() bool { return a.c.Stats().L1Misses > misses }, nil)
+		waitFor(t, 5*time.Second, "the GetOrCreate to miss L1", func() bool { return a.c.Stats().L1.Misses > misses }, nil)
 		select {
 		case r := <-single:
 			t.Fatalf("GetOrCreate(j03) returned %q, %v while the batch load was still running: it did not join", r.v, r.err)
@@ -949,8 +949,8 @@ func testBatch(t *testing.T, newClient clientFactory) {
 	})
 
 	for _, in := range p {
-		if st := in.c.Stats(); st.L2Errors != 0 || st.DecodeErrors != 0 {
-			t.Errorf("%s: L2Errors %d, DecodeErrors %d; want 0, 0", in.name, st.L2Errors, st.DecodeErrors)
+		if st := in.c.Stats(); st.L2.Errors != 0 || st.L2.DecodeErrors != 0 {
+			t.Errorf("%s: L2.Errors %d, L2.DecodeErrors %d; want 0, 0", in.name, st.L2.Errors, st.L2.DecodeErrors)
 		}
 	}
 }

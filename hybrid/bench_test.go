@@ -292,8 +292,8 @@ func BenchmarkGetOrCreate_L2Hit(b *testing.B) {
 		c.DropLocal(k)
 		i++
 	}
-	if s := c.Stats(); s.Loads != 0 {
-		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Loads)
+	if s := c.Stats(); s.Load.Calls != 0 {
+		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Load.Calls)
 	}
 }
 
@@ -601,7 +601,7 @@ func (cc *coldCache) close() {
 	if cc.c == nil {
 		return
 	}
-	if n := cc.c.Stats().Loads; n != 0 {
+	if n := cc.c.Stats().Load.Calls; n != 0 {
 		cc.b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", n)
 	}
 	cc.c.Close()

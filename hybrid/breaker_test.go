@@ -30,11 +30,11 @@ func TestBreakerKeepsCallsAwayFromAFailingRemote(t *testing.T) {
 			synctest.Wait() // let the fill's write-back attempts finish
 		}
 		st := c.Stats()
-		if st.BreakerOpens != 1 {
-			t.Errorf("BreakerOpens: got %d, want 1", st.BreakerOpens)
+		if st.L2.BreakerOpens != 1 {
+			t.Errorf("L2.BreakerOpens: got %d, want 1", st.L2.BreakerOpens)
 		}
-		if st.L2Skipped == 0 {
-			t.Error("L2Skipped: got 0, want calls skipped while the breaker is open")
+		if st.L2.Skipped == 0 {
+			t.Error("L2.Skipped: got 0, want calls skipped while the breaker is open")
 		}
 		calls := s.remote.Calls().Total()
 		if err := c.Set(ctx, "k", "v"); !errors.Is(err, hybrid.ErrUnavailable) {
@@ -81,8 +81,8 @@ func TestBreakerProbeFailureReopens(t *testing.T) {
 		if err := c.Set(ctx, "k", "v"); !errors.Is(err, hybrid.ErrUnavailable) {
 			t.Fatalf("after a failed probe: got %v, want ErrUnavailable", err)
 		}
-		if got := c.Stats().BreakerOpens; got != 2 {
-			t.Errorf("BreakerOpens: got %d, want 2", got)
+		if got := c.Stats().L2.BreakerOpens; got != 2 {
+			t.Errorf("L2.BreakerOpens: got %d, want 2", got)
 		}
 	})
 }

@@ -94,8 +94,10 @@ type Cache[V any] struct {
 }
 
 // New returns a Cache configured by o, or an error naming the first
-// setting that is wrong.
+// setting that is wrong. It logs to Options.Logger, once and at warning
+// level, each setting that contradicts another or costs the user.
 func New[V any](o Options) (*Cache[V], error) {
+	set := o
 	o, err := o.withDefaults()
 	if err != nil {
 		return nil, err
@@ -162,6 +164,9 @@ func New[V any](o Options) (*Cache[V], error) {
 			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
 		}
 	}
+	for _, line := range advice(&o, &set) {
+		o.Logger.Warn(line, "namespace", o.Namespace)
+	}
 	return c, nil
 }
 
@@ -206,7 +211,7 @@ func (c *Cache[V]) worker(job func()) {
 // Close unsubscribes from the bus, cancels fills in progress and waits for
 // them, stops the replay of queued writes (see Options.QueueWrites; writes
 // still queued are dropped, logged as one warning with their number and
-// counted in Stats.QueueDroppedOnClose) and waits for it, and stops L1's
+// counted in Stats.Queue.DroppedOnClose) and waits for it, and stops L1's
 // goroutines. It does not close the Remote or the Bus,
 // which the caller owns and may share. Later calls return ErrClosed.
 func (c *Cache[V]) Close() error {

@@ -31,8 +31,8 @@ func TestL1OnlyGetOrCreateLoadsOnce(t *testing.T) {
 	if loads != 1 {
 		t.Errorf("load ran %d times, want 1", loads)
 	}
-	if s := c.Stats(); s.Loads != 1 || s.L1Hits != 4 || s.L1Misses != 1 {
-		t.Errorf("Stats: got Loads %d, L1Hits %d, L1Misses %d, want 1, 4, 1", s.Loads, s.L1Hits, s.L1Misses)
+	if s := c.Stats(); s.Load.Calls != 1 || s.L1.Hits != 4 || s.L1.Misses != 1 {
+		t.Errorf("Stats: got Load.Calls %d, L1.Hits %d, L1.Misses %d, want 1, 4, 1", s.Load.Calls, s.L1.Hits, s.L1.Misses)
 	}
 }
 
@@ -126,10 +126,10 @@ func TestStatsL1Entries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// L1Bytes is not checked: otter accounts weights in its maintenance,
+	// L1.Size is not checked: otter accounts weights in its maintenance,
 	// which runs later on its own goroutine.
-	if st := c.Stats(); st.L1Entries != 10 {
-		t.Errorf("Stats: got L1Entries %d, want 10", st.L1Entries)
+	if st := c.Stats(); st.L1.Entries != 10 {
+		t.Errorf("Stats: got L1.Entries %d, want 10", st.L1.Entries)
 	}
 }
 

@@ -49,7 +49,7 @@
 // hybridtest.Remote implement; hybridtest.TestRemote checks another
 // implementation against its contract. Bus carries the messages
 // (*invalidate.Bus). Codec encodes values (package codec: JSON, msgpack,
-// raw bytes). Stats returns the counters, grouped by tier.
+// raw bytes). Stats returns the counters, grouped by tier and concern.
 //
 // # Values are shared
 //

@@ -19,16 +19,15 @@ type Events struct {
 	Evicted func(key string, expired bool)
 
 	// Invalidated is called after a message from another instance has been
-	// applied to L1. op is "set", "delete", "expire", "clear" (Clear or
-	// ClearLocal) or "tag"; keys holds the keys for "set", "delete" and
-	// "expire", the tags for "tag", and nothing for "clear". The slice must
-	// not be kept.
-	Invalidated func(op string, keys []string)
+	// applied to L1. op is the call that instance made: OpSet, OpDelete,
+	// OpExpire, OpDeleteTag or OpClear (Clear or ClearLocal); keys holds
+	// the keys, the tags for OpDeleteTag, and nothing for OpClear. The
+	// slice must not be kept.
+	Invalidated func(op Op, keys []string)
 
-	// L2Error is called when a shared-tier or bus call fails. op names the
-	// call: "get", "set", "delete", "expire", "get_many", "set_many",
-	// "publish", "delete_tag", "get_tag", "clear", "get_clear".
-	L2Error func(op string, err error)
+	// L2Error is called when a shared-tier or bus call fails; op names the
+	// call (see Op).
+	L2Error func(op Op, err error)
 
 	// StaleServed is called when fail-safe serves a stale value for key:
 	// cause is the load's error, or nil when the load goes on (it passed
@@ -38,16 +37,16 @@ type Events struct {
 
 // Tracer starts a span around each load and each shared-tier call the
 // cache makes, so that a tracing system (see the otel module) sees where a
-// miss spends its time. op is "load", "load_many" or a shared-tier call's
-// name as in Events.L2Error; key is the key, or "" for a batch. Start
-// returns the context the work runs under and a function that ends the
-// span with the work's error. L1 hits are never traced.
+// miss spends its time. op names the call (see Op); key is the key, or ""
+// for a batch. Start returns the context the work runs under and a
+// function that ends the span with the work's error. L1 hits are never
+// traced.
 type Tracer interface {
-	Start(ctx context.Context, op, key string) (context.Context, func(err error))
+	Start(ctx context.Context, op Op, key string) (context.Context, func(err error))
 }
 
 // span starts a span when a Tracer is set.
-func (c *Cache[V]) span(ctx context.Context, op, key string) (context.Context, func(error)) {
+func (c *Cache[V]) span(ctx context.Context, op Op, key string) (context.Context, func(error)) {
 	if c.o.Tracer == nil {
 		return ctx, endNothing
 	}
@@ -57,7 +56,7 @@ func (c *Cache[V]) span(ctx context.Context, op, key string) (context.Context, f
 func endNothing(error) {}
 
 // l2Failed counts a failed shared-tier or bus call and reports it.
-func (c *Cache[V]) l2Failed(op string, err error) {
+func (c *Cache[V]) l2Failed(op Op, err error) {
 	c.n.l2Errors.Add(1)
 	if f := c.o.Events.L2Error; f != nil {
 		f(op, err)
@@ -73,7 +72,7 @@ func (c *Cache[V]) staleServed(key string, cause error) {
 }
 
 // invalidated reports a message from another instance, once applied.
-func (c *Cache[V]) invalidated(op string, keys []string) {
+func (c *Cache[V]) invalidated(op Op, keys []string) {
 	c.n.received.Add(1)
 	if f := c.o.Events.Invalidated; f != nil {
 		f(op, keys)

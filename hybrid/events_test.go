@@ -81,11 +81,11 @@ func (r *recorder) has(s string) bool {
 	return slices.Contains(r.events, s)
 }
 
-func (r *recorder) Start(ctx context.Context, op, key string) (context.Context, func(error)) {
+func (r *recorder) Start(ctx context.Context, op hybrid.Op, key string) (context.Context, func(error)) {
 	return ctx, func(err error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		s := op + " " + key
+		s := string(op) + " " + key
 		if err != nil {
 			s += " failed"
 		}
@@ -102,8 +102,8 @@ func (r *recorder) options(o hybrid.Options) hybrid.Options {
 			}
 			r.add("evicted " + key)
 		},
-		Invalidated: func(op string, keys []string) { r.add("invalidated " + op + " " + keys[0]) },
-		L2Error:     func(op string, err error) { r.add("l2error " + op) },
+		Invalidated: func(op hybrid.Op, keys []string) { r.add("invalidated " + string(op) + " " + keys[0]) },
+		L2Error:     func(op hybrid.Op, err error) { r.add("l2error " + string(op)) },
 		StaleServed: func(key string, cause error) { r.add("stale " + key) },
 	}
 	o.Tracer = r
@@ -201,7 +201,7 @@ func TestEventsStaleServedAndEvicted(t *testing.T) {
 			}
 			return bySize
 		})
-		if ev := c.Stats().L1Evictions; ev == 0 || uint64(n) > ev+c.Stats().L1Expirations {
+		if ev := c.Stats().L1.Evictions; ev == 0 || uint64(n) > ev+c.Stats().L1.Expirations {
 			t.Errorf("%d evictions counted, %d Evicted events", ev, n)
 		}
 		if n == 0 {

@@ -71,7 +71,7 @@ func ExampleCache_GetOrCreate() {
 		fmt.Println(u.Name)
 	}
 	st := users.Stats()
-	fmt.Println("loads:", st.Loads, "L1 hits:", st.L1Hits)
+	fmt.Println("loads:", st.Load.Calls, "L1 hits:", st.L1.Hits)
 	// Output:
 	// loading 42
 	// Ada
@@ -138,7 +138,7 @@ func Example_invalidation() {
 	_ = bus.Flush(ctx) // wait until b has applied a's message
 	v, _, _ = b.Get(ctx, "apple")
 	fmt.Println("b sees", v)
-	fmt.Println("swapped:", b.Stats().Swapped, "shared-tier reads:", remote.Calls().Get-reads)
+	fmt.Println("swapped:", b.Stats().Invalidations.Swapped, "shared-tier reads:", remote.Calls().Get-reads)
 	// Output:
 	// b sees 100
 	// b sees 120
@@ -267,7 +267,7 @@ func ExampleWithFailSafe() {
 	v, err = c.GetOrCreate(ctx, "rate", func(context.Context, string) (string, error) {
 		return "", errors.New("rates service down")
 	}, failSafe)
-	fmt.Println(v, err, c.Stats().StaleServed)
+	fmt.Println(v, err, c.Stats().Load.StaleServed)
 	// Output:
 	// 1.08
 	// 1.08 <nil> 1

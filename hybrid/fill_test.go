@@ -50,8 +50,8 @@ func TestStampede(t *testing.T) {
 		if c := s.remote.Calls(); c.Get != 1 || c.SetIfAbsent != 1 {
 			t.Errorf("Remote calls: got %+v, want one Get and one SetIfAbsent", c)
 		}
-		if st := c.Stats(); st.Loads != 1 || st.L1Misses != n || st.L2Misses != 1 {
-			t.Errorf("Stats: got Loads %d, L1Misses %d, L2Misses %d, want 1, %d, 1", st.Loads, st.L1Misses, st.L2Misses, n)
+		if st := c.Stats(); st.Load.Calls != 1 || st.L1.Misses != n || st.L2.Misses != 1 {
+			t.Errorf("Stats: got Load.Calls %d, L1.Misses %d, L2.Misses %d, want 1, %d, 1", st.Load.Calls, st.L1.Misses, st.L2.Misses, n)
 		}
 	})
 }
@@ -199,8 +199,8 @@ func TestLoadPanic(t *testing.T) {
 		if got := l.calls.Load(); got != 1 {
 			t.Errorf("load after the panic ran %d times, want 1", got)
 		}
-		if st := c.Stats(); st.LoadErrors != 1 || st.Loads != 2 {
-			t.Errorf("Stats: got Loads %d, LoadErrors %d, want 2, 1", st.Loads, st.LoadErrors)
+		if st := c.Stats(); st.Load.Errors != 1 || st.Load.Calls != 2 {
+			t.Errorf("Stats: got Load.Calls %d, Load.Errors %d, want 2, 1", st.Load.Calls, st.Load.Errors)
 		}
 	})
 }
@@ -244,8 +244,8 @@ func TestLoadErrorNotCached(t *testing.T) {
 	if got := l.calls.Load(); got != 2 {
 		t.Errorf("load ran %d times for two calls, want 2 (errors are not cached)", got)
 	}
-	if st := c.Stats(); st.LoadErrors != 2 || st.Loads != 2 {
-		t.Errorf("Stats: got Loads %d, LoadErrors %d, want 2, 2", st.Loads, st.LoadErrors)
+	if st := c.Stats(); st.Load.Errors != 2 || st.Load.Calls != 2 {
+		t.Errorf("Stats: got Load.Calls %d, Load.Errors %d, want 2, 2", st.Load.Calls, st.Load.Errors)
 	}
 	if got := s.remote.Keys(); len(got) != 0 {
 		t.Errorf("Remote keys after failed loads: got %q, want none", got)
@@ -283,7 +283,7 @@ func (l *slowLoads) load(ctx context.Context, key string) (string, error) {
 
 // TestMaxConcurrentLoads: 5 fills of distinct keys, two callers each, with
 // a bound of 2: never more than 2 loads at once, the other 3 fills wait
-// (Stats.LoadsQueued) and load as slots free; every caller gets its value.
+// (Stats.Load.Queued) and load as slots free; every caller gets its value.
 func TestMaxConcurrentLoads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSharedTier(t)
@@ -302,8 +302,8 @@ func TestMaxConcurrentLoads(t *testing.T) {
 		if n := l.running.Load(); n != 2 {
 			t.Fatalf("%d loads running with 5 fills and a bound of 2, want 2", n)
 		}
-		if st := c.Stats(); st.LoadsQueued != 3 || st.Loads != 2 {
-			t.Errorf("Stats: LoadsQueued %d, Loads %d, want 3 and 2", st.LoadsQueued, st.Loads)
+		if st := c.Stats(); st.Load.Queued != 3 || st.Load.Calls != 2 {
+			t.Errorf("Stats: Load.Queued %d, Load.Calls %d, want 3 and 2", st.Load.Queued, st.Load.Calls)
 		}
 		for range keys {
 			l.release <- struct{}{}
@@ -320,8 +320,8 @@ func TestMaxConcurrentLoads(t *testing.T) {
 		if m, n := l.most.Load(), l.calls.Load(); m != 2 || n != keys {
 			t.Errorf("loads: %d in all, at most %d at once; want %d and 2", n, m, keys)
 		}
-		if st := c.Stats(); st.LoadsQueued != 3 || st.Loads != keys {
-			t.Errorf("Stats: LoadsQueued %d, Loads %d, want 3 and %d", st.LoadsQueued, st.Loads, keys)
+		if st := c.Stats(); st.Load.Queued != 3 || st.Load.Calls != keys {
+			t.Errorf("Stats: Load.Queued %d, Load.Calls %d, want 3 and %d", st.Load.Queued, st.Load.Calls, keys)
 		}
 	})
 }
@@ -346,8 +346,8 @@ func TestMaxConcurrentLoadsWaiterLeaves(t *testing.T) {
 		if r := <-short; !errors.Is(r.err, context.DeadlineExceeded) || time.Since(start) != time.Second {
 			t.Errorf("queued caller with a 1s deadline: got %q, %v after %v, want DeadlineExceeded after 1s", r.v, r.err, time.Since(start))
 		}
-		if st := c.Stats(); st.LoadsQueued != 1 || l.calls.Load() != 1 {
-			t.Errorf("LoadsQueued %d, loads %d, want 1 and 1 (k waits for the slot)", st.LoadsQueued, l.calls.Load())
+		if st := c.Stats(); st.Load.Queued != 1 || l.calls.Load() != 1 {
+			t.Errorf("Load.Queued %d, loads %d, want 1 and 1 (k waits for the slot)", st.Load.Queued, l.calls.Load())
 		}
 		l.release <- struct{}{} // busy's load ends; k's takes the slot
 		l.release <- struct{}{}
@@ -414,8 +414,8 @@ func TestMaxConcurrentLoadsServesStale(t *testing.T) {
 			}
 		}
 		synctest.Wait()
-		if st := c.Stats(); st.StaleServed != 1 || st.LoadsQueued != 1 || l.calls.Load() != 1 {
-			t.Errorf("StaleServed %d, LoadsQueued %d, loads %d; want 1, 1, 1 (one fill for k, waiting)", st.StaleServed, st.LoadsQueued, l.calls.Load())
+		if st := c.Stats(); st.Load.StaleServed != 1 || st.Load.Queued != 1 || l.calls.Load() != 1 {
+			t.Errorf("Load.StaleServed %d, Load.Queued %d, loads %d; want 1, 1, 1 (one fill for k, waiting)", st.Load.StaleServed, st.Load.Queued, l.calls.Load())
 		}
 		l.release <- struct{}{} // busy ends; k's fill loads
 		if r := <-busy; r.err != nil {
@@ -463,8 +463,8 @@ func TestIntegrationMaxConcurrentLoads(t *testing.T) {
 	if m, n := most.Load(), calls.Load(); m > 3 || n != keys {
 		t.Errorf("loads: %d in all, at most %d at once; want %d and at most 3", n, m, keys)
 	}
-	if st := in.c.Stats(); st.LoadsQueued == 0 {
-		t.Error("LoadsQueued is 0: no fill waited for a slot")
+	if st := in.c.Stats(); st.Load.Queued == 0 {
+		t.Error("Load.Queued is 0: no fill waited for a slot")
 	}
 	waitFor(t, 5*time.Second, "the write-backs", func() bool { return in.remote.setIfAbsents.Load() >= keys }, nil)
 	for i := range keys {
@@ -490,8 +490,8 @@ func TestNegativeCaching(t *testing.T) {
 		if got := m.calls.Load(); got != 1 {
 			t.Errorf("load calls: got %d, want 1 (the absence is remembered)", got)
 		}
-		if st := a.Stats(); st.LoadErrors != 0 {
-			t.Errorf("LoadErrors: got %d, want 0 (not found is an answer, not an error)", st.LoadErrors)
+		if st := a.Stats(); st.Load.Errors != 0 {
+			t.Errorf("Load.Errors: got %d, want 0 (not found is an answer, not an error)", st.Load.Errors)
 		}
 		if _, ok, err := a.Get(ctx, "k"); ok || err != nil {
 			t.Errorf("Get of a remembered absence: got ok %v err %v, want false nil", ok, err)
@@ -591,8 +591,8 @@ func TestNoStaleFill(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("b: GetOrCreate: %v", r.err)
 			}
-			if st := b.Stats(); st.FillsDiscarded < 1 {
-				t.Errorf("b: FillsDiscarded got %d, want at least 1", st.FillsDiscarded)
+			if st := b.Stats(); st.L1.FillsDiscarded < 1 {
+				t.Errorf("b: L1.FillsDiscarded got %d, want at least 1", st.L1.FillsDiscarded)
 			}
 			v, ok := getString(t, b, "k")
 			switch {
@@ -626,9 +626,9 @@ func TestNoStaleFillOnBusLoss(t *testing.T) {
 		t.Fatalf("GetOrCreate: got %q, %v, want \"v\"", r.v, r.err)
 	}
 	// The loss is counted once its replay (on a worker) is done.
-	waitFor(t, 5*time.Second, "the replay", func() bool { return c.Stats().BusLosses == 1 }, nil)
-	if st := c.Stats(); st.FillsDiscarded != 1 {
-		t.Errorf("Stats: got FillsDiscarded %d, want 1", st.FillsDiscarded)
+	waitFor(t, 5*time.Second, "the replay", func() bool { return c.Stats().Bus.Losses == 1 }, nil)
+	if st := c.Stats(); st.L1.FillsDiscarded != 1 {
+		t.Errorf("Stats: got L1.FillsDiscarded %d, want 1", st.L1.FillsDiscarded)
 	}
 	gets := s.remote.Calls().Get
 	getString(t, c, "k")
@@ -740,7 +740,7 @@ func TestIntegrationNoStaleFill(t *testing.T) {
 			p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, Secret: tt.secret})
 			a, b := p[0], p[1]
 			setStr(t, a, "k", "old")
-			waitStat(t, b, "Received", statReceived, 1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 
 			reached, release := holdGet(t, b, ns, "k")
 			res := goGet(b, "k", neverLoad(t))
@@ -756,7 +756,7 @@ func TestIntegrationNoStaleFill(t *testing.T) {
 			} else {
 				setStr(t, a, "k", "new")
 			}
-			waitStat(t, b, "Received", statReceived, 2) // B has applied A's change
+			waitStat(t, b, "Invalidations.Applied", statReceived, 2) // B has applied A's change
 			release()
 			var r result
 			select {
@@ -769,8 +769,8 @@ func TestIntegrationNoStaleFill(t *testing.T) {
 			}
 			t.Logf("the held caller got %q", r.v)
 			b.remote.setAfterGet(nil)
-			if st := b.c.Stats(); st.FillsDiscarded < 1 {
-				t.Errorf("B: Stats.FillsDiscarded got %d, want at least 1", st.FillsDiscarded)
+			if st := b.c.Stats(); st.L1.FillsDiscarded < 1 {
+				t.Errorf("B: Stats.L1.FillsDiscarded got %d, want at least 1", st.L1.FillsDiscarded)
 			}
 			v, ok := getStr(t, b, "k")
 			switch {
@@ -804,7 +804,7 @@ func TestIntegrationNoStaleJoin(t *testing.T) {
 			p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
 			a, b := p[0], p[1]
 			setStr(t, a, "k", "old")
-			waitStat(t, b, "Received", statReceived, 1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 
 			reached, release := holdGet(t, b, ns, "k")
 			first := goGet(b, "k", neverLoad(t))
@@ -819,12 +819,12 @@ func TestIntegrationNoStaleJoin(t *testing.T) {
 				load = func(context.Context, string) (string, error) { return "loaded", nil }
 			} else {
 				setStr(t, a, "k", "new")
-				waitStat(t, b, "Received", statReceived, 2)
+				waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 			}
 			// The change is known on B. A GetOrCreate starting now...
-			misses := b.c.Stats().L1Misses
+			misses := b.c.Stats().L1.Misses
 			second := goGet(b, "k", load)
-			waitFor(t, 5*time.Second, "B's second GetOrCreate to miss L1", func() bool { return b.c.Stats().L1Misses > misses }, nil)
+			waitFor(t, 5*time.Second, "B's second GetOrCreate to miss L1", func() bool { return b.c.Stats().L1.Misses > misses }, nil)
 			release()
 			r1, r2 := <-first, <-second
 			b.remote.setAfterGet(nil)
@@ -904,7 +904,7 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 			if err := a.c.Delete(ctx, "k"); err != nil {
 				t.Fatal(err)
 			}
-			waitStat(t, c, "Received", statReceived, 2)
+			waitStat(t, c, "Invalidations.Applied", statReceived, 2)
 
 			reached := make(chan struct{})
 			held, release := gate(t)
@@ -932,7 +932,7 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 			slow.release()
-			waitStat(t, c, "Received", statReceived, 4) // A's Set and Delete: every message is in
+			waitStat(t, c, "Invalidations.Applied", statReceived, 4) // A's Set and Delete: every message is in
 
 			if v, ok := redisValue(t, raw, ns, "k"); ok && v == "v1" {
 				t.Errorf("Redis holds %q after A's Set of v2 and Delete: C's fill wrote back a value loaded before the change", v)
@@ -942,7 +942,7 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 					t.Errorf("%s: Get after every message arrived: got %q, a value older than the last Set (v2); want a miss or \"v2\"", in.name, v)
 				}
 			}
-			t.Logf("C: SetIfAbsent calls %d, CompareAndSet calls %d, FillsDiscarded %d", c.remote.calls().SetIfAbsent, c.remote.calls().CompareAndSet, c.c.Stats().FillsDiscarded)
+			t.Logf("C: SetIfAbsent calls %d, CompareAndSet calls %d, L1.FillsDiscarded %d", c.remote.calls().SetIfAbsent, c.remote.calls().CompareAndSet, c.c.Stats().L1.FillsDiscarded)
 		})
 	}
 }
@@ -1094,11 +1094,11 @@ func TestFaultLoaderAtScale(t *testing.T) {
 	var l2Hits uint64
 	for _, in := range p {
 		st := in.c.Stats()
-		l2Hits += st.L2Hits
-		t.Logf("%s: Loads %d, LoadErrors %d, L1Hits %d, L2Hits %d, L2Errors %d", in.name, st.Loads, st.LoadErrors, st.L1Hits, st.L2Hits, st.L2Errors)
+		l2Hits += st.L2.Hits
+		t.Logf("%s: Load.Calls %d, Load.Errors %d, L1.Hits %d, L2.Hits %d, L2.Errors %d", in.name, st.Load.Calls, st.Load.Errors, st.L1.Hits, st.L2.Hits, st.L2.Errors)
 	}
 	if l2Hits == 0 {
-		t.Error("L2Hits 0 on both instances, want values loaded by one read by the other from Redis")
+		t.Error("L2.Hits 0 on both instances, want values loaded by one read by the other from Redis")
 	}
 	// A successful key loads at most once per instance (then L1 or Redis
 	// answers); the faulty ones are not cached and load again.

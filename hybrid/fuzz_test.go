@@ -51,7 +51,7 @@ func FuzzStoredValue(f *testing.F) {
 		if err != nil {
 			t.Fatalf("GetOrCreate: %v", err)
 		}
-		if v != "loaded" && c.Stats().L2Hits != 1 {
+		if v != "loaded" && c.Stats().L2.Hits != 1 {
 			t.Fatalf("got %q without an L2 hit", v)
 		}
 	})

@@ -44,8 +44,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 			t.Errorf("Remote holds %q (ok %v), want \"v1\"", v, ok)
 		}
 		st := a.Stats()
-		if st.L1Misses != 1 || st.L2Misses != 1 || st.Loads != 1 || st.L1Hits != 0 || st.L2Hits != 0 || st.L1Entries != 1 {
-			t.Errorf("Stats after a full miss: got %+v, want L1Misses 1, L2Misses 1, Loads 1, L1Entries 1", st)
+		if st.L1.Misses != 1 || st.L2.Misses != 1 || st.Load.Calls != 1 || st.L1.Hits != 0 || st.L2.Hits != 0 || st.L1.Entries != 1 {
+			t.Errorf("Stats after a full miss: got %+v, want L1.Misses 1, L2.Misses 1, Load.Calls 1, L1.Entries 1", st)
 		}
 		if c := s.remote.Calls(); c.Get != 1 || c.SetIfAbsent != 1 {
 			t.Errorf("Remote calls after a full miss: got %+v, want 1 Get and 1 SetIfAbsent", c)
@@ -55,8 +55,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
 			t.Fatalf("second GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
 		}
-		if st := a.Stats(); st.L1Hits != 1 || st.Loads != 1 {
-			t.Errorf("Stats after an L1 hit: got L1Hits %d, Loads %d, want 1, 1", st.L1Hits, st.Loads)
+		if st := a.Stats(); st.L1.Hits != 1 || st.Load.Calls != 1 {
+			t.Errorf("Stats after an L1 hit: got L1.Hits %d, Load.Calls %d, want 1, 1", st.L1.Hits, st.Load.Calls)
 		}
 		if got := s.remote.Calls().Get; got != 1 {
 			t.Errorf("an L1 hit read the Remote: %d Gets, want 1", got)
@@ -70,8 +70,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 			t.Fatalf("second GetOrCreate on the second instance: got %q, %v, want \"v1\", nil", v, err)
 		}
 		st = b.Stats()
-		if st.L1Misses != 1 || st.L2Hits != 1 || st.L1Hits != 1 || st.Loads != 0 || st.L2Misses != 0 {
-			t.Errorf("Stats of the second instance: got %+v, want L1Misses 1, L2Hits 1, L1Hits 1, no load", st)
+		if st.L1.Misses != 1 || st.L2.Hits != 1 || st.L1.Hits != 1 || st.Load.Calls != 0 || st.L2.Misses != 0 {
+			t.Errorf("Stats of the second instance: got %+v, want L1.Misses 1, L2.Hits 1, L1.Hits 1, no load", st)
 		}
 		if got := l.calls.Load(); got != 1 {
 			t.Errorf("load ran %d times in all, want 1", got)
@@ -100,8 +100,8 @@ func TestGetMissWithoutLoad(t *testing.T) {
 	if got := s.remote.Calls().Get; got != 3 {
 		t.Errorf("Remote Gets: got %d, want 3 (a miss, then one read whose value stays in L1, and the clear record once)", got)
 	}
-	if st := c.Stats(); st.L2Misses != 1 || st.L2Hits != 1 || st.L1Hits != 1 {
-		t.Errorf("Stats: got %+v, want L2Misses 1, L2Hits 1, L1Hits 1", st)
+	if st := c.Stats(); st.L2.Misses != 1 || st.L2.Hits != 1 || st.L1.Hits != 1 {
+		t.Errorf("Stats: got %+v, want L2.Misses 1, L2.Hits 1, L1.Hits 1", st)
 	}
 }
 
@@ -279,8 +279,8 @@ func TestL1HitAllocatesNothing(t *testing.T) {
 			t.Errorf("%s on an L1 hit: %v allocations, want 0", tt.name, got)
 		}
 	}
-	if st := c.Stats(); st.L1Misses != 0 {
-		t.Errorf("L1Misses: got %d, want 0 (every call was a hit)", st.L1Misses)
+	if st := c.Stats(); st.L1.Misses != 0 {
+		t.Errorf("L1.Misses: got %d, want 0 (every call was a hit)", st.L1.Misses)
 	}
 }
 
@@ -386,8 +386,8 @@ func TestLeaderReadBounded(t *testing.T) {
 		if res := <-stays; res.err != nil || res.v != "stored" {
 			t.Errorf("the caller that stayed: got %q, %v, want \"stored\"", res.v, res.err)
 		}
-		if st := c.Stats(); st.L2Errors != 0 || st.Loads != 0 || st.L2Hits != 1 {
-			t.Errorf("Stats: L2Errors %d, Loads %d, L2Hits %d; want 0, 0, 1 (the cut read is no failure; the fill read again)", st.L2Errors, st.Loads, st.L2Hits)
+		if st := c.Stats(); st.L2.Errors != 0 || st.Load.Calls != 0 || st.L2.Hits != 1 {
+			t.Errorf("Stats: L2.Errors %d, Load.Calls %d, L2.Hits %d; want 0, 0, 1 (the cut read is no failure; the fill read again)", st.L2.Errors, st.Load.Calls, st.L2.Hits)
 		}
 	})
 }
@@ -436,13 +436,13 @@ func TestLeaderReadOnStoppedRedis(t *testing.T) {
 	leaderCtx, cancelLeader := context.WithCancel(context.Background())
 	defer cancelLeader()
 	leader := goGetOrCreate(leaderCtx, a.c, "k", neverLoad(t))
-	waitFor(t, 5*time.Second, "the leader's read to start", func() bool { return a.c.Stats().L1Misses >= 1 }, nil)
+	waitFor(t, 5*time.Second, "the leader's read to start", func() bool { return a.c.Stats().L1.Misses >= 1 }, nil)
 	followerCtx, cancelFollower := context.WithCancel(context.Background())
 	follower := goGetOrCreate(followerCtx, a.c, "k", neverLoad(t))
 	// The fill reads again once the leader's read is cut; if Redis is still
 	// stopped then, it loads the same value.
 	stays := goGetOrCreate(context.Background(), a.c, "k", func(context.Context, string) (string, error) { return "stored", nil })
-	waitFor(t, 5*time.Second, "the follower and the caller that stays to miss", func() bool { return a.c.Stats().L1Misses >= 3 }, nil)
+	waitFor(t, 5*time.Second, "the follower and the caller that stays to miss", func() bool { return a.c.Stats().L1.Misses >= 3 }, nil)
 
 	start := time.Now()
 	cancelFollower()

@@ -598,11 +598,11 @@ func waitStat(t testing.TB, in *instance, field string, pick func(hybrid.Stats) 
 		func() string { return fmt.Sprintf("have %d (%+v)", pick(in.c.Stats()), in.c.Stats()) })
 }
 
-func statReceived(s hybrid.Stats) uint64   { return s.Received }
-func statOwnIgnored(s hybrid.Stats) uint64 { return s.OwnIgnored }
-func statInvalid(s hybrid.Stats) uint64    { return s.Invalid }
-func statUnauth(s hybrid.Stats) uint64     { return s.Unauthentic }
-func statBusLosses(s hybrid.Stats) uint64  { return s.BusLosses }
+func statReceived(s hybrid.Stats) uint64   { return s.Invalidations.Applied }
+func statOwnIgnored(s hybrid.Stats) uint64 { return s.Invalidations.Own }
+func statInvalid(s hybrid.Stats) uint64    { return s.Invalidations.Invalid }
+func statUnauth(s hybrid.Stats) uint64     { return s.Invalidations.Unauthentic }
+func statBusLosses(s hybrid.Stats) uint64  { return s.Bus.Losses }
 
 // getStr calls c.Get with a 5 s deadline and fails t on an error.
 func getStr(t testing.TB, in *instance, key string) (string, bool) {

@@ -925,7 +925,7 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 	rec := &histRecorder{start: time.Now(), msgs: map[instKey][]int64{}}
 	caches := make([]*hybrid.Cache[string], histInstances)
 	for i := range caches {
-		o.Events.Invalidated = func(_ string, keys []string) { rec.applied(i, keys) }
+		o.Events.Invalidated = func(_ hybrid.Op, keys []string) { rec.applied(i, keys) }
 		rdb := singleNode(nil)(t)
 		o.Remote = l2.New(rdb, l2.Options{ReadTimeout: 2 * time.Second}) // no read gives up on a busy machine
 		bus := invalidate.New(rdb, bo)
@@ -1002,8 +1002,8 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 	var st []string
 	for i, c := range caches {
 		s := c.Stats()
-		st = append(st, fmt.Sprintf("%c: L1Hits %d, Loads %d, Received %d, Swapped %d, BusLosses %d, Replays %d, Replayed %d, ReplayFlushes %d, FillsDiscarded %d, L2Errors %d",
-			'A'+i, s.L1Hits, s.Loads, s.Received, s.Swapped, s.BusLosses, s.Replays, s.Replayed, s.ReplayFlushes, s.FillsDiscarded, s.L2Errors))
+		st = append(st, fmt.Sprintf("%c: L1.Hits %d, Load.Calls %d, Invalidations.Applied %d, Invalidations.Swapped %d, Bus.Losses %d, Bus.Replays %d, Bus.Replayed %d, Bus.Flushed %d, L1.FillsDiscarded %d, L2.Errors %d",
+			'A'+i, s.L1.Hits, s.Load.Calls, s.Invalidations.Applied, s.Invalidations.Swapped, s.Bus.Losses, s.Bus.Replays, s.Bus.Replayed, s.Bus.Flushed, s.L1.FillsDiscarded, s.L2.Errors))
 	}
 	t.Logf("%s: %d pub/sub kills; %s", sc.name, kills.Load(), strings.Join(st, "; "))
 	return rec.assemble(t)

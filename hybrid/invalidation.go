@@ -29,7 +29,7 @@ type Bus interface {
 // publish sends m on the bus, as a call to the shared tier (see call).
 func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 	msg := message.Encode(m, c.o.Secret)
-	if err := c.call(ctx, "publish", "", func(ctx context.Context) error { return c.bus.Publish(ctx, c.o.Channel, msg) }); err != nil {
+	if err := c.call(ctx, OpPublish, "", func(ctx context.Context) error { return c.bus.Publish(ctx, c.o.Channel, msg) }); err != nil {
 		c.n.publishErrors.Add(1)
 		return err
 	}
@@ -59,9 +59,9 @@ func (c *Cache[V]) onMessage(b []byte) {
 		return
 	}
 	// Counted once applied, so a count seen means L1 reflects the message.
-	op, keys := m.Op.String(), m.Keys
-	if m.Op == message.OpTag && len(keys) == 1 && keys[0] == clearTag {
-		op, keys = message.OpClear.String(), nil // a Clear
+	op, keys := changeOf(&m), m.Keys
+	if op == OpClear {
+		keys = nil // a Clear's message names its tag
 	}
 	defer c.invalidated(op, keys)
 	c.apply(m)

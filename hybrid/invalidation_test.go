@@ -73,21 +73,21 @@ func TestInvalidationSet(t *testing.T) {
 			}
 			for name, peer := range map[string]*hybrid.Cache[string]{"B": b, "C": c} {
 				st := peer.Stats()
-				if st.Swapped != wantSwapped {
-					t.Errorf("%s: Stats.Swapped got %d, want %d", name, st.Swapped, wantSwapped)
+				if st.Invalidations.Swapped != wantSwapped {
+					t.Errorf("%s: Stats.Invalidations.Swapped got %d, want %d", name, st.Invalidations.Swapped, wantSwapped)
 				}
-				if st.Received != 2 {
-					t.Errorf("%s: Stats.Received got %d, want 2", name, st.Received)
+				if st.Invalidations.Applied != 2 {
+					t.Errorf("%s: Stats.Invalidations.Applied got %d, want 2", name, st.Invalidations.Applied)
 				}
-				if st.Unauthentic != 0 || st.Invalid != 0 {
-					t.Errorf("%s: Unauthentic %d, Invalid %d, want 0, 0", name, st.Unauthentic, st.Invalid)
+				if st.Invalidations.Unauthentic != 0 || st.Invalidations.Invalid != 0 {
+					t.Errorf("%s: Invalidations.Unauthentic %d, Invalidations.Invalid %d, want 0, 0", name, st.Invalidations.Unauthentic, st.Invalidations.Invalid)
 				}
 			}
 			if got := s.remote.Calls().Get - gets; got != wantGets {
 				t.Errorf("Remote Gets after the Set: got %d, want %d", got, wantGets)
 			}
-			if st := a.Stats(); st.OwnIgnored != 2 || st.Received != 0 || st.Published != 2 {
-				t.Errorf("A: got OwnIgnored %d, Received %d, Published %d, want 2, 0, 2", st.OwnIgnored, st.Received, st.Published)
+			if st := a.Stats(); st.Invalidations.Own != 2 || st.Invalidations.Applied != 0 || st.Invalidations.Sent != 2 {
+				t.Errorf("A: got Invalidations.Own %d, Invalidations.Applied %d, Invalidations.Sent %d, want 2, 0, 2", st.Invalidations.Own, st.Invalidations.Applied, st.Invalidations.Sent)
 			}
 		})
 	}
@@ -116,8 +116,8 @@ func TestInvalidationDelete(t *testing.T) {
 	} else if h, _, err := envelope.Decode(b); err != nil || h.Flags&envelope.FlagDeleted == 0 {
 		t.Errorf("Remote after Delete: flags %v err %v, want a tombstone (FlagDeleted)", h.Flags, err)
 	}
-	if got := a.Stats().OwnIgnored; got != 2 {
-		t.Errorf("A: OwnIgnored got %d, want 2", got)
+	if got := a.Stats().Invalidations.Own; got != 2 {
+		t.Errorf("A: Invalidations.Own got %d, want 2", got)
 	}
 }
 
@@ -152,8 +152,8 @@ func TestInvalidationClearLocal(t *testing.T) {
 	if got, want := s.remote.Calls().Get-gets, 3*len(keys)+1; got != want {
 		t.Errorf("Remote Gets after ClearLocal: got %d, want %d (no L1 entry survived)", got, want)
 	}
-	if got := a.Stats().OwnIgnored; got != uint64(len(keys))+1 {
-		t.Errorf("A: OwnIgnored got %d, want %d", got, len(keys)+1)
+	if got := a.Stats().Invalidations.Own; got != uint64(len(keys))+1 {
+		t.Errorf("A: Invalidations.Own got %d, want %d", got, len(keys)+1)
 	}
 }
 
@@ -218,14 +218,14 @@ func TestForgedMessages(t *testing.T) {
 		before := b.Stats()
 		publish(st.msg)
 		after := b.Stats()
-		if got := after.Invalid - before.Invalid; got != st.invalid {
-			t.Errorf("%s: Invalid grew by %d, want %d", st.name, got, st.invalid)
+		if got := after.Invalidations.Invalid - before.Invalidations.Invalid; got != st.invalid {
+			t.Errorf("%s: Invalidations.Invalid grew by %d, want %d", st.name, got, st.invalid)
 		}
-		if got := after.Unauthentic - before.Unauthentic; got != st.unauth {
-			t.Errorf("%s: Unauthentic grew by %d, want %d", st.name, got, st.unauth)
+		if got := after.Invalidations.Unauthentic - before.Invalidations.Unauthentic; got != st.unauth {
+			t.Errorf("%s: Invalidations.Unauthentic grew by %d, want %d", st.name, got, st.unauth)
 		}
-		if after.Swapped != before.Swapped {
-			t.Errorf("%s: Swapped grew by %d, want 0", st.name, after.Swapped-before.Swapped)
+		if after.Invalidations.Swapped != before.Invalidations.Swapped {
+			t.Errorf("%s: Invalidations.Swapped grew by %d, want 0", st.name, after.Invalidations.Swapped-before.Invalidations.Swapped)
 		}
 		if held := holds(); held == st.evicts {
 			t.Errorf("%s: b kept k in L1: %v, want %v", st.name, held, !st.evicts)
@@ -249,8 +249,8 @@ func TestForgedMessages(t *testing.T) {
 	before := b.Stats()
 	publish(tampered)
 	after := b.Stats()
-	if after.Unauthentic-before.Unauthentic != 1 || after.Swapped != before.Swapped {
-		t.Errorf("tampered message: Unauthentic grew by %d, Swapped by %d, want 1, 0", after.Unauthentic-before.Unauthentic, after.Swapped-before.Swapped)
+	if after.Invalidations.Unauthentic-before.Invalidations.Unauthentic != 1 || after.Invalidations.Swapped != before.Invalidations.Swapped {
+		t.Errorf("tampered message: Invalidations.Unauthentic grew by %d, Invalidations.Swapped by %d, want 1, 0", after.Invalidations.Unauthentic-before.Invalidations.Unauthentic, after.Invalidations.Swapped-before.Invalidations.Swapped)
 	}
 	if holds() {
 		t.Error("tampered message: b kept k in L1, want it dropped")
@@ -274,8 +274,8 @@ func TestBusLossFlushesL1(t *testing.T) {
 	s.bus.SimulateLoss()
 	s.flush(t)
 	for name, c := range map[string]*hybrid.Cache[string]{"A": a, "B": b} {
-		if got := c.Stats().BusLosses; got != 1 {
-			t.Errorf("%s: BusLosses got %d, want 1", name, got)
+		if got := c.Stats().Bus.Losses; got != 1 {
+			t.Errorf("%s: Bus.Losses got %d, want 1", name, got)
 		}
 		gets := s.remote.Calls().Get
 		fillFromRemote(t, c, "k", "v")
@@ -300,14 +300,14 @@ func TestBusLossKeepsL1(t *testing.T) {
 	s.bus.SimulateLoss()
 	s.flush(t)
 	for name, c := range map[string]*hybrid.Cache[string]{"A": a, "B": b} {
-		waitFor(t, 5*time.Second, name+": the replay", func() bool { return c.Stats().BusLosses == 2 }, nil)
+		waitFor(t, 5*time.Second, name+": the replay", func() bool { return c.Stats().Bus.Losses == 2 }, nil)
 		gets := s.remote.Calls().Get
 		fillFromRemote(t, c, "k", "v")
 		if got := s.remote.Calls().Get - gets; got != 0 {
 			t.Errorf("%s: GetOrCreate after the loss read the Remote %d times, want 0 (L1 kept)", name, got)
 		}
-		if st := c.Stats(); st.Replays != 1 || st.ReplayFlushes != 0 {
-			t.Errorf("%s: Replays %d, ReplayFlushes %d; want 1, 0", name, st.Replays, st.ReplayFlushes)
+		if st := c.Stats(); st.Bus.Replays != 1 || st.Bus.Flushed != 0 {
+			t.Errorf("%s: Bus.Replays %d, Bus.Flushed %d; want 1, 0", name, st.Bus.Replays, st.Bus.Flushed)
 		}
 	}
 }
@@ -398,7 +398,7 @@ func TestInlineMaxBytes(t *testing.T) {
 			if v, ok := getString(t, b, "k"); !ok || v != tt.value {
 				t.Errorf("b: Get got %d bytes, %v, want %d bytes", len(v), ok, len(tt.value))
 			}
-			swapped := b.Stats().Swapped == 1
+			swapped := b.Stats().Invalidations.Swapped == 1
 			reads := s.remote.Calls().Get - gets
 			if swapped != tt.swap || (reads == 0) != tt.swap {
 				t.Errorf("b: swapped %v with %d Remote reads, want swapped %v", swapped, reads, tt.swap)
@@ -437,9 +437,9 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 	// received recv messages each.
 	waitMsgs := func(own, recv uint64) {
 		t.Helper()
-		waitStat(t, a, "OwnIgnored", statOwnIgnored, own)
-		waitStat(t, b, "Received", statReceived, recv)
-		waitStat(t, c, "Received", statReceived, recv)
+		waitStat(t, a, "Invalidations.Own", statOwnIgnored, own)
+		waitStat(t, b, "Invalidations.Applied", statReceived, recv)
+		waitStat(t, c, "Invalidations.Applied", statReceived, recv)
 	}
 
 	// A Set on A reaches B and C, which read it from Redis once.
@@ -463,8 +463,8 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 		wantSwapped, wantGets = 1, 0
 	}
 	for _, in := range []*instance{b, c} {
-		if got := in.c.Stats().Swapped; got != wantSwapped {
-			t.Errorf("%s: Stats.Swapped after A's Set: got %d, want %d", in.name, got, wantSwapped)
+		if got := in.c.Stats().Invalidations.Swapped; got != wantSwapped {
+			t.Errorf("%s: Stats.Invalidations.Swapped after A's Set: got %d, want %d", in.name, got, wantSwapped)
 		}
 	}
 	for _, in := range p {
@@ -497,18 +497,18 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 	}
 
 	// Each instance ignored its own messages and applied the others'.
-	if st := a.c.Stats(); st.Published != 3 || st.OwnIgnored != 3 || st.Received != 0 {
-		t.Errorf("A: Published %d, OwnIgnored %d, Received %d; want 3, 3, 0", st.Published, st.OwnIgnored, st.Received)
+	if st := a.c.Stats(); st.Invalidations.Sent != 3 || st.Invalidations.Own != 3 || st.Invalidations.Applied != 0 {
+		t.Errorf("A: Invalidations.Sent %d, Invalidations.Own %d, Invalidations.Applied %d; want 3, 3, 0", st.Invalidations.Sent, st.Invalidations.Own, st.Invalidations.Applied)
 	}
 	for _, in := range []*instance{b, c} {
 		st := in.c.Stats()
-		if st.Published != 0 || st.OwnIgnored != 0 || st.Received != 3 || st.Invalid != 0 || st.Unauthentic != 0 {
-			t.Errorf("%s: Published %d, OwnIgnored %d, Received %d, Invalid %d, Unauthentic %d; want 0, 0, 3, 0, 0",
-				in.name, st.Published, st.OwnIgnored, st.Received, st.Invalid, st.Unauthentic)
+		if st.Invalidations.Sent != 0 || st.Invalidations.Own != 0 || st.Invalidations.Applied != 3 || st.Invalidations.Invalid != 0 || st.Invalidations.Unauthentic != 0 {
+			t.Errorf("%s: Invalidations.Sent %d, Invalidations.Own %d, Invalidations.Applied %d, Invalidations.Invalid %d, Invalidations.Unauthentic %d; want 0, 0, 3, 0, 0",
+				in.name, st.Invalidations.Sent, st.Invalidations.Own, st.Invalidations.Applied, st.Invalidations.Invalid, st.Invalidations.Unauthentic)
 		}
 	}
 	t.Logf("A: %d published, %d own ignored; B and C: %d received, swapped %d/%d",
-		a.c.Stats().Published, a.c.Stats().OwnIgnored, b.c.Stats().Received, b.c.Stats().Swapped, c.c.Stats().Swapped)
+		a.c.Stats().Invalidations.Sent, a.c.Stats().Invalidations.Own, b.c.Stats().Invalidations.Applied, b.c.Stats().Invalidations.Swapped, c.c.Stats().Invalidations.Swapped)
 
 	// ClearLocal on B drops L1 on A and C too: each must go to Redis again.
 	setStr(t, a, "k2", "w")
@@ -525,12 +525,12 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 	if err := b.c.ClearLocal(ctx); err != nil {
 		t.Fatalf("B: ClearLocal: %v", err)
 	}
-	waitStat(t, b, "OwnIgnored", statOwnIgnored, 1)
-	waitStat(t, a, "Received", statReceived, 1)
-	waitStat(t, c, "Received", statReceived, 5)
+	waitStat(t, b, "Invalidations.Own", statOwnIgnored, 1)
+	waitStat(t, a, "Invalidations.Applied", statReceived, 1)
+	waitStat(t, c, "Invalidations.Applied", statReceived, 5)
 	for i, in := range p {
-		if n := in.c.Stats().L1Entries; n != 0 {
-			t.Errorf("%s: L1Entries after B's ClearLocal: got %d, want 0", in.name, n)
+		if n := in.c.Stats().L1.Entries; n != 0 {
+			t.Errorf("%s: L1.Entries after B's ClearLocal: got %d, want 0", in.name, n)
 		}
 		if v, ok := getStr(t, in, "k2"); !ok || v != "w" {
 			t.Errorf("%s: Get(k2) after ClearLocal: got %q, %v, want \"w\" from Redis", in.name, v, ok)
@@ -557,8 +557,8 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 				keys[i] = fmt.Sprintf("k%02d", i)
 				setStr(t, a, keys[i], "v0")
 			}
-			waitStat(t, b, "Received", statReceived, n)
-			waitStat(t, c, "Received", statReceived, n)
+			waitStat(t, b, "Invalidations.Applied", statReceived, n)
+			waitStat(t, c, "Invalidations.Applied", statReceived, n)
 			for _, k := range keys {
 				fill(t, c, k, "v0")
 			}
@@ -572,7 +572,7 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 			}
 
 			aSt, aCalls, bCalls, cCalls := a.c.Stats(), a.remote.calls(), b.remote.calls(), c.remote.calls()
-			bRecv, cRecv := b.c.Stats().Received, c.c.Stats().Received
+			bRecv, cRecv := b.c.Stats().Invalidations.Applied, c.c.Stats().Invalidations.Applied
 			for _, k := range keys {
 				setStr(t, a, k, "v1")
 			}
@@ -597,16 +597,16 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 				}
 				seen++
 			}
-			waitStat(t, b, "Received", statReceived, bRecv+n+1)
-			waitStat(t, c, "Received", statReceived, cRecv+n+1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, bRecv+n+1)
+			waitStat(t, c, "Invalidations.Applied", statReceived, cRecv+n+1)
 
-			published := a.c.Stats().Published - aSt.Published - 1
+			published := a.c.Stats().Invalidations.Sent - aSt.Invalidations.Sent - 1
 			aDelta := a.remote.calls()
 			bDelta, cDelta := b.remote.calls().total()-bCalls.total(), c.remote.calls().total()-cCalls.total()
-			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Published %d; SetAndPublish %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
+			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Invalidations.Sent %d; SetAndPublish %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
 				n, seen, float64(seen)/n, published, aDelta.SetAndPublish-aCalls.SetAndPublish, bDelta, cDelta)
 			if seen != n || published != n {
-				t.Errorf("messages for %d Sets: %d on the channel, %d in Stats.Published; want %d, %d", n, seen, published, n, n)
+				t.Errorf("messages for %d Sets: %d on the channel, %d in Stats.Invalidations.Sent; want %d, %d", n, seen, published, n, n)
 			}
 			// A Delete is a SetAndPublish of a tombstone: the barrier adds one.
 			if got := aDelta.SetAndPublish - aCalls.SetAndPublish; got != n+1 {
@@ -636,7 +636,7 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 			if got := c.remote.calls().Get - before; got != wantGets {
 				t.Errorf("C: Redis GETs to answer %d changed keys: got %d, want %d", n, got, wantGets)
 			}
-			t.Logf("C: %d Redis GETs to answer %d changed keys it held (swapped %d)", c.remote.calls().Get-before, n, c.c.Stats().Swapped)
+			t.Logf("C: %d Redis GETs to answer %d changed keys it held (swapped %d)", c.remote.calls().Get-before, n, c.c.Stats().Invalidations.Swapped)
 		})
 	}
 }
@@ -651,17 +651,17 @@ func TestIntegrationPropagationDelay(t *testing.T) {
 			p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, Secret: m.secret})
 			a, b := p[0], p[1]
 			setStr(t, a, "k", "v0")
-			waitStat(t, b, "Received", statReceived, 1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 			fill(t, b, "k", "v0")
 			const rounds = 200
 			fromStart := make([]time.Duration, 0, rounds)
 			fromReturn := make([]time.Duration, 0, rounds)
 			for i := range rounds {
-				want := b.c.Stats().Received + 1
+				want := b.c.Stats().Invalidations.Applied + 1
 				start := time.Now()
 				setStr(t, a, "k", fmt.Sprint("v", i+1))
 				returned := time.Now()
-				for b.c.Stats().Received < want {
+				for b.c.Stats().Invalidations.Applied < want {
 					if time.Since(start) > time.Second {
 						t.Fatalf("round %d: B did not receive A's message within 1s", i)
 					}
@@ -684,9 +684,9 @@ func TestIntegrationPropagationDelay(t *testing.T) {
 }
 
 // TestIntegrationForgedMessages: whoever can PUBLISH on the channel can at
-// most make instances drop keys. Garbage is ignored (Stats.Invalid) and
+// most make instances drop keys. Garbage is ignored (Stats.Invalidations.Invalid) and
 // changes nothing; a well-formed message carrying a value but signed with
-// the wrong key is counted (Stats.Unauthentic), its value never served.
+// the wrong key is counted (Stats.Invalidations.Unauthentic), its value never served.
 func TestIntegrationForgedMessages(t *testing.T) {
 	ctx := context.Background()
 	secret := []byte("integration-secret")
@@ -702,8 +702,8 @@ func TestIntegrationForgedMessages(t *testing.T) {
 		}
 	}
 	setStr(t, a, "k", "v1")
-	waitStat(t, b, "Received", statReceived, 1)
-	waitStat(t, c, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+	waitStat(t, c, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v1")
 
 	// Garbage.
@@ -723,7 +723,7 @@ func TestIntegrationForgedMessages(t *testing.T) {
 	}
 	bGets := b.remote.calls().Get
 	for _, in := range p {
-		waitStat(t, in, "Invalid", statInvalid, uint64(len(garbage)))
+		waitStat(t, in, "Invalidations.Invalid", statInvalid, uint64(len(garbage)))
 	}
 	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
 		t.Errorf("B: Get after garbage: got %q, %v, want \"v1\"", v, ok)
@@ -737,9 +737,9 @@ func TestIntegrationForgedMessages(t *testing.T) {
 		if in == a {
 			wantRecv = 0
 		}
-		if st.Invalid != uint64(len(garbage)) || st.Received != wantRecv || st.Swapped != 0 || st.Unauthentic != 0 {
-			t.Errorf("%s after garbage: Invalid %d, Received %d, Swapped %d, Unauthentic %d; want %d, %d, 0, 0",
-				in.name, st.Invalid, st.Received, st.Swapped, st.Unauthentic, len(garbage), wantRecv)
+		if st.Invalidations.Invalid != uint64(len(garbage)) || st.Invalidations.Applied != wantRecv || st.Invalidations.Swapped != 0 || st.Invalidations.Unauthentic != 0 {
+			t.Errorf("%s after garbage: Invalidations.Invalid %d, Invalidations.Applied %d, Invalidations.Swapped %d, Invalidations.Unauthentic %d; want %d, %d, 0, 0",
+				in.name, st.Invalidations.Invalid, st.Invalidations.Applied, st.Invalidations.Swapped, st.Invalidations.Unauthentic, len(garbage), wantRecv)
 		}
 	}
 
@@ -749,7 +749,7 @@ func TestIntegrationForgedMessages(t *testing.T) {
 		publish(message.Encode(message.Message{Op: message.OpSet, Origin: stranger, Namespace: ns, Keys: []string{key}, Value: evil}, []byte("not the secret")))
 	}
 	for _, in := range p {
-		waitStat(t, in, "Unauthentic", statUnauth, 2)
+		waitStat(t, in, "Invalidations.Unauthentic", statUnauth, 2)
 	}
 	bGets = b.remote.calls().Get
 	for _, in := range p {
@@ -759,8 +759,8 @@ func TestIntegrationForgedMessages(t *testing.T) {
 		if v, ok := getStr(t, in, "planted"); ok {
 			t.Errorf("%s: Get(planted) after the forged set: got %q, want a miss", in.name, v)
 		}
-		if st := in.c.Stats(); st.Swapped != 0 || st.Invalid != uint64(len(garbage)) {
-			t.Errorf("%s: Swapped %d, Invalid %d after the forged sets; want 0, %d", in.name, st.Swapped, st.Invalid, len(garbage))
+		if st := in.c.Stats(); st.Invalidations.Swapped != 0 || st.Invalidations.Invalid != uint64(len(garbage)) {
+			t.Errorf("%s: Invalidations.Swapped %d, Invalidations.Invalid %d after the forged sets; want 0, %d", in.name, st.Invalidations.Swapped, st.Invalidations.Invalid, len(garbage))
 		}
 	}
 	t.Logf("B: %d Redis GET(s) for k after the forged set (1: dropped, 0: kept)", b.remote.calls().Get-bGets-1)
@@ -778,16 +778,16 @@ func TestIntegrationForgedMessages(t *testing.T) {
 		setStr(t, a, fmt.Sprint("many", i), "x")
 	}
 	for _, in := range []*instance{b, c} {
-		waitStat(t, in, "Received", statReceived, 1+2+100) // k, the two forged sets, many*
+		waitStat(t, in, "Invalidations.Applied", statReceived, 1+2+100) // k, the two forged sets, many*
 	}
 	for i := range 100 {
 		fill(t, b, fmt.Sprint("many", i), "x")
 	}
-	held := b.c.Stats().L1Entries
+	held := b.c.Stats().L1.Entries
 	publish(message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: ns}, nil))
 	publish(message.Encode(message.Message{Op: message.OpClear, Origin: stranger, Namespace: ns}, []byte("not the secret")))
 	for _, in := range p {
-		waitStat(t, in, "Unauthentic", statUnauth, 4)
+		waitStat(t, in, "Invalidations.Unauthentic", statUnauth, 4)
 	}
 	bGets = b.remote.calls().Get
 	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
@@ -796,8 +796,8 @@ func TestIntegrationForgedMessages(t *testing.T) {
 	if got := b.remote.calls().Get - bGets; got != 0 {
 		t.Errorf("B: Redis GETs after forged clears: got %d, want 0 (L1 kept)", got)
 	}
-	if st := b.c.Stats(); st.L1Entries < held {
-		t.Errorf("B: L1 holds %d entries after forged clears, want %d (none dropped)", st.L1Entries, held)
+	if st := b.c.Stats(); st.L1.Entries < held {
+		t.Errorf("B: L1 holds %d entries after forged clears, want %d (none dropped)", st.L1.Entries, held)
 	}
 
 	// A Clear's message (a tag message for the empty tag), unsigned or
@@ -807,7 +807,7 @@ func TestIntegrationForgedMessages(t *testing.T) {
 	publish(message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: ns, Keys: []string{""}}, nil))
 	publish(message.Encode(message.Message{Op: message.OpTag, Origin: stranger, Namespace: ns, Keys: []string{""}, Value: future}, []byte("not the secret")))
 	for _, in := range p {
-		waitStat(t, in, "Unauthentic", statUnauth, 6)
+		waitStat(t, in, "Invalidations.Unauthentic", statUnauth, 6)
 	}
 	bGets = b.remote.calls().Get
 	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
@@ -822,13 +822,13 @@ func TestIntegrationForgedMessages(t *testing.T) {
 
 	// An unsigned expire names a key: like a delete, it makes B read k
 	// again, and changes nothing in Redis.
-	bRecv := b.c.Stats().Received
+	bRecv := b.c.Stats().Invalidations.Applied
 	publish(message.Encode(message.Message{Op: message.OpExpire, Origin: stranger, Namespace: ns, Keys: []string{"k"}}, nil))
 	for _, in := range p {
-		waitStat(t, in, "Unauthentic", statUnauth, 7)
+		waitStat(t, in, "Invalidations.Unauthentic", statUnauth, 7)
 	}
-	// Unauthentic counts a message as it arrives, Received once applied.
-	waitStat(t, b, "Received", statReceived, bRecv+1)
+	// Invalidations.Unauthentic counts a message as it arrives, Applied once applied.
+	waitStat(t, b, "Invalidations.Applied", statReceived, bRecv+1)
 	bGets = b.remote.calls().Get
 	if v, ok := getStr(t, b, "k"); !ok || v != "v1" {
 		t.Errorf("B: Get(k) after a forged expire: got %q, %v, want \"v1\" from Redis", v, ok)
@@ -894,7 +894,7 @@ func TestIntegrationSwapAfterOwnSet(t *testing.T) {
 	raw := newClient(t)
 
 	setStr(t, a, "k", "v1")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v1")
 
 	reached, release := gc.arm(t, `"v2"`)
@@ -906,8 +906,8 @@ func TestIntegrationSwapAfterOwnSet(t *testing.T) {
 	}
 	setStr(t, b, "k", "v3") // returns nil: B's L1 holds v3
 	release()
-	waitStat(t, b, "OwnIgnored", statOwnIgnored, 1) // B's own v3 message is back: nothing else will come
-	waitStat(t, a, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Own", statOwnIgnored, 1) // B's own v3 message is back: nothing else will come
+	waitStat(t, a, "Invalidations.Applied", statReceived, 1)
 
 	if v, ok := redisValue(t, raw, ns, "k"); !ok || v != "v3" {
 		t.Fatalf("Redis holds %q, %v, want \"v3\"", v, ok)
@@ -916,7 +916,7 @@ func TestIntegrationSwapAfterOwnSet(t *testing.T) {
 		t.Errorf("A: Get: got %q, %v, want \"v3\"", v, ok)
 	}
 	if v, ok := getStr(t, b, "k"); !ok || v != "v3" {
-		t.Errorf("B: Get after its own Set of v3 returned and every message arrived: got %q, %v, want \"v3\" (Redis holds v3; Swapped %d)", v, ok, b.c.Stats().Swapped)
+		t.Errorf("B: Get after its own Set of v3 returned and every message arrived: got %q, %v, want \"v3\" (Redis holds v3; Invalidations.Swapped %d)", v, ok, b.c.Stats().Invalidations.Swapped)
 	}
 }
 
@@ -970,9 +970,9 @@ func TestIntegrationBusConnectionKilled(t *testing.T) {
 			admin := srv.Client(t)
 
 			setStr(t, a, "k", "old")
-			waitStat(t, b, "Received", statReceived, 1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 			fill(t, b, "k", "old")
-			recv, losses := b.c.Stats().Received, b.c.Stats().BusLosses
+			recv, losses := b.c.Stats().Invalidations.Applied, b.c.Stats().Bus.Losses
 
 			// CLIENT KILL TYPE pubsub would cut every pub/sub connection of a
 			// shared server: kill only B's.
@@ -982,10 +982,10 @@ func TestIntegrationBusConnectionKilled(t *testing.T) {
 			}
 			killed := time.Now()
 			setStr(t, a, "k", "new") // B's connection is gone: B misses this message
-			waitStat(t, b, "BusLosses", statBusLosses, losses+2)
-			t.Logf("B: lost and restored its subscription %v after the kill (Stats.BusLosses %d -> %d)",
-				time.Since(killed).Round(time.Millisecond), losses, b.c.Stats().BusLosses)
-			if got := b.c.Stats().Received; got != recv {
+			waitStat(t, b, "Bus.Losses", statBusLosses, losses+2)
+			t.Logf("B: lost and restored its subscription %v after the kill (Stats.Bus.Losses %d -> %d)",
+				time.Since(killed).Round(time.Millisecond), losses, b.c.Stats().Bus.Losses)
+			if got := b.c.Stats().Invalidations.Applied; got != recv {
 				t.Fatalf("B received %d message(s) while its connection was down: the test did not make it miss A's Set", got-recv)
 			}
 			if v, ok := getStr(t, b, "k"); !ok || v != "new" {
@@ -994,7 +994,7 @@ func TestIntegrationBusConnectionKilled(t *testing.T) {
 
 			// Messages flow again.
 			setStr(t, a, "k", "newer")
-			waitStat(t, b, "Received", statReceived, recv+1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, recv+1)
 			if v, ok := getStr(t, b, "k"); !ok || v != "newer" {
 				t.Errorf("B: Get after A's next Set: got %q, %v, want \"newer\"", v, ok)
 			}
@@ -1004,7 +1004,7 @@ func TestIntegrationBusConnectionKilled(t *testing.T) {
 
 // TestFaultBusCut: only B's bus goes through the proxy; its store and
 // instance A talk to Redis directly. Cutting the proxy drops B's pub/sub
-// connection: B reports the loss (BusLosses), misses A's Set made during
+// connection: B reports the loss (Bus.Losses), misses A's Set made during
 // the cut, and once the proxy passes again and the bus has reconnected, B
 // serves nothing it held before (no stale value) and sees A's next Set.
 func TestFaultBusCut(t *testing.T) {
@@ -1017,9 +1017,9 @@ func TestFaultBusCut(t *testing.T) {
 	b := newSplitInstance(t, "B", singleNode(nil)(t), via(p, nil)(t), l2.Options{}, o, bo)
 
 	setStr(t, a, "k", "v1")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v1")
-	losses := b.c.Stats().BusLosses
+	losses := b.c.Stats().Bus.Losses
 
 	// A fill of B that loads across the whole outage.
 	loading, release := make(chan struct{}), make(chan struct{})
@@ -1040,30 +1040,30 @@ func TestFaultBusCut(t *testing.T) {
 
 	p.Cut()
 	cut := time.Now()
-	waitStat(t, b, "BusLosses", statBusLosses, losses+1)
+	waitStat(t, b, "Bus.Losses", statBusLosses, losses+1)
 	noticed := time.Since(cut)
 
 	// During the cut B fills k again (its L1 was flushed), then A changes
 	// it: the message cannot reach B.
 	fill(t, b, "k", "v1")
-	recv := b.c.Stats().Received
+	recv := b.c.Stats().Invalidations.Applied
 	setStr(t, a, "k", "v2")
 	setStr(t, a, "slow", "written-during")
 	during, _ := getStr(t, b, "k")
-	if got := b.c.Stats().Received; got != recv {
+	if got := b.c.Stats().Invalidations.Applied; got != recv {
 		t.Fatalf("B received %d message(s) while its bus was cut: the cut did not cut", got-recv)
 	}
 
 	setFault(t, p.Pass())
 	healed := time.Now()
-	waitStat(t, b, "BusLosses", statBusLosses, losses+2)
+	waitStat(t, b, "Bus.Losses", statBusLosses, losses+2)
 	restored := time.Since(healed)
 	if v, ok := getStr(t, b, "k"); !ok || v != "v2" {
 		t.Errorf("B: Get(k) after the bus reconnected: got %q, %v, want \"v2\" (what B filled during the cut must not be served)", v, ok)
 	}
 	// The fill that loaded across the outage may answer its caller, but
 	// must leave nothing behind.
-	discarded := b.c.Stats().FillsDiscarded
+	discarded := b.c.Stats().L1.FillsDiscarded
 	close(release)
 	r := <-slow
 	if r.err != nil || r.v != "loaded-before" {
@@ -1072,21 +1072,21 @@ func TestFaultBusCut(t *testing.T) {
 	if v, ok := getStr(t, b, "slow"); !ok || v != "written-during" {
 		t.Errorf("B: Get(slow) after the outage: got %q, %v, want \"written-during\" (A's Set during the cut), not the fill that loaded across it", v, ok)
 	}
-	if got := b.c.Stats().FillsDiscarded; got <= discarded {
-		t.Errorf("B: FillsDiscarded %d -> %d, want the fill across the outage discarded", discarded, got)
+	if got := b.c.Stats().L1.FillsDiscarded; got <= discarded {
+		t.Errorf("B: L1.FillsDiscarded %d -> %d, want the fill across the outage discarded", discarded, got)
 	}
 	if v, ok := redisValue(t, a.rdb, ns, "slow"); !ok || v != "written-during" {
 		t.Errorf("Redis holds %q, %v for slow, want \"written-during\"", v, ok)
 	}
 
 	setStr(t, a, "k", "v3")
-	waitStat(t, b, "Received", statReceived, recv+1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, recv+1)
 	if v, ok := getStr(t, b, "k"); !ok || v != "v3" {
 		t.Errorf("B: Get(k) after A's Set over the restored bus: got %q, %v, want \"v3\"", v, ok)
 	}
 	st := b.c.Stats()
-	t.Logf("bus cut: loss noticed after %v; during the cut B served %q (A had written v2); bus restored %v after the proxy passed again; BusLosses %d -> %d, proxy accepted %d connections",
-		noticed.Round(time.Millisecond), during, restored.Round(time.Millisecond), losses, st.BusLosses, p.Accepted())
+	t.Logf("bus cut: loss noticed after %v; during the cut B served %q (A had written v2); bus restored %v after the proxy passed again; Bus.Losses %d -> %d, proxy accepted %d connections",
+		noticed.Round(time.Millisecond), during, restored.Round(time.Millisecond), losses, st.Bus.Losses, p.Accepted())
 }
 
 // The stress test's shape: 3 instances, 2 writer goroutines on each, 8 keys.
@@ -1448,7 +1448,7 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 	var stats []string
 	for _, in := range p {
 		s := in.c.Stats()
-		stats = append(stats, fmt.Sprintf("%s: recv %d swapped %d discarded %d loads %d l2err %d", in.name, s.Received, s.Swapped, s.FillsDiscarded, s.Loads, s.L2Errors))
+		stats = append(stats, fmt.Sprintf("%s: recv %d swapped %d discarded %d loads %d l2err %d", in.name, s.Invalidations.Applied, s.Invalidations.Swapped, s.L1.FillsDiscarded, s.Load.Calls, s.L2.Errors))
 	}
 	t.Logf("%d ops (%d Set, %d Delete, %d GetOrCreate) on %d keys from %d writers in %v; %d reads (%d misses)",
 		sets.Load()+deletes.Load()+creates.Load(), sets.Load(), deletes.Load(), creates.Load(), stressKeys, stressInstances*stressWriters, wrote.Round(time.Millisecond), st.reads.Load(), st.misses.Load())
@@ -1457,8 +1457,8 @@ func testConvergenceStress(t *testing.T, secret []byte) {
 		st.inside.Load(), stressWindow, st.outside.Load(), time.Duration(st.maxLag.Load()).Round(time.Microsecond), st.afterMsg.Load(), st.afterOwn.Load(), st.inRedis.Load())
 	t.Logf("%s", strings.Join(stats, "; "))
 	for _, in := range p {
-		if n := in.c.Stats().BusLosses; n != 0 {
-			t.Errorf("%s: Stats.BusLosses %d, want 0 (a lost message also voids the told-of figures)", in.name, n)
+		if n := in.c.Stats().Bus.Losses; n != 0 {
+			t.Errorf("%s: Stats.Bus.Losses %d, want 0 (a lost message also voids the told-of figures)", in.name, n)
 		}
 	}
 	for _, e := range st.errs {
@@ -1511,8 +1511,8 @@ func TestIntegrationPrefixSeparates(t *testing.T) {
 			setStr(t, a1, "42", "one")
 			setStr(t, c2, "42", "two") // tenant 2: must not reach tenant 1's L1
 			setStr(t, b1, "sync", "x") // published after C2's Set, on tenant 1's channel
-			waitStat(t, a1, "Received", statReceived, 1)
-			if got := a1.c.Stats().Received; got != 1 {
+			waitStat(t, a1, "Invalidations.Applied", statReceived, 1)
+			if got := a1.c.Stats().Invalidations.Applied; got != 1 {
 				t.Errorf("A1 applied %d messages, want 1 (B1's only)", got)
 			}
 			if v, ok := getStr(t, a1, "42"); !ok || v != "one" {
@@ -1586,7 +1586,7 @@ func TestIntegrationOwnMessageTwice(t *testing.T) {
 	a := newInstanceWrapped(t, "A", singleNode(nil)(t), o, invalidate.Options{}, func(b hybrid.Bus) hybrid.Bus { hb.Bus = b; return hb })
 	b := newInstance(t, "B", singleNode(nil), o, invalidate.Options{})
 	setStr(t, a, "k", "v0")
-	waitStat(t, a, "OwnIgnored", statOwnIgnored, 1)
+	waitStat(t, a, "Invalidations.Own", statOwnIgnored, 1)
 
 	hb.hold()
 	setStr(t, a, "k", "a1")
@@ -1645,10 +1645,10 @@ func TestIntegrationRecordedMessages(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // swaps compare write times to a millisecond or two
 	setStr(t, a, "k", "v2")
 	record()
-	waitStat(t, b, "Received", statReceived, 2)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	fill(t, b, "k", "v2")
 	publish(old)
-	waitStat(t, b, "Received", statReceived, 3)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 3)
 	if v, ok := getStr(t, b, "k"); !ok || v != "v2" {
 		t.Errorf("B after v1's message was published again: got %q, %v, want \"v2\"", v, ok)
 	}
@@ -1665,20 +1665,20 @@ func TestIntegrationRecordedMessages(t *testing.T) {
 	unsigned := message.Encode(message.Message{Op: message.OpDelete, Origin: stranger, Namespace: ns, Keys: []string{"x"}}, nil)
 	publish(message.Positioned(fmt.Sprintf("%d-0", future), unsigned))
 	publish(message.Positioned(fmt.Sprintf("%d-1", future), inner))
-	waitStat(t, b, "Received", statReceived, 5)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 5)
 
 	setStr(t, a, "k2", "w1")
-	waitStat(t, b, "Received", statReceived, 6)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 6)
 	fill(t, b, "k2", "w1")
 	killBus(t, b)
 	setStr(t, a, "k2", "w2") // missed by B, logged before the forged positions
 	time.Sleep(time.Until(time.UnixMilli(future + 50)))
 	setStr(t, a, "later", "x") // logged after them
-	waitStat(t, b, "Replays", statReplays, 1)
+	waitStat(t, b, "Bus.Replays", statReplays, 1)
 	if v, ok := getStr(t, b, "k2"); !ok || v != "w2" {
 		t.Errorf("B after the replay: k2 = %q, %v, want \"w2\" (the replay must not start after a forged position)", v, ok)
 	}
-	if st := b.c.Stats(); st.ReplayFlushes != 0 {
-		t.Errorf("B: ReplayFlushes %d, want 0 (a confirmed position was there to start from)", st.ReplayFlushes)
+	if st := b.c.Stats(); st.Bus.Flushed != 0 {
+		t.Errorf("B: Bus.Flushed %d, want 0 (a confirmed position was there to start from)", st.Bus.Flushed)
 	}
 }

@@ -107,7 +107,7 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 			}
 			ctx, cancel := context.WithTimeout(c.stop, d/3)
 			var held []bool
-			err := c.do(ctx, "lease_extend", leaseName(h.keys), func(ctx context.Context) (err error) {
+			err := c.do(ctx, OpLeaseExtend, leaseName(h.keys), func(ctx context.Context) (err error) {
 				held, err = c.remote.ExtendLeases(ctx, keys, h.token, d)
 				return err
 			})
@@ -145,7 +145,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 		stored = message.Encode(m, c.o.Secret)
 	}
 	wrote, tried := false, false
-	err := c.retry(ctx, "set", key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
+	err := c.retry(ctx, OpSet, key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
 		tried = true
 		w := Write{Key: c.prefix + key, Value: b, TTL: fw.life, If: IfAbsent, Msg: stored, Else: unstored, Lease: c.leaseKey(key), Token: h.token}
 		if fw.old != nil {
@@ -208,7 +208,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	defer cancel()
 	// Not counted in Published: the Leaser announces only when another
 	// instance asked for one of the leases.
-	c.call(ctx, "lease_release", leaseName(h.keys), func(ctx context.Context) error {
+	c.call(ctx, OpLeaseRelease, leaseName(h.keys), func(ctx context.Context) error {
 		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, Feed{Channel: c.feed.Channel})
 	})
 	if m.Op == message.OpFilled && loadErr != nil {

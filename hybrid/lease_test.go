@@ -194,9 +194,9 @@ func TestLeaseOneLoadAcrossFleet(t *testing.T) {
 		var taken, answered uint64
 		for _, in := range ins {
 			s := in.c.Stats()
-			taken += s.LeasesTaken
-			answered += s.LeasesAnswered
-			if s.Loads == 0 && len(secret) > 0 {
+			taken += s.Leases.Taken
+			answered += s.Leases.Answered
+			if s.Load.Calls == 0 && len(secret) > 0 {
 				// It waited for the holder's value, which came inline: its
 				// only read of the value is the miss before the lease.
 				if rc := in.remote.calls(); rc.Get+rc.GetMany > 1 {
@@ -236,7 +236,7 @@ func TestLeaseManyPageAcrossFleet(t *testing.T) {
 				var n uint64
 				for _, in := range ins {
 					s := in.c.Stats()
-					n += s.LeasesTaken + s.LeasesWaited
+					n += s.Leases.Taken + s.Leases.Waited
 				}
 				return n >= uint64(len(ins)*len(page))
 			}
@@ -308,8 +308,8 @@ func TestLeaseHungHolderTakenOver(t *testing.T) {
 	if err != nil || v != "from B" {
 		t.Fatalf("B: got %q, %v, want B's own load after taking the lease over", v, err)
 	}
-	if s := b.c.Stats(); s.LeasesTakenOver != 1 || s.LeasesWaited != 1 {
-		t.Fatalf("B: %d leases taken over, %d waited, want 1 and 1", s.LeasesTakenOver, s.LeasesWaited)
+	if s := b.c.Stats(); s.Leases.TakenOver != 1 || s.Leases.Waited != 1 {
+		t.Fatalf("B: %d leases taken over, %d waited, want 1 and 1", s.Leases.TakenOver, s.Leases.Waited)
 	}
 	if took > 3*time.Second {
 		t.Errorf("B took %v to take over a 300 ms lease", took)
@@ -352,7 +352,7 @@ func TestLeaseHolderClosed(t *testing.T) {
 	a, b := ins[0], ins[1]
 	resA, _ := holding(t, a, "k", "from A") // until Close
 	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
-	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 	closed := time.Now()
 	if err := a.c.Close(); err != nil {
 		t.Fatal(err)
@@ -364,8 +364,8 @@ func TestLeaseHolderClosed(t *testing.T) {
 	if took := time.Since(closed); took > 2*time.Second {
 		t.Errorf("B took %v after A closed to take over a 5 s lease", took)
 	}
-	if s := b.c.Stats(); s.LeasesTakenOver != 1 {
-		t.Errorf("B: %d leases taken over, want 1", s.LeasesTakenOver)
+	if s := b.c.Stats(); s.Leases.TakenOver != 1 {
+		t.Errorf("B: %d leases taken over, want 1", s.Leases.TakenOver)
 	}
 	if r := <-resA; !errors.Is(r.err, hybrid.ErrClosed) && !errors.Is(r.err, context.Canceled) {
 		t.Errorf("A: got %q, %v, want ErrClosed or a cancelled load", r.v, r.err)
@@ -412,7 +412,7 @@ func TestLeaseSharesFailures(t *testing.T) {
 				}
 				for i, r := range res {
 					err := r.err
-					if ins[i].c.Stats().Loads > 0 {
+					if ins[i].c.Stats().Load.Calls > 0 {
 						continue // the holder: its own error
 					}
 					if !errors.Is(err, c.want) {
@@ -544,8 +544,8 @@ func TestLeaseFailSafe(t *testing.T) {
 	if n := db.calls.Load(); n != 1 {
 		t.Errorf("%d loads, want 1", n)
 	}
-	if s0, s1 := ins[0].c.Stats(), ins[1].c.Stats(); s0.StaleServed+s1.StaleServed != 2 {
-		t.Errorf("stale served %d + %d times, want once on each instance", s0.StaleServed, s1.StaleServed)
+	if s0, s1 := ins[0].c.Stats(), ins[1].c.Stats(); s0.Load.StaleServed+s1.Load.StaleServed != 2 {
+		t.Errorf("stale served %d + %d times, want once on each instance", s0.Load.StaleServed, s1.Load.StaleServed)
 	}
 }
 
@@ -568,7 +568,7 @@ func TestLeaseMessageLost(t *testing.T) {
 		bLoads.Add(1)
 		return "from B", nil
 	})
-	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 	setFault(t, p.BlackHole())
 	p.Cut() // B's bus is down while A announces
 	releaseA()
@@ -589,8 +589,8 @@ func TestLeaseMessageLost(t *testing.T) {
 		t.Errorf("B loaded %d times, want 0", n)
 	}
 	// The message was lost: B read the value after the restore.
-	if s, rc := b.c.Stats(), b.remote.calls(); s.BusLosses == 0 || rc.Get+rc.GetMany != 2 {
-		t.Errorf("B: %d bus losses, %d reads of the value; want a loss and 2 reads (the miss, the one after the restore)", s.BusLosses, rc.Get+rc.GetMany)
+	if s, rc := b.c.Stats(), b.remote.calls(); s.Bus.Losses == 0 || rc.Get+rc.GetMany != 2 {
+		t.Errorf("B: %d bus losses, %d reads of the value; want a loss and 2 reads (the miss, the one after the restore)", s.Bus.Losses, rc.Get+rc.GetMany)
 	}
 }
 
@@ -612,8 +612,8 @@ func TestLeaseWaitBounded(t *testing.T) {
 	if took := time.Since(began); took < 300*time.Millisecond || took > 3*time.Second {
 		t.Errorf("B loaded after %v, want about LeaseWait (300 ms)", took)
 	}
-	if s := b.c.Stats(); s.LeasesTimedOut != 1 || s.LeasesTakenOver != 0 {
-		t.Errorf("B: %d timed out, %d taken over; want 1 and 0 (A kept its lease alive)", s.LeasesTimedOut, s.LeasesTakenOver)
+	if s := b.c.Stats(); s.Leases.TimedOut != 1 || s.Leases.TakenOver != 0 {
+		t.Errorf("B: %d timed out, %d taken over; want 1 and 0 (A kept its lease alive)", s.Leases.TimedOut, s.Leases.TakenOver)
 	}
 	waitFor(t, 5*time.Second, "B's write-back", func() bool { return b.remote.calls().SetIfAbsent > 0 }, nil)
 	releaseA()
@@ -647,8 +647,8 @@ func TestLeaseNotStored(t *testing.T) {
 	var taken, waited uint64
 	for _, in := range ins {
 		s := in.c.Stats()
-		taken += s.LeasesTaken
-		waited += s.LeasesWaited
+		taken += s.Leases.Taken
+		waited += s.Leases.Waited
 	}
 	if n := loads.Load(); n != 3 || taken != 1 || waited != 2 {
 		t.Errorf("%d loads, %d leases taken, %d waited; want 3 (nothing can be stored), 1 and 2 (no lease taken in turn)", n, taken, waited)
@@ -696,7 +696,7 @@ func TestLeaseHolderGoexit(t *testing.T) {
 				bLoads.Add(1)
 				return "from B", nil
 			})
-			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 			release()
 			if err := <-resA; !errors.Is(err, hybrid.ErrPanic) {
 				t.Fatalf("A: got %v, want ErrPanic", err)
@@ -716,8 +716,8 @@ func TestLeaseHolderGoexit(t *testing.T) {
 				}
 			}
 			for _, in := range ins {
-				if s := in.c.Stats(); s.LeasesTimedOut != 0 {
-					t.Errorf("%s: %d leases timed out, want 0 (the lease released at Goexit)", in.name, s.LeasesTimedOut)
+				if s := in.c.Stats(); s.Leases.TimedOut != 0 {
+					t.Errorf("%s: %d leases timed out, want 0 (the lease released at Goexit)", in.name, s.Leases.TimedOut)
 				}
 			}
 			waitFor(t, 2*time.Second, "the leases released", func() bool { return len(leaseKeys(t, a.rdb, ns)) == 0 }, nil)
@@ -741,7 +741,7 @@ func TestLeasePanicTextBounded(t *testing.T) {
 	})
 	<-started
 	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
-	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+	waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 	release()
 	if r := <-resA; !errors.Is(r.err, hybrid.ErrPanic) || !strings.Contains(r.err.Error(), "goroutine ") {
 		t.Fatalf("A: got %v, want ErrPanic with the stack", r.err)
@@ -772,7 +772,7 @@ func TestLeaseHeldHere(t *testing.T) {
 				t.Fatal(err)
 			}
 			res2 := goGet(a, "k", func(context.Context, string) (string, error) { return "second", nil })
-			waitStat(t, a, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			waitStat(t, a, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 			released := time.Now()
 			release()
 			if r := <-res1; r.err != nil || r.v != "first" {
@@ -785,8 +785,8 @@ func TestLeaseHeldHere(t *testing.T) {
 			if took := time.Since(released); took > 2*time.Second {
 				t.Errorf("second fill answered %v after the first released its lease", took)
 			}
-			if s := a.c.Stats(); s.LeasesTimedOut != 0 || s.LeasesTaken != 2 {
-				t.Errorf("%d leases timed out, %d taken; want 0 and 2 (the second fill takes the lease once released)", s.LeasesTimedOut, s.LeasesTaken)
+			if s := a.c.Stats(); s.Leases.TimedOut != 0 || s.Leases.Taken != 2 {
+				t.Errorf("%d leases timed out, %d taken; want 0 and 2 (the second fill takes the lease once released)", s.Leases.TimedOut, s.Leases.Taken)
 			}
 		})
 	}
@@ -853,9 +853,9 @@ func waitHolding(t testing.TB, in *instance, key, v string, err error) (res <-ch
 func waiterAfter(t *testing.T, a, b *instance, ns string, msgs func() [][]byte) result {
 	t.Helper()
 	resA, releaseA := waitHolding(t, a, "k", "new", nil)
-	waited := b.c.Stats().LeasesWaited
+	waited := b.c.Stats().Leases.Waited
 	resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
-	waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, waited+1)
+	waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, waited+1)
 	for _, msg := range msgs() {
 		if err := a.rdb.Publish(context.Background(), "hybridcache:"+ns, msg).Err(); err != nil {
 			t.Fatal(err)
@@ -896,27 +896,27 @@ func TestLeaseReplayedNews(t *testing.T) {
 			rec := record(t, a.rdb, "hybridcache:"+ns)
 			resA, releaseA := waitHolding(t, a, "k", c.v, c.err)
 			resB := goGet(b, "k", func(context.Context, string) (string, error) { return "from B", nil })
-			waitStat(t, b, "LeasesWaited", func(s hybrid.Stats) uint64 { return s.LeasesWaited }, 1)
+			waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
 			releaseA()
 			<-resA
 			<-resB
 			old := recorded(t, rec, c.op)
 			// Each hears the other's Delete before the next fill, which it
 			// would otherwise discard.
-			ra, rb := a.c.Stats().Received, b.c.Stats().Received
+			ra, rb := a.c.Stats().Invalidations.Applied, b.c.Stats().Invalidations.Applied
 			for _, in := range ins {
 				if err := in.c.Delete(context.Background(), "k"); err != nil {
 					t.Fatal(err)
 				}
 			}
-			waitStat(t, a, "Received", statReceived, ra+1)
-			waitStat(t, b, "Received", statReceived, rb+1)
+			waitStat(t, a, "Invalidations.Applied", statReceived, ra+1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, rb+1)
 			r := waiterAfter(t, a, b, ns, func() [][]byte { return [][]byte{old} })
 			if r.err != nil || r.v != "new" {
 				t.Errorf("B: got %q, %v after a replayed %v message, want the new holder's value", r.v, r.err, c.op)
 			}
-			if s := b.c.Stats(); s.Loads != 0 {
-				t.Errorf("B loaded %d times, want 0", s.Loads)
+			if s := b.c.Stats(); s.Load.Calls != 0 {
+				t.Errorf("B loaded %d times, want 0", s.Load.Calls)
 			}
 		})
 	}
@@ -948,8 +948,8 @@ func TestLeaseForgedFailure(t *testing.T) {
 				if r.err != nil || r.v != "new" {
 					t.Errorf("B: got %q, %v after a forged %v message, want the holder's value", r.v, r.err, op)
 				}
-				if s := b.c.Stats(); s.Loads != 0 {
-					t.Errorf("B loaded %d times, want 0", s.Loads)
+				if s := b.c.Stats(); s.Load.Calls != 0 {
+					t.Errorf("B loaded %d times, want 0", s.Load.Calls)
 				}
 			})
 		}

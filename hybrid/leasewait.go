@@ -228,7 +228,7 @@ func (r *leaseRun[V]) take(ctx context.Context, idx []int) (mine []int, h *heldL
 	ask := pick(keys, idx)
 	toks := c.tokens(ask) // before the read that comes with the take
 	var got []Lease
-	err := c.call(ctx, "lease", leaseName(ask), func(ctx context.Context) (err error) {
+	err := c.call(ctx, OpLease, leaseName(ask), func(ctx context.Context) (err error) {
 		got, err = c.remote.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
 		if err == nil && len(got) != len(ask) {
 			err = fmt.Errorf("hybrid: Remote.TakeLeases returned %d results for %d keys", len(got), len(ask))
@@ -309,7 +309,7 @@ func (r *leaseRun[V]) recheck(ctx context.Context, mine []int, h *heldLease, fou
 // that fails reports none held.
 func (c *Cache[V]) leasesHeld(ctx context.Context, keys []string, idx []int, holder []string) []bool {
 	ask := pick(keys, idx)
-	vals, err := c.get(ctx, "lease_check", leaseName(ask), c.leaseKeys(ask))
+	vals, err := c.get(ctx, OpLeaseCheck, leaseName(ask), c.leaseKeys(ask))
 	held := make([]bool, len(idx))
 	if err != nil {
 		return held

@@ -89,9 +89,9 @@ func (c *Cache[V]) guard(ctx context.Context, key string, n int, queued func(), 
 		defer c.slots.Release(1)
 	}
 	c.n.loads.Add(1)
-	op := "load"
+	op := OpLoad
 	if n > 0 {
-		op = "load_many"
+		op = OpLoadMany
 	}
 	ctx, end := c.span(ctx, op, key)
 	defer func() {

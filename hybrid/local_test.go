@@ -17,7 +17,7 @@ import (
 
 // TestL1BoundEveryPath drives each path that stores into L1 with values
 // whose total is 20 times LocalMaxBytes, and checks that L1 holds no more
-// than the bound by its own count (L1Bytes), by the number of entries it
+// than the bound by its own count (L1.Size), by the number of entries it
 // keeps, and by the live heap. A path that weighed an entry by less than its
 // value (fail-safe once did) keeps thousands of entries.
 //
@@ -91,12 +91,12 @@ func TestL1BoundEveryPath(t *testing.T) {
 			for i := range keys {
 				setStr(t, b, key(i), "small")
 			}
-			before := b.c.Stats().Received
+			before := b.c.Stats().Invalidations.Applied
 			for i := range keys {
 				setStr(t, a, key(i), big)
 			}
-			waitStat(t, b, "Received", statReceived, before+keys)
-			if b.c.Stats().Swapped == 0 {
+			waitStat(t, b, "Invalidations.Applied", statReceived, before+keys)
+			if b.c.Stats().Invalidations.Swapped == 0 {
 				t.Fatal("no value was swapped in: the path is not exercised")
 			}
 			return b
@@ -124,7 +124,7 @@ func TestL1BoundEveryPath(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if a.c.Stats().SoftTimeouts == 0 {
+			if a.c.Stats().Load.SoftTimeouts == 0 {
 				t.Fatal("no soft timeout: the path is not exercised")
 			}
 			return a
@@ -138,7 +138,7 @@ func TestL1BoundEveryPath(t *testing.T) {
 			for i := range keys {
 				_, _ = a.c.GetOrCreate(context.Background(), key(i), loadBig)
 			}
-			if a.c.Stats().Refreshes == 0 {
+			if a.c.Stats().Load.Refreshes == 0 {
 				t.Fatal("no refresh: the path is not exercised")
 			}
 			return a
@@ -165,7 +165,7 @@ func TestL1BoundEveryPath(t *testing.T) {
 			// light is never evicted, so this wait cannot hide one.
 			most := maxBytes / valSize
 			deadline := time.Now().Add(5 * time.Second)
-			for st := checked.c.Stats(); (st.L1Bytes > maxBytes || st.L1Entries > most) && time.Now().Before(deadline); st = checked.c.Stats() {
+			for st := checked.c.Stats(); (st.L1.Size > maxBytes || st.L1.Entries > most) && time.Now().Before(deadline); st = checked.c.Stats() {
 				checked.c.DropLocal("upkeep")
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -173,11 +173,11 @@ func TestL1BoundEveryPath(t *testing.T) {
 			dropServerKeys(t, in[0], o.Namespace)
 
 			st := checked.c.Stats()
-			if st.L1Bytes > maxBytes {
-				t.Errorf("L1Bytes %d, want <= LocalMaxBytes %d", st.L1Bytes, maxBytes)
+			if st.L1.Size > maxBytes {
+				t.Errorf("L1.Size %d, want <= LocalMaxBytes %d", st.L1.Size, maxBytes)
 			}
-			if st.L1Entries > most && !smallToo {
-				t.Errorf("L1 holds %d entries of up to %d bytes (%d bytes by its count), want <= %d in %d bytes", st.L1Entries, valSize, st.L1Bytes, most, maxBytes)
+			if st.L1.Entries > most && !smallToo {
+				t.Errorf("L1 holds %d entries of up to %d bytes (%d bytes by its count), want <= %d in %d bytes", st.L1.Entries, valSize, st.L1.Size, most, maxBytes)
 			}
 			var now runtime.MemStats
 			runtime.GC()

@@ -131,7 +131,7 @@ func (c *Cache[V]) openLog() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var page LogPage
-	err := c.call(ctx, "open_log", "", func(ctx context.Context) (err error) {
+	err := c.call(ctx, OpOpenLog, "", func(ctx context.Context) (err error) {
 		page, err = c.remote.ReadLog(ctx, c.logKey(), "", 0)
 		return err
 	})
@@ -225,7 +225,7 @@ const heldRecheck = time.Second
 // onLoss runs when the bus may have lost messages: restored false when its
 // connection dropped, true when it is back (or a message was lost on the
 // way). It runs on the bus's goroutine, so a replay runs on a worker. Each
-// call is counted (Stats.BusLosses) once L1 reflects it.
+// call is counted (Stats.Bus.Losses) once L1 reflects it.
 func (c *Cache[V]) onLoss(restored bool) {
 	if restored && c.queue != nil {
 		c.queue.nudge() // Redis may be back: replay queued writes now
@@ -279,7 +279,7 @@ func (c *Cache[V]) flush() {
 func (c *Cache[V]) readLog(ctx context.Context, after string) (entries [][]byte, positions []string, complete bool, err error) {
 	wait := 50 * time.Millisecond
 	for {
-		err = c.call(ctx, "read_log", "", func(ctx context.Context) (err error) {
+		err = c.call(ctx, OpReadLog, "", func(ctx context.Context) (err error) {
 			var page LogPage
 			page, err = c.remote.ReadLog(ctx, c.logKey(), after, replayBatch)
 			entries, positions, complete = page.Entries, page.Positions, page.Complete

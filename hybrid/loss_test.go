@@ -29,7 +29,7 @@ func warm(t *testing.T, w *instance, readers []*instance, n int, v string) {
 		setStr(t, w, lossKey(i), v)
 	}
 	for _, r := range readers {
-		waitStat(t, r, "Received", statReceived, uint64(n))
+		waitStat(t, r, "Invalidations.Applied", statReceived, uint64(n))
 		for i := range n {
 			fill(t, r, lossKey(i), v)
 		}
@@ -43,13 +43,13 @@ func killPubSub(t *testing.T, ins ...*instance) {
 	t.Helper()
 	before := make([]uint64, len(ins))
 	for i, in := range ins {
-		before[i] = in.c.Stats().BusLosses
+		before[i] = in.c.Stats().Bus.Losses
 	}
 	if err := srv.Client(t).Do(context.Background(), "CLIENT", "KILL", "TYPE", "pubsub").Err(); err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
 	}
 	for i, in := range ins {
-		waitStat(t, in, "BusLosses", statBusLosses, before[i]+1)
+		waitStat(t, in, "Bus.Losses", statBusLosses, before[i]+1)
 	}
 }
 
@@ -72,7 +72,7 @@ func TestLossReplayKeepsL1(t *testing.T) {
 	warm(t, a, readers, n, "v1")
 
 	killPubSub(t, b, c)
-	recv := []uint64{b.c.Stats().Received, c.c.Stats().Received}
+	recv := []uint64{b.c.Stats().Invalidations.Applied, c.c.Stats().Invalidations.Applied}
 	for i := range changed {
 		setStr(t, a, lossKey(i), "v2")
 	}
@@ -81,10 +81,10 @@ func TestLossReplayKeepsL1(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range readers {
-		if got := r.c.Stats().Received; got != recv[i] {
+		if got := r.c.Stats().Invalidations.Applied; got != recv[i] {
 			t.Fatalf("%s received %d message(s) while its connection was down: the test did not make it miss A's writes", r.name, got-recv[i])
 		}
-		waitStat(t, r, "Replays", func(s hybrid.Stats) uint64 { return s.Replays }, 1)
+		waitStat(t, r, "Bus.Replays", func(s hybrid.Stats) uint64 { return s.Bus.Replays }, 1)
 	}
 	for _, r := range readers {
 		if v, err := r.c.GetOrCreate(context.Background(), expired, func(context.Context, string) (string, error) { return "reloaded", nil }); err != nil || v != "reloaded" {
@@ -105,19 +105,19 @@ func TestLossReplayKeepsL1(t *testing.T) {
 		if got := r.remote.gets.Load() - gets; got != changed {
 			t.Errorf("%s: %d Redis GETs after the replay, want %d (only the keys changed during the loss)", r.name, got, changed)
 		}
-		if got := st.L1Hits - before.L1Hits; got != n-changed-1 {
+		if got := st.L1.Hits - before.L1.Hits; got != n-changed-1 {
 			t.Errorf("%s: %d L1 hits after the replay, want %d", r.name, got, n-changed-1)
 		}
 		// At most the expired key is loaded (the other instance may have
 		// written its reload back already).
-		if st.Replays != 1 || st.ReplayFlushes != 0 || st.Replayed < changed+1 || st.Loads > 1 {
-			t.Errorf("%s: Replays %d, ReplayFlushes %d, Replayed %d, Loads %d; want 1, 0, >= %d, <= 1", r.name, st.Replays, st.ReplayFlushes, st.Replayed, st.Loads, changed+1)
+		if st.Bus.Replays != 1 || st.Bus.Flushed != 0 || st.Bus.Replayed < changed+1 || st.Load.Calls > 1 {
+			t.Errorf("%s: Bus.Replays %d, Bus.Flushed %d, Bus.Replayed %d, Load.Calls %d; want 1, 0, >= %d, <= 1", r.name, st.Bus.Replays, st.Bus.Flushed, st.Bus.Replayed, st.Load.Calls, changed+1)
 		}
 	}
 }
 
 // TestLossLogTrimmed: more writes during the loss than the log keeps. The
-// replay cannot cover the gap, so L1 is flushed (ReplayFlushes) and
+// replay cannot cover the gap, so L1 is flushed (Bus.Flushed) and
 // nothing stale is served.
 func TestLossLogTrimmed(t *testing.T) {
 	srv.NeedReal(t)
@@ -131,9 +131,9 @@ func TestLossLogTrimmed(t *testing.T) {
 	for i := range n {
 		setStr(t, a, lossKey(i), "v2")
 	}
-	waitStat(t, b, "ReplayFlushes", func(s hybrid.Stats) uint64 { return s.ReplayFlushes }, 1)
-	if st := b.c.Stats(); st.Replays != 0 {
-		t.Errorf("B: Replays %d, want 0 (the log was trimmed past its position)", st.Replays)
+	waitStat(t, b, "Bus.Flushed", func(s hybrid.Stats) uint64 { return s.Bus.Flushed }, 1)
+	if st := b.c.Stats(); st.Bus.Replays != 0 {
+		t.Errorf("B: Bus.Replays %d, want 0 (the log was trimmed past its position)", st.Bus.Replays)
 	}
 	for i := range n {
 		fill(t, b, lossKey(i), "v2")
@@ -157,7 +157,7 @@ func TestLossRedisRestartedEmpty(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	waitStat(t, b, "ReplayFlushes", func(s hybrid.Stats) uint64 { return s.ReplayFlushes }, 1)
+	waitStat(t, b, "Bus.Flushed", func(s hybrid.Stats) uint64 { return s.Bus.Flushed }, 1)
 	for i := range n {
 		if v, ok := getStr(t, b, lossKey(i)); ok {
 			t.Fatalf("B: %s = %q after Redis restarted empty, want a miss", lossKey(i), v)
@@ -169,7 +169,7 @@ func TestLossRedisRestartedEmpty(t *testing.T) {
 // fake clock: within the grace period entries from before the loss are
 // served as they are; past it, each is read again from the shared tier
 // (and stored anew, then served as usual); while the shared tier fails, it
-// is served as it is (HeldServed), and the load is not called.
+// is served as it is (Bus.HeldServed), and the load is not called.
 func TestLossHeldEntries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSharedTier(t)
@@ -213,8 +213,8 @@ func TestLossHeldEntries(t *testing.T) {
 		if v, err := c.GetOrCreate(ctx, "b", load); err != nil || v != "v1" {
 			t.Fatalf("shared tier down: got %q, %v, want the held \"v1\"", v, err)
 		}
-		if st := c.Stats(); st.HeldServed != 1 || loads.Load() != 0 {
-			t.Errorf("shared tier down: HeldServed %d, loads %d; want 1, 0", st.HeldServed, loads.Load())
+		if st := c.Stats(); st.Bus.HeldServed != 1 || loads.Load() != 0 {
+			t.Errorf("shared tier down: Bus.HeldServed %d, loads %d; want 1, 0", st.Bus.HeldServed, loads.Load())
 		}
 		s.remote.FailWith(nil)
 	})
@@ -229,8 +229,8 @@ func TestLossStrict(t *testing.T) {
 	set(t, c, "a", "v1")
 	s.bus.SimulateDrop()
 	s.flush(t)
-	if st := c.Stats(); st.L1Entries != 0 || st.BusLosses != 1 {
-		t.Errorf("after a drop: L1Entries %d, BusLosses %d; want 0, 1", st.L1Entries, st.BusLosses)
+	if st := c.Stats(); st.L1.Entries != 0 || st.Bus.Losses != 1 {
+		t.Errorf("after a drop: L1.Entries %d, Bus.Losses %d; want 0, 1", st.L1.Entries, st.Bus.Losses)
 	}
 }
 
@@ -283,19 +283,19 @@ func TestLossRedisStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := b.c.Stats()
-	t.Logf("B during the stop: slowest read %v, HeldServed %d, BusLosses %d", slowest.Round(time.Millisecond), st.HeldServed, st.BusLosses)
+	t.Logf("B during the stop: slowest read %v, Bus.HeldServed %d, Bus.Losses %d", slowest.Round(time.Millisecond), st.Bus.HeldServed, st.Bus.Losses)
 	if loads.Load() != 0 {
 		t.Errorf("B: %d loads while Redis was stopped, want 0 (every key was within its L1 lifetime)", loads.Load())
 	}
-	if st.BusLosses == 0 || st.HeldServed == 0 {
-		t.Errorf("B: BusLosses %d, HeldServed %d; want both > 0 (the loss was seen and entries held through it)", st.BusLosses, st.HeldServed)
+	if st.Bus.Losses == 0 || st.Bus.HeldServed == 0 {
+		t.Errorf("B: Bus.Losses %d, Bus.HeldServed %d; want both > 0 (the loss was seen and entries held through it)", st.Bus.Losses, st.Bus.HeldServed)
 	}
 	if slowest > time.Second {
 		t.Errorf("B: the slowest read took %v, want well under a second (the store bounds reads at 100 ms)", slowest)
 	}
 	// Back: A writes, B converges.
 	waitFor(t, 10*time.Second, "B's bus to be back", func() bool {
-		return b.c.Stats().BusLosses >= st.BusLosses+1 && b.c.Stats().Replays+b.c.Stats().ReplayFlushes > 0
+		return b.c.Stats().Bus.Losses >= st.Bus.Losses+1 && b.c.Stats().Bus.Replays+b.c.Stats().Bus.Flushed > 0
 	}, nil)
 	setStr(t, a, lossKey(0), "v2")
 	waitFor(t, 5*time.Second, "B to see A's write", func() bool { v, ok := getStr(t, b, lossKey(0)); return ok && v == "v2" }, nil)
@@ -314,24 +314,24 @@ func TestLossLogUnreadableForAWhile(t *testing.T) {
 	s.bus.SimulateLoss()
 	s.flush(t)
 	time.Sleep(200 * time.Millisecond) // a few failed reads of the log
-	if st := c.Stats(); st.ReplayFlushes != 0 || st.Replays != 0 {
-		t.Fatalf("while the log cannot be read: ReplayFlushes %d, Replays %d; want 0, 0 (still trying)", st.ReplayFlushes, st.Replays)
+	if st := c.Stats(); st.Bus.Flushed != 0 || st.Bus.Replays != 0 {
+		t.Fatalf("while the log cannot be read: Bus.Flushed %d, Bus.Replays %d; want 0, 0 (still trying)", st.Bus.Flushed, st.Bus.Replays)
 	}
 	s.remote.FailWith(nil)
-	waitFor(t, 5*time.Second, "the replay", func() bool { return c.Stats().Replays == 1 }, nil)
+	waitFor(t, 5*time.Second, "the replay", func() bool { return c.Stats().Bus.Replays == 1 }, nil)
 	gets := s.remote.Calls().Get
 	if v, err := c.GetOrCreate(context.Background(), "a", neverLoad(t)); err != nil || v != "v1" {
 		t.Fatalf("after the replay: got %q, %v", v, err)
 	}
-	if got := s.remote.Calls().Get - gets; got != 0 || c.Stats().ReplayFlushes != 0 {
-		t.Errorf("after the replay: %d Remote Gets, ReplayFlushes %d; want 0, 0 (L1 kept)", got, c.Stats().ReplayFlushes)
+	if got := s.remote.Calls().Get - gets; got != 0 || c.Stats().Bus.Flushed != 0 {
+		t.Errorf("after the replay: %d Remote Gets, Bus.Flushed %d; want 0, 0 (L1 kept)", got, c.Stats().Bus.Flushed)
 	}
 }
 
 // TestLossPartition: B alone is cut off from Redis (its store and its bus go
 // through a proxy that is cut) while A writes. B serves what it held,
 // within the documented bound: as it was during LossGrace, and afterwards
-// as it was because Redis cannot be reached (HeldServed), never calling
+// as it was because Redis cannot be reached (Bus.HeldServed), never calling
 // the database. Once the proxy passes again, B's bus is back, the replay
 // applies A's write, and B converges.
 func TestLossPartition(t *testing.T) {
@@ -346,12 +346,12 @@ func TestLossPartition(t *testing.T) {
 	bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
 	b := newSplitInstance(t, "B", via(p, cut)(t), via(p, cut)(t), so, o, bo)
 	warm(t, a, []*instance{b}, 10, "v1")
-	losses := b.c.Stats().BusLosses
+	losses := b.c.Stats().Bus.Losses
 
 	var loads atomic.Int64
 	load := func(context.Context, string) (string, error) { loads.Add(1); return "loaded", nil }
 	p.Cut()
-	waitStat(t, b, "BusLosses", statBusLosses, losses+1)
+	waitStat(t, b, "Bus.Losses", statBusLosses, losses+1)
 	setStr(t, a, lossKey(0), "v2")
 	time.Sleep(300 * time.Millisecond) // past LossGrace
 	for i := range 10 {
@@ -359,13 +359,13 @@ func TestLossPartition(t *testing.T) {
 			t.Fatalf("B cut off: %s = %q, %v; want the held \"v1\"", lossKey(i), v, err)
 		}
 	}
-	if st := b.c.Stats(); st.HeldServed == 0 || loads.Load() != 0 {
-		t.Errorf("B cut off: HeldServed %d, loads %d; want > 0, 0", st.HeldServed, loads.Load())
+	if st := b.c.Stats(); st.Bus.HeldServed == 0 || loads.Load() != 0 {
+		t.Errorf("B cut off: Bus.HeldServed %d, loads %d; want > 0, 0", st.Bus.HeldServed, loads.Load())
 	}
 	if err := p.Pass(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "B's replay", func() bool { return b.c.Stats().Replays == 1 }, func() string { return fmt.Sprintf("%+v", b.c.Stats()) })
+	waitFor(t, 10*time.Second, "B's replay", func() bool { return b.c.Stats().Bus.Replays == 1 }, func() string { return fmt.Sprintf("%+v", b.c.Stats()) })
 	if v, err := b.c.GetOrCreate(context.Background(), lossKey(0), load); err != nil || v != "v2" {
 		t.Errorf("B after the partition: %s = %q, %v; want A's \"v2\"", lossKey(0), v, err)
 	}
@@ -388,17 +388,17 @@ func namedInstance(t *testing.T, name string, o hybrid.Options, bo invalidate.Op
 // it drop.
 func killBus(t *testing.T, in *instance) {
 	t.Helper()
-	before := in.c.Stats().BusLosses
+	before := in.c.Stats().Bus.Losses
 	admin := srv.Client(t)
 	id := pubsubID(t, admin, in.clientName)
 	if err := admin.Do(context.Background(), "CLIENT", "KILL", "ID", id).Err(); err != nil {
 		t.Fatalf("CLIENT KILL ID %s: %v", id, err)
 	}
-	waitStat(t, in, "BusLosses", statBusLosses, before+1)
+	waitStat(t, in, "Bus.Losses", statBusLosses, before+1)
 }
 
-// statReplays is Stats.Replays.
-func statReplays(s hybrid.Stats) uint64 { return s.Replays }
+// statReplays is Stats.Bus.Replays.
+func statReplays(s hybrid.Stats) uint64 { return s.Bus.Replays }
 
 // TestLossStoredDuringLoss: while B's bus is down and Redis answers, what
 // B reads is held to LossGrace too (issue 19, item 4): a value read for
@@ -417,7 +417,7 @@ func TestLossStoredDuringLoss(t *testing.T) {
 			b := newSplitInstance(t, "B", singleNode(nil)(t), via(p, nil)(t), l2.Options{}, o, slowReconnect)
 			setStr(t, a, "k", "v1")
 			p.Cut()
-			waitStat(t, b, "BusLosses", statBusLosses, 1)
+			waitStat(t, b, "Bus.Losses", statBusLosses, 1)
 
 			for i, v := range []string{"v2", "v3"} {
 				fill(t, b, "k", map[int]string{0: "v1", 1: "v2"}[i]) // read during the loss
@@ -438,7 +438,7 @@ func TestLossStoredDuringLoss(t *testing.T) {
 				}
 			}
 			setFault(t, p.Pass())
-			waitStat(t, b, "BusLosses", statBusLosses, 2)
+			waitStat(t, b, "Bus.Losses", statBusLosses, 2)
 			setStr(t, a, "k", "v4")
 			waitFor(t, 5*time.Second, "B to see v4 once its bus is back", func() bool {
 				v, _ := getStr(t, b, "k")
@@ -492,7 +492,7 @@ func TestLossReplayFromLossStart(t *testing.T) {
 				func(bus hybrid.Bus) hybrid.Bus { late.Bus = bus; return late })
 			b.clientName = cn
 			setStr(t, a, "k", "v1")
-			waitStat(t, b, "Received", statReceived, 1)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 			fill(t, b, "k", "v1")
 
 			killBus(t, b)
@@ -504,7 +504,7 @@ func TestLossReplayFromLossStart(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("B's bus did not come back")
 			}
-			for i := 0; b.c.Stats().Replays == 0; i++ {
+			for i := 0; b.c.Stats().Bus.Replays == 0; i++ {
 				if i == 500 {
 					t.Fatal("B did not replay")
 				}
@@ -512,7 +512,7 @@ func TestLossReplayFromLossStart(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			if v, ok := getStr(t, b, "k"); ok {
-				t.Errorf("B after the replay: k = %q, want it deleted (Replayed %d)", v, b.c.Stats().Replayed)
+				t.Errorf("B after the replay: k = %q, want it deleted (Bus.Replayed %d)", v, b.c.Stats().Bus.Replayed)
 			}
 		})
 	}

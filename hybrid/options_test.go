@@ -191,9 +191,9 @@ func TestZeroOptionsL1Only(t *testing.T) {
 		t.Errorf("Get(k) after Clear: got %q, want a miss", v)
 	}
 	s := c.Stats()
-	want := hybrid.Stats{L1Hits: 3, L1Misses: 3, Loads: 1}
-	if s.L1Hits != want.L1Hits || s.L1Misses != want.L1Misses || s.Loads != want.Loads || s.L2Hits+s.L2Misses+s.L2Errors+s.Published != 0 {
-		t.Errorf("Stats: got %+v, want L1Hits 3, L1Misses 3, Loads 1 and no L2 or bus counts", s)
+	want := hybrid.Stats{L1: hybrid.L1Stats{Hits: 3, Misses: 3}, Load: hybrid.LoadStats{Calls: 1}}
+	if s.L1.Hits != want.L1.Hits || s.L1.Misses != want.L1.Misses || s.Load.Calls != want.Load.Calls || s.L2.Hits+s.L2.Misses+s.L2.Errors+s.Invalidations.Sent != 0 {
+		t.Errorf("Stats: got %+v, want L1.Hits 3, L1.Misses 3, Load.Calls 1 and no L2 or bus counts", s)
 	}
 }
 
@@ -322,8 +322,8 @@ func TestWithFailSafePerCall(t *testing.T) {
 		if _, err := c.GetOrCreate(ctx, "plain", fail, kept...); !errors.Is(err, dbDown) {
 			t.Errorf("value written without fail-safe: got %v, want the load error", err)
 		}
-		if st := c.Stats(); st.StaleServed != 2 { // a throttled re-serve is an L1 hit
-			t.Errorf("StaleServed: got %d, want 2", st.StaleServed)
+		if st := c.Stats(); st.Load.StaleServed != 2 { // a throttled re-serve is an L1 hit
+			t.Errorf("Load.StaleServed: got %d, want 2", st.Load.StaleServed)
 		}
 	})
 }

@@ -136,8 +136,8 @@ func pairedL2Hit(b *testing.B, ctx context.Context, rdb *redis.Client) {
 			b.Fatal(err)
 		}
 	})
-	if s := c.Stats(); s.Loads != 0 {
-		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Loads)
+	if s := c.Stats(); s.Load.Calls != 0 {
+		b.Fatalf("%d loads: the benchmark measured misses, not L2 hits", s.Load.Calls)
 	}
 }
 
@@ -175,8 +175,8 @@ func pairedL2HitExpired(b *testing.B, ctx context.Context, rdb *redis.Client) {
 			b.Fatal(err)
 		}
 	})
-	if s := c.Stats(); s.Loads != 0 || s.L1Hits != 0 {
-		b.Fatalf("%d loads, %d L1 hits: the benchmark measured other than L2 hits after expiry", s.Loads, s.L1Hits)
+	if s := c.Stats(); s.Load.Calls != 0 || s.L1.Hits != 0 {
+		b.Fatalf("%d loads, %d L1 hits: the benchmark measured other than L2 hits after expiry", s.Load.Calls, s.L1.Hits)
 	}
 }
 
@@ -292,8 +292,8 @@ func BenchmarkPaired_WarmPage(b *testing.B) {
 			decodeStored(b, s, &it)
 		}
 	})
-	if s := c.Stats(); s.Loads != 0 || s.L2Hits != pageCount*pageLen {
-		b.Fatalf("%d loads, %d L2 hits: want 0 and %d (the warm-up only)", s.Loads, s.L2Hits, pageCount*pageLen)
+	if s := c.Stats(); s.Load.Calls != 0 || s.L2.Hits != pageCount*pageLen {
+		b.Fatalf("%d loads, %d L2 hits: want 0 and %d (the warm-up only)", s.Load.Calls, s.L2.Hits, pageCount*pageLen)
 	}
 }
 

@@ -23,7 +23,7 @@ import (
 // pendingWrite is one write to the shared tier and its announcement, as
 // writeAndPublish takes it, kept whole so that it can be queued.
 type pendingWrite struct {
-	op   string // names the call: "set", "delete", "delete_tag", "clear"
+	op   Op     // names the call: OpSet, OpDelete, OpDeleteTag or OpClear
 	name string // the key, or the tag ("" for a Clear)
 	rkey string // the shared-tier key
 	b    []byte // the envelope, tombstone or tag record
@@ -288,7 +288,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 	if w.own && msg != nil {
 		c.echo.sent(w.name)
 	}
-	res, err := c.write(ctx, "replay_"+w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Msg: msg, Log: entry}})
+	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Msg: msg, Log: entry}})
 	if err != nil {
 		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
 	}

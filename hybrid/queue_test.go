@@ -45,10 +45,10 @@ func waitQueue(t testing.TB, c *hybrid.Cache[string], replayed, stale uint64) {
 	t.Helper()
 	waitFor(t, 15*time.Second, "the queue to be replayed", func() bool {
 		s := c.Stats()
-		return s.Queued == 0 && s.QueueReplayed == replayed && s.QueueDroppedStale == stale
+		return s.Queue.Length == 0 && s.Queue.Replayed == replayed && s.Queue.Stale == stale
 	}, func() string {
 		s := c.Stats()
-		return fmt.Sprintf("Queued %d, QueueReplayed %d, QueueDroppedStale %d", s.Queued, s.QueueReplayed, s.QueueDroppedStale)
+		return fmt.Sprintf("Queue.Length %d, Queue.Replayed %d, Queue.Stale %d", s.Queue.Length, s.Queue.Replayed, s.Queue.Stale)
 	})
 }
 
@@ -100,8 +100,8 @@ func TestQueueReplaysSetDeleteAndTagDelete(t *testing.T) {
 			}
 			time.Sleep(2 * time.Millisecond)
 			s.remote.Put(testNS+":n", envelopeOf(t, "b-new", time.Minute), time.Minute)
-			if st := a.Stats(); st.WritesQueued != 4 || st.QueueFull != 0 {
-				t.Errorf("Stats: WritesQueued %d, QueueFull %d; want 4, 0", st.WritesQueued, st.QueueFull)
+			if st := a.Stats(); st.Queue.Queued != 4 || st.Queue.Refused != 0 {
+				t.Errorf("Stats: Queue.Queued %d, Queue.Refused %d; want 4, 0", st.Queue.Queued, st.Queue.Refused)
 			}
 			if v, _ := getString(t, b, "k"); v != "v1" {
 				t.Errorf("peer during the outage: got %q, want v1 (nothing shared yet)", v)
@@ -186,8 +186,8 @@ func TestQueueFull(t *testing.T) {
 	if _, ok := getString(t, a, "k3"); ok {
 		t.Error("a refused write is in L1")
 	}
-	if st := a.Stats(); st.WritesQueued != 3 || st.QueueFull != 1 || st.Queued != 2 {
-		t.Errorf("Stats: WritesQueued %d, QueueFull %d, Queued %d; want 3, 1, 2", st.WritesQueued, st.QueueFull, st.Queued)
+	if st := a.Stats(); st.Queue.Queued != 3 || st.Queue.Refused != 1 || st.Queue.Length != 2 {
+		t.Errorf("Stats: Queue.Queued %d, Queue.Refused %d, Queue.Length %d; want 3, 1, 2", st.Queue.Queued, st.Queue.Refused, st.Queue.Length)
 	}
 	s.remote.FailWith(nil)
 	waitQueue(t, a, 2, 0)
@@ -225,8 +225,8 @@ func TestQueueOnlySharedTierFailures(t *testing.T) {
 			t.Errorf("%s: got %v, want %v and not ErrQueued", c.name, c.err, c.want)
 		}
 	}
-	if st := a.Stats(); st.WritesQueued != 0 || st.Queued != 0 {
-		t.Errorf("Stats: WritesQueued %d, Queued %d; want 0, 0", st.WritesQueued, st.Queued)
+	if st := a.Stats(); st.Queue.Queued != 0 || st.Queue.Length != 0 {
+		t.Errorf("Stats: Queue.Queued %d, Queue.Length %d; want 0, 0", st.Queue.Queued, st.Queue.Length)
 	}
 	a.Close()
 	if err := a.Set(t.Context(), "k", "v"); !errors.Is(err, hybrid.ErrClosed) {
@@ -244,8 +244,8 @@ func TestQueueOffByDefault(t *testing.T) {
 	if err := a.Set(t.Context(), "k", "v"); !errors.Is(err, errDown) || errors.Is(err, hybrid.ErrQueued) {
 		t.Errorf("Set: got %v, want the failure, not ErrQueued", err)
 	}
-	if st := a.Stats(); st.WritesQueued != 0 || st.QueueFull != 0 {
-		t.Errorf("Stats: WritesQueued %d, QueueFull %d; want 0, 0", st.WritesQueued, st.QueueFull)
+	if st := a.Stats(); st.Queue.Queued != 0 || st.Queue.Refused != 0 {
+		t.Errorf("Stats: Queue.Queued %d, Queue.Refused %d; want 0, 0", st.Queue.Queued, st.Queue.Refused)
 	}
 }
 
@@ -298,8 +298,8 @@ func TestQueueCloseWithPending(t *testing.T) {
 	if err := goleak.Find(before); err != nil {
 		t.Errorf("goroutines left after Close: %v", err)
 	}
-	if st := a.Stats(); st.QueueDroppedOnClose != 3 || st.Queued != 0 {
-		t.Errorf("Stats after Close: QueueDroppedOnClose %d, Queued %d; want 3, 0", st.QueueDroppedOnClose, st.Queued)
+	if st := a.Stats(); st.Queue.DroppedOnClose != 3 || st.Queue.Length != 0 {
+		t.Errorf("Stats after Close: Queue.DroppedOnClose %d, Queue.Length %d; want 3, 0", st.Queue.DroppedOnClose, st.Queue.Length)
 	}
 	var lines []string
 	for _, l := range strings.Split(logs.String(), "\n") {
@@ -311,8 +311,8 @@ func TestQueueCloseWithPending(t *testing.T) {
 		t.Errorf("log at Close: got %q, want one warning with dropped=3", lines)
 	}
 	a.Close() // a second Close logs and counts nothing more
-	if st := a.Stats(); st.QueueDroppedOnClose != 3 {
-		t.Errorf("Stats after a second Close: QueueDroppedOnClose %d, want 3", st.QueueDroppedOnClose)
+	if st := a.Stats(); st.Queue.DroppedOnClose != 3 {
+		t.Errorf("Stats after a second Close: Queue.DroppedOnClose %d, want 3", st.Queue.DroppedOnClose)
 	}
 	if n := strings.Count(logs.String(), "dropped="); n != 1 {
 		t.Errorf("log lines with dropped= after a second Close: %d, want 1", n)
@@ -338,8 +338,8 @@ func TestQueueSetDuringClose(t *testing.T) {
 		err = <-errs
 		st := a.Stats()
 		queued := errors.Is(err, hybrid.ErrQueued)
-		if queued != (st.QueueDroppedOnClose == 1) || st.Queued != 0 {
-			t.Fatalf("Set during Close: got %v with QueueDroppedOnClose %d, Queued %d; want ErrQueued and 1, 0, or no ErrQueued and 0, 0", err, st.QueueDroppedOnClose, st.Queued)
+		if queued != (st.Queue.DroppedOnClose == 1) || st.Queue.Length != 0 {
+			t.Fatalf("Set during Close: got %v with Queue.DroppedOnClose %d, Queue.Length %d; want ErrQueued and 1, 0, or no ErrQueued and 0, 0", err, st.Queue.DroppedOnClose, st.Queue.Length)
 		}
 	}
 }
@@ -361,13 +361,13 @@ func TestIntegrationQueueOutage(t *testing.T) {
 			admin := srv.Client(t)
 			setStr(t, a, "del", "v0")
 			setStr(t, a, "k", "v0")
-			waitStat(t, b, "Received", statReceived, 2)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 			fill(t, b, "del", "v0")
 			fill(t, b, "k", "v0")
 
 			p.Cut()
 			// The writes below come after the bus loss.
-			waitStat(t, a, "BusLosses", statBusLosses, 1)
+			waitStat(t, a, "Bus.Losses", statBusLosses, 1)
 			if err := a.c.Delete(ctx, "del"); !errors.Is(err, hybrid.ErrQueued) {
 				t.Fatalf("A: Delete during the outage: got %v, want ErrQueued", err)
 			}
@@ -425,7 +425,7 @@ func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
 			admin := srv.Client(t)
 			setStr(t, a, "k", "v0") // loads the write script: a retry needs no EVAL
 			setStr(t, a, "solo", "v0")
-			waitStat(t, b, "Received", statReceived, 2)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 			fill(t, b, "k", "v0")
 
 			stopped := true
@@ -457,7 +457,7 @@ func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
 			setStr(t, b, "k", "b2") // newer than A's queued write
 			waitFor(t, 15*time.Second, "the queue to be replayed", func() bool {
 				s := a.c.Stats()
-				return s.Queued == 0 && s.QueueReplayed+s.QueueDroppedStale == 2
+				return s.Queue.Length == 0 && s.Queue.Replayed+s.Queue.Stale == 2
 			}, nil)
 			if v, _ := redisValue(t, admin, ns, "k"); v != "b2" {
 				t.Errorf("Redis after the replay: k = %q, want b2 (the peer's newer write)", v)
@@ -473,7 +473,7 @@ func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
 				}, nil)
 			}
 			st := a.c.Stats()
-			t.Logf("replayed %d, dropped as stale %d", st.QueueReplayed, st.QueueDroppedStale)
+			t.Logf("replayed %d, dropped as stale %d", st.Queue.Replayed, st.Queue.Stale)
 		})
 	}
 }
@@ -498,7 +498,7 @@ func TestIntegrationQueueLossDuringWrite(t *testing.T) {
 	go func() { done <- a.c.Set(ctx, "k", "mine") }()
 	time.Sleep(20 * time.Millisecond) // the write has started and waits
 	bus.Cut()
-	waitStat(t, a, "BusLosses", statBusLosses, 1)
+	waitStat(t, a, "Bus.Losses", statBusLosses, 1)
 	if err := <-done; !errors.Is(err, hybrid.ErrQueued) {
 		t.Fatalf("Set: got %v, want ErrQueued", err)
 	}
@@ -508,7 +508,7 @@ func TestIntegrationQueueLossDuringWrite(t *testing.T) {
 	// The bus comes back: without a log, L1 is flushed, but the queued
 	// value stays (Redis still does not answer).
 	setFault(t, bus.Pass())
-	waitStat(t, a, "BusLosses", statBusLosses, 2)
+	waitStat(t, a, "Bus.Losses", statBusLosses, 2)
 	if v, ok := getStr(t, a, "k"); !ok || v != "mine" {
 		t.Errorf("A after a flush, its Set still queued: got %q, %v, want \"mine\"", v, ok)
 	}

@@ -47,7 +47,7 @@ var errCallerDone = errors.New("hybrid: caller's ctx ended")
 // the breaker is open (ErrUnavailable), inside a span,
 // with its outcome recorded by the breaker. A failure after the caller's
 // ctx ended also wraps errCallerDone.
-func (c *Cache[V]) do(ctx context.Context, op, name string, f func(ctx context.Context) error) error {
+func (c *Cache[V]) do(ctx context.Context, op Op, name string, f func(ctx context.Context) error) error {
 	if !c.br.allow() {
 		c.n.l2Skipped.Add(1)
 		return ErrUnavailable
@@ -67,8 +67,8 @@ func (c *Cache[V]) do(ctx context.Context, op, name string, f func(ctx context.C
 }
 
 // call is do, with a failure of the shared tier counted and reported
-// (Stats.L2Errors, Events.L2Error).
-func (c *Cache[V]) call(ctx context.Context, op, name string, f func(ctx context.Context) error) error {
+// (Stats.L2.Errors, Events.L2Error).
+func (c *Cache[V]) call(ctx context.Context, op Op, name string, f func(ctx context.Context) error) error {
 	err := c.do(ctx, op, name, f)
 	if failed(err) {
 		c.l2Failed(op, err)
@@ -91,7 +91,7 @@ var writeRetries = [...]time.Duration{20 * time.Millisecond, 100 * time.Millisec
 // still wanted, trying again after each pause of writeRetries. A failure is
 // counted once, however many attempts; a write given up is counted and
 // logged (its value stays in L1 only).
-func (c *Cache[V]) retry(ctx context.Context, op, name string, keep func() bool, f func(ctx context.Context) error) error {
+func (c *Cache[V]) retry(ctx context.Context, op Op, name string, keep func() bool, f func(ctx context.Context) error) error {
 	for attempt := 0; ; attempt++ {
 		if !keep() {
 			return nil
@@ -142,7 +142,7 @@ const (
 )
 
 // get reads the shared-tier keys rkeys in one call, as op about name.
-func (c *Cache[V]) get(ctx context.Context, op, name string, rkeys []string) ([][]byte, error) {
+func (c *Cache[V]) get(ctx context.Context, op Op, name string, rkeys []string) ([][]byte, error) {
 	var vals [][]byte
 	err := c.call(ctx, op, name, func(ctx context.Context) (err error) {
 		vals, err = c.remote.Get(ctx, rkeys)
@@ -155,7 +155,7 @@ func (c *Cache[V]) get(ctx context.Context, op, name string, rkeys []string) ([]
 }
 
 // write makes ws in one call, as op about name.
-func (c *Cache[V]) write(ctx context.Context, op, name string, ws []Write) ([]bool, error) {
+func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []Write) ([]bool, error) {
 	var stored []bool
 	err := c.call(ctx, op, name, func(ctx context.Context) (err error) {
 		stored, err = c.remote.Write(ctx, ws, c.feed)
@@ -235,7 +235,8 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if c.remote == nil {
 		return res, nil, false
 	}
-	vals, err := c.get(ctx, "get_many", "", c.prefixed(keys))
+	op, name := readOp(keys)
+	vals, err := c.get(ctx, op, name, c.prefixed(keys))
 	if errors.Is(err, errCallerDone) {
 		return res, nil, true
 	}
@@ -301,9 +302,9 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 		}
 		return len(idx) > 0
 	}
-	op, name := "set_many", ""
+	op, name := OpSetMany, ""
 	if len(ws) == 1 {
-		op, name = "set", ws[0].key
+		op, name = OpSet, ws[0].key
 	}
 	err := c.retry(ctx, op, name, keep, func(ctx context.Context) (err error) {
 		reqs := make([]Write, len(idx))
@@ -351,7 +352,7 @@ func (c *Cache[V]) announced(m message.Message) (msg, entry []byte) {
 // announces m, in one atomic step. op names the call in spans, events and
 // errors, name the key or tag it is about. With own, a write of key name
 // is recorded in echoes as ours until its message comes back.
-func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b []byte, life time.Duration, m message.Message, own bool) error {
+func (c *Cache[V]) writeAndPublish(ctx context.Context, op Op, name, rkey string, b []byte, life time.Duration, m message.Message, own bool) error {
 	if c.remote == nil {
 		if c.bus == nil {
 			return nil
@@ -375,18 +376,18 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op, name, rkey string, b
 }
 
 // about names a call about name (a key or tag; none for a Clear) in errors.
-func about(op, name string) string {
+func about(op Op, name string) string {
 	if name == "" {
-		return op
+		return string(op)
 	}
-	return op + " " + strconv.Quote(name)
+	return string(op) + " " + strconv.Quote(name)
 }
 
 // readRecord reads the shared-tier key rkey as it is stored: one of the
 // cache's own records (see tags.go), or a value that Expire rewrites. It
 // returns the bytes, or ok false when there are none; an error when the
 // shared tier cannot say.
-func (c *Cache[V]) readRecord(ctx context.Context, op, name, rkey string) (b []byte, ok bool, err error) {
+func (c *Cache[V]) readRecord(ctx context.Context, op Op, name, rkey string) (b []byte, ok bool, err error) {
 	vals, err := c.get(ctx, op, name, []string{rkey})
 	if err != nil {
 		return nil, false, err
@@ -404,7 +405,7 @@ func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
 	m := message.Message{Op: message.OpExpire, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}
 	var old, expired []byte
 	if c.remote != nil {
-		b, found, err := c.readRecord(ctx, "get", key, c.prefix+key)
+		b, found, err := c.readRecord(ctx, OpGet, key, c.prefix+key)
 		if err != nil {
 			return fmt.Errorf("hybrid: expire %q: %w", key, err)
 		}
@@ -419,7 +420,7 @@ func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
 			c.echo.sent(key)
 		}
 		w := Write{Key: c.prefix + key, Value: expired, If: IfEqual, Old: old, KeepTTL: true, Msg: msg, Else: msg, Log: entry}
-		if _, err := c.write(ctx, "expire", key, []Write{w}); err != nil {
+		if _, err := c.write(ctx, OpExpire, key, []Write{w}); err != nil {
 			return fmt.Errorf("hybrid: expire %q: %w", key, err)
 		}
 		if msg != nil {

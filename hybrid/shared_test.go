@@ -50,8 +50,8 @@ func TestRemoteDown(t *testing.T) {
 				if got := l.calls.Load(); got != 1 {
 					t.Errorf("load ran %d times, want 1 (then L1)", got)
 				}
-				if st := c.Stats(); st.L2Errors != 2 || st.L1Hits != 2 {
-					t.Errorf("Stats: got L2Errors %d, L1Hits %d, want 2 (the read and the write of the fill), 2", st.L2Errors, st.L1Hits)
+				if st := c.Stats(); st.L2.Errors != 2 || st.L1.Hits != 2 {
+					t.Errorf("Stats: got L2.Errors %d, L1.Hits %d, want 2 (the read and the write of the fill), 2", st.L2.Errors, st.L1.Hits)
 				}
 				if v, ok := getString(t, c, "k"); !ok || v != "loaded" {
 					t.Errorf("Get: got %q, %v, want \"loaded\" from L1", v, ok)
@@ -123,8 +123,8 @@ func TestBackgroundWriteRetried(t *testing.T) {
 			t.Errorf("Redis holds %q %v after the retry, want v", v, ok)
 		}
 		st := c.Stats()
-		if st.WriteRetries == 0 || st.WritesDropped != 0 {
-			t.Errorf("WriteRetries %d WritesDropped %d, want >0 and 0", st.WriteRetries, st.WritesDropped)
+		if st.L2.WriteRetries == 0 || st.L2.WritesDropped != 0 {
+			t.Errorf("L2.WriteRetries %d L2.WritesDropped %d, want >0 and 0", st.L2.WriteRetries, st.L2.WritesDropped)
 		}
 	})
 }
@@ -174,8 +174,8 @@ func TestStoreBoundDeadAddress(t *testing.T) {
 			t.Errorf("%s: got %v, want an error wrapping context.DeadlineExceeded", w.name, err)
 		}
 	}
-	if st := a.c.Stats(); st.L2Errors == 0 {
-		t.Error("L2Errors: got 0, want the failed read counted")
+	if st := a.c.Stats(); st.L2.Errors == 0 {
+		t.Error("L2.Errors: got 0, want the failed read counted")
 	}
 }
 
@@ -202,7 +202,7 @@ func TestIntegrationRedisRestart(t *testing.T) {
 	}
 	a, b := p[0], p[1]
 	setStr(t, a, "k0", "v0")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k0", "v0")
 
 	down := false
@@ -219,7 +219,7 @@ func TestIntegrationRedisRestart(t *testing.T) {
 	down = true
 	killed := time.Now()
 	for _, in := range p {
-		waitStat(t, in, "BusLosses", statBusLosses, 1)
+		waitStat(t, in, "Bus.Losses", statBusLosses, 1)
 	}
 
 	const (
@@ -268,20 +268,20 @@ func TestIntegrationRedisRestart(t *testing.T) {
 	hammer() // everything is in L1 now
 	for i, in := range p {
 		st, calls := in.c.Stats(), in.remote.calls()
-		t.Logf("%s while Redis is down: Loads %d, L2Errors %d, L1Hits %d, WriteRetries %d, WritesDropped %d",
-			in.name, st.Loads, st.L2Errors, st.L1Hits, st.WriteRetries, st.WritesDropped)
-		if st.Loads == 0 || st.Loads > nkeys {
-			t.Errorf("%s: Loads %d while Redis is down, want 1..%d (one per key: loads stand in, L1 keeps them)", in.name, st.Loads, nkeys)
+		t.Logf("%s while Redis is down: Load.Calls %d, L2.Errors %d, L1.Hits %d, L2.WriteRetries %d, L2.WritesDropped %d",
+			in.name, st.Load.Calls, st.L2.Errors, st.L1.Hits, st.L2.WriteRetries, st.L2.WritesDropped)
+		if st.Load.Calls == 0 || st.Load.Calls > nkeys {
+			t.Errorf("%s: Load.Calls %d while Redis is down, want 1..%d (one per key: loads stand in, L1 keeps them)", in.name, st.Load.Calls, nkeys)
 		}
-		if st.L2Errors == 0 {
-			t.Errorf("%s: L2Errors 0 while Redis is down, want the failed reads counted", in.name)
+		if st.L2.Errors == 0 {
+			t.Errorf("%s: L2.Errors 0 while Redis is down, want the failed reads counted", in.name)
 		}
 		// The second round is answered by L1: no load, no Redis read.
 		// (Background write-backs of the first round may still be retried.)
 		reads := calls.Get + calls.GetMany - firstCalls[i].Get - firstCalls[i].GetMany
-		if st.Loads != first[i].Loads || reads != 0 || st.L1Hits <= first[i].L1Hits {
-			t.Errorf("%s: second round: Loads %d -> %d, %d Redis reads, L1Hits %d -> %d; want the same loads, no reads, more hits (L1 serves)",
-				in.name, first[i].Loads, st.Loads, reads, first[i].L1Hits, st.L1Hits)
+		if st.Load.Calls != first[i].Load.Calls || reads != 0 || st.L1.Hits <= first[i].L1.Hits {
+			t.Errorf("%s: second round: Load.Calls %d -> %d, %d Redis reads, L1.Hits %d -> %d; want the same loads, no reads, more hits (L1 serves)",
+				in.name, first[i].Load.Calls, st.Load.Calls, reads, first[i].L1.Hits, st.L1.Hits)
 		}
 	}
 	t.Logf("%d GetOrCreate calls while Redis was down: slowest %v, %d panics", 2*goroutines*rounds, slowest.Round(time.Microsecond), panics.Load())
@@ -322,23 +322,23 @@ func TestIntegrationRedisRestart(t *testing.T) {
 	down = false
 	restarted := time.Now()
 	for _, in := range p {
-		waitFor(t, 10*time.Second, in.name+"'s bus to be restored", func() bool { return in.c.Stats().BusLosses >= 2 },
-			func() string { return fmt.Sprintf("BusLosses %d", in.c.Stats().BusLosses) })
+		waitFor(t, 10*time.Second, in.name+"'s bus to be restored", func() bool { return in.c.Stats().Bus.Losses >= 2 },
+			func() string { return fmt.Sprintf("Bus.Losses %d", in.c.Stats().Bus.Losses) })
 	}
 	busBack := time.Since(restarted)
 	waitFor(t, 5*time.Second, "A's Set to succeed", func() bool { return a.c.Set(ctx, "k2", "after") == nil }, nil)
 	setBack := time.Since(restarted)
-	l2Hits := b.c.Stats().L2Hits
+	l2Hits := b.c.Stats().L2.Hits
 	waitFor(t, 5*time.Second, "B to read A's value from Redis", func() bool {
 		v, ok := getStr(t, b, "k2")
 		return ok && v == "after"
 	}, nil)
-	if b.c.Stats().L2Hits <= l2Hits {
-		t.Errorf("B: L2Hits did not grow after the restart")
+	if b.c.Stats().L2.Hits <= l2Hits {
+		t.Errorf("B: L2.Hits did not grow after the restart")
 	}
-	recv := b.c.Stats().Received
+	recv := b.c.Stats().Invalidations.Applied
 	setStr(t, a, "k2", "after2")
-	waitStat(t, b, "Received", statReceived, recv+1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, recv+1)
 	if v, ok := getStr(t, b, "k2"); !ok || v != "after2" {
 		t.Errorf("B: Get after A's Set over the restored bus: got %q, %v, want \"after2\"", v, ok)
 	}
@@ -401,8 +401,8 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 		t.Logf("%d Gets with a %v budget and store timeout %v: %d ran out of time", gets, callerBudget, storeTimeout, timedOut)
 		start := time.Now()
 		err := a.c.Set(ctx, "k", "v2")
-		t.Logf("then Set without a deadline: %v after %v; BreakerOpens %d, L2Errors %d",
-			err, time.Since(start).Round(time.Millisecond), a.c.Stats().BreakerOpens, a.c.Stats().L2Errors)
+		t.Logf("then Set without a deadline: %v after %v; L2.BreakerOpens %d, L2.Errors %d",
+			err, time.Since(start).Round(time.Millisecond), a.c.Stats().L2.BreakerOpens, a.c.Stats().L2.Errors)
 		return a.c.Stats(), err
 	}
 
@@ -410,18 +410,18 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 		st, err := run(t, budget, -1)
 		if err != nil {
 			t.Errorf("Set on a healthy Redis after %d Gets ran out of their callers' %v: got %v, want nil "+
-				"(a caller's deadline is not a shared-tier failure; BreakerOpens %d)", gets, budget, err, st.BreakerOpens)
+				"(a caller's deadline is not a shared-tier failure; L2.BreakerOpens %d)", gets, budget, err, st.L2.BreakerOpens)
 		}
-		if st.BreakerOpens != 0 {
-			t.Errorf("BreakerOpens %d, want 0: the callers' own deadlines opened the breaker", st.BreakerOpens)
+		if st.L2.BreakerOpens != 0 {
+			t.Errorf("L2.BreakerOpens %d, want 0: the callers' own deadlines opened the breaker", st.L2.BreakerOpens)
 		}
 	})
 
 	t.Run("store-timeout-counts", func(t *testing.T) {
 		// 25 ms: short of the 60 ms round trip through the proxy.
 		st, err := run(t, 0, 25*time.Millisecond)
-		if st.BreakerOpens != 1 || !errors.Is(err, hybrid.ErrUnavailable) {
-			t.Errorf("after %d reads cut short by l2.Options.ReadTimeout: BreakerOpens %d, Set %v; want 1 and ErrUnavailable", gets, st.BreakerOpens, err)
+		if st.L2.BreakerOpens != 1 || !errors.Is(err, hybrid.ErrUnavailable) {
+			t.Errorf("after %d reads cut short by l2.Options.ReadTimeout: L2.BreakerOpens %d, Set %v; want 1 and ErrUnavailable", gets, st.L2.BreakerOpens, err)
 		}
 	})
 }
@@ -431,7 +431,7 @@ func TestFaultBreakerCallerDeadline(t *testing.T) {
 // go-redis timeouts, fail-safe and a soft load timeout is in use. Every
 // call returns within its timeouts; for keys whose value expired, a load
 // that fails or hangs past SoftTimeout gives way to the stale value
-// (Stats.StaleServed); a caller's own deadline is honoured.
+// (Stats.Load.StaleServed); a caller's own deadline is honoured.
 //
 // NOTE: it pauses the package's shared redis-server, so it needs one
 // started here, and it waits for the pause to end before it returns.
@@ -561,16 +561,16 @@ func TestFaultRedisPaused(t *testing.T) {
 		t.Errorf("%s during the pause: got nil, want an error", r.name)
 	}
 	st := a.c.Stats()
-	t.Logf("during the pause: StaleServed +%d, SoftTimeouts +%d, L2Errors +%d, LoadErrors +%d",
-		st.StaleServed-before.StaleServed, st.SoftTimeouts-before.SoftTimeouts, st.L2Errors-before.L2Errors, st.LoadErrors-before.LoadErrors)
-	if st.StaleServed-before.StaleServed < 2 {
-		t.Errorf("StaleServed +%d, want at least 2", st.StaleServed-before.StaleServed)
+	t.Logf("during the pause: Load.StaleServed +%d, Load.SoftTimeouts +%d, L2.Errors +%d, Load.Errors +%d",
+		st.Load.StaleServed-before.Load.StaleServed, st.Load.SoftTimeouts-before.Load.SoftTimeouts, st.L2.Errors-before.L2.Errors, st.Load.Errors-before.Load.Errors)
+	if st.Load.StaleServed-before.Load.StaleServed < 2 {
+		t.Errorf("Load.StaleServed +%d, want at least 2", st.Load.StaleServed-before.Load.StaleServed)
 	}
-	if st.SoftTimeouts == before.SoftTimeouts {
-		t.Error("SoftTimeouts did not grow: the hanging load was not cut short for its caller")
+	if st.Load.SoftTimeouts == before.Load.SoftTimeouts {
+		t.Error("Load.SoftTimeouts did not grow: the hanging load was not cut short for its caller")
 	}
-	if st.L2Errors == before.L2Errors {
-		t.Error("L2Errors did not grow: the calls did not meet the paused Redis")
+	if st.L2.Errors == before.L2.Errors {
+		t.Error("L2.Errors did not grow: the calls did not meet the paused Redis")
 	}
 
 	// A stale value served is served again, throttled, without a load.
@@ -668,7 +668,7 @@ func TestFaultBlackHole(t *testing.T) {
 		holed := time.Now()
 		// The bus notices the silent connection and flushes L1 once; wait
 		// for that so it does not happen between the two rounds below.
-		waitStat(t, a, "BusLosses", statBusLosses, 1)
+		waitStat(t, a, "Bus.Losses", statBusLosses, 1)
 		noticed := time.Since(holed)
 
 		key := func(g, i int) string { return fmt.Sprint("k", (g+8*i)%24) }
@@ -680,18 +680,18 @@ func TestFaultBlackHole(t *testing.T) {
 		after, afterCalls := a.c.Stats(), a.remote.calls()
 		t.Logf("black hole: bus noticed in %v; round 1 (misses): %s; round 2 (L1): %s",
 			noticed.Round(time.Millisecond), summary(first), summary(second))
-		t.Logf("round 1: Loads %d, L2Errors %d; round 2: Loads %d, L1Hits +%d",
-			mid.Loads-before.Loads, mid.L2Errors-before.L2Errors, after.Loads-mid.Loads, after.L1Hits-mid.L1Hits)
+		t.Logf("round 1: Load.Calls %d, L2.Errors %d; round 2: Load.Calls %d, L1.Hits +%d",
+			mid.Load.Calls-before.Load.Calls, mid.L2.Errors-before.L2.Errors, after.Load.Calls-mid.Load.Calls, after.L1.Hits-mid.L1.Hits)
 
-		if n := mid.Loads - before.Loads; n == 0 || n > 24 {
+		if n := mid.Load.Calls - before.Load.Calls; n == 0 || n > 24 {
 			t.Errorf("round 1: %d loads, want 1..24 (loads stand in for Redis, at most once per key)", n)
 		}
-		if mid.L2Errors == before.L2Errors {
-			t.Error("round 1: L2Errors did not grow: the reads did not reach the black hole")
+		if mid.L2.Errors == before.L2.Errors {
+			t.Error("round 1: L2.Errors did not grow: the reads did not reach the black hole")
 		}
-		if after.Loads != mid.Loads || afterCalls.Get != midCalls.Get || after.L1Hits-mid.L1Hits < goroutines*calls {
-			t.Errorf("round 2: Loads %d -> %d, Redis reads %d -> %d, L1Hits +%d; want no loads, no reads, %d hits (L1 serves)",
-				mid.Loads, after.Loads, midCalls.Get, afterCalls.Get, after.L1Hits-mid.L1Hits, goroutines*calls)
+		if after.Load.Calls != mid.Load.Calls || afterCalls.Get != midCalls.Get || after.L1.Hits-mid.L1.Hits < goroutines*calls {
+			t.Errorf("round 2: Load.Calls %d -> %d, Redis reads %d -> %d, L1.Hits +%d; want no loads, no reads, %d hits (L1 serves)",
+				mid.Load.Calls, after.Load.Calls, midCalls.Get, afterCalls.Get, after.L1.Hits-mid.L1.Hits, goroutines*calls)
 		}
 
 		start := time.Now()
@@ -704,13 +704,13 @@ func TestFaultBlackHole(t *testing.T) {
 
 		// Close with a fill stuck in the black hole: it cancels the fill,
 		// but go-redis notices only at its ReadTimeout (200 ms here).
-		misses := a.c.Stats().L1Misses
+		misses := a.c.Stats().L1.Misses
 		done := make(chan error, 1)
 		go func() {
 			_, err := a.c.GetOrCreate(ctx, "closing", func(context.Context, string) (string, error) { return "x", nil })
 			done <- err
 		}()
-		waitFor(t, time.Second, "the fill to start", func() bool { return a.c.Stats().L1Misses > misses }, nil)
+		waitFor(t, time.Second, "the fill to start", func() bool { return a.c.Stats().L1.Misses > misses }, nil)
 		start = time.Now()
 		a.c.Close()
 		d = time.Since(start)
@@ -742,7 +742,7 @@ func TestFaultBlackHole(t *testing.T) {
 			defer close(phase1)
 			opening = hammerGetOrCreate(t, a, goroutines, 2, func(g, i int) string { return fmt.Sprint("open:", g, ":", i) }, bound)
 		}()
-		waitFor(t, 5*time.Second, "the breaker to open", func() bool { return a.c.Stats().BreakerOpens >= 1 },
+		waitFor(t, 5*time.Second, "the breaker to open", func() bool { return a.c.Stats().L2.BreakerOpens >= 1 },
 			func() string { return fmt.Sprintf("%+v", a.c.Stats()) })
 		opened := time.Since(holed)
 		<-phase1
@@ -756,18 +756,18 @@ func TestFaultBlackHole(t *testing.T) {
 		phaseLen := time.Since(phase)
 		st2 := a.c.Stats()
 		p99 := percentile(fast, 0.99)
-		t.Logf("breaker opened %v into the black hole (BreakerOpens %d, L2Errors %d); before: %s",
-			opened.Round(time.Millisecond), st.BreakerOpens, st.L2Errors, summary(opening))
-		t.Logf("breaker open: %s in %v; L2Skipped +%d", summary(fast), phaseLen.Round(time.Millisecond), st2.L2Skipped-st.L2Skipped)
-		if st2.BreakerOpens < 1 {
-			t.Errorf("BreakerOpens: got %d, want >= 1", st2.BreakerOpens)
+		t.Logf("breaker opened %v into the black hole (L2.BreakerOpens %d, L2.Errors %d); before: %s",
+			opened.Round(time.Millisecond), st.L2.BreakerOpens, st.L2.Errors, summary(opening))
+		t.Logf("breaker open: %s in %v; L2.Skipped +%d", summary(fast), phaseLen.Round(time.Millisecond), st2.L2.Skipped-st.L2.Skipped)
+		if st2.L2.BreakerOpens < 1 {
+			t.Errorf("L2.BreakerOpens: got %d, want >= 1", st2.L2.BreakerOpens)
 		}
 		// go-redis waits 200 ms for a reply; an open breaker waits for none.
 		if limit := 100 * time.Millisecond; p99 > limit {
 			t.Errorf("breaker open: p99 of GetOrCreate is %v, want under %v (the client's timeout is 200 ms)", p99, limit)
 		}
-		if skipped := st2.L2Skipped - st.L2Skipped; phaseLen < openFor && skipped < goroutines*calls {
-			t.Errorf("breaker open: L2Skipped +%d for %d calls, want every read skipped", skipped, goroutines*calls)
+		if skipped := st2.L2.Skipped - st.L2.Skipped; phaseLen < openFor && skipped < goroutines*calls {
+			t.Errorf("breaker open: L2.Skipped +%d for %d calls, want every read skipped", skipped, goroutines*calls)
 		}
 		start := time.Now()
 		err := a.c.Set(ctx, "w", "x")
@@ -780,8 +780,8 @@ func TestFaultBlackHole(t *testing.T) {
 		// (or sooner, when a call sent just before the breaker opened gets
 		// its held reply and succeeds). First let the bus notice the black
 		// hole, so that its recovery can be seen too.
-		waitStat(t, a, "BusLosses", statBusLosses, 1)
-		losses := a.c.Stats().BusLosses
+		waitStat(t, a, "Bus.Losses", statBusLosses, 1)
+		losses := a.c.Stats().Bus.Losses
 		setFault(t, p.Pass())
 		healed := time.Now()
 		var setErr error
@@ -796,7 +796,7 @@ func TestFaultBlackHole(t *testing.T) {
 		if v, err := a.c.GetOrCreate(ctx, "fresh", func(context.Context, string) (string, error) { return "loaded", nil }); err != nil || v != "loaded" {
 			t.Errorf("GetOrCreate after the breaker closed: got %q, %v", v, err)
 		}
-		waitStat(t, a, "BusLosses", statBusLosses, losses+1)
+		waitStat(t, a, "Bus.Losses", statBusLosses, losses+1)
 		t.Logf("network healed: breaker closed (Set succeeded) after %v (BreakerOpenFor %v); bus restored after %v; final %+v",
 			closed.Round(time.Millisecond), openFor, time.Since(healed).Round(time.Millisecond), a.c.Stats())
 	})
@@ -848,10 +848,10 @@ func TestFaultLatency(t *testing.T) {
 		t.Errorf("Get(pre) through the slow path: got %q, %v, %v after %v, want a miss (a failed read) within %v", v, ok, err, d, bound)
 	}
 	mid := a.c.Stats()
-	t.Logf("latency %v each way, store timeout %v: reads %s; Loads +%d, L2Errors +%d",
-		latency, timeout, summary(reads), mid.Loads-before.Loads, mid.L2Errors-before.L2Errors)
-	if mid.L2Errors-before.L2Errors < goroutines*calls {
-		t.Errorf("L2Errors +%d, want at least %d (every read timed out)", mid.L2Errors-before.L2Errors, goroutines*calls)
+	t.Logf("latency %v each way, store timeout %v: reads %s; Load.Calls +%d, L2.Errors +%d",
+		latency, timeout, summary(reads), mid.Load.Calls-before.Load.Calls, mid.L2.Errors-before.L2.Errors)
+	if mid.L2.Errors-before.L2.Errors < goroutines*calls {
+		t.Errorf("L2.Errors +%d, want at least %d (every read timed out)", mid.L2.Errors-before.L2.Errors, goroutines*calls)
 	}
 
 	// Writes report the timeout.
@@ -951,14 +951,14 @@ func TestFaultACL(t *testing.T) {
 	waitFor(t, 5*time.Second, "A's write-back", func() bool { return a.remote.setIfAbsents.Load() >= 1 }, nil)
 	fill(t, b, "k", "v1")
 	setStr(t, a, "k", "v2")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	if v, ok := getStr(t, b, "k"); !ok || v != "v2" {
 		t.Errorf("B: Get after A's Set: got %q, %v, want \"v2\"", v, ok)
 	}
 	if err := a.c.Delete(ctx, "k"); err != nil {
 		t.Errorf("A: Delete as %s: %v", user, err)
 	}
-	waitStat(t, b, "Received", statReceived, 2)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	batch := []string{"m1", "m2", "m3"}
 	got, err := a.c.GetOrCreateMany(ctx, batch, func(_ context.Context, missing []string) (map[string]string, error) {
 		out := map[string]string{}
@@ -977,11 +977,11 @@ func TestFaultACL(t *testing.T) {
 	}
 	for _, in := range []*instance{a, b} {
 		st := in.c.Stats()
-		t.Logf("%s as ACL user %s: L2Hits %d, Loads %d, Published %d, Received %d, L2Errors %d, BusLosses %d",
-			in.name, user, st.L2Hits, st.Loads, st.Published, st.Received, st.L2Errors, st.BusLosses)
-		if st.L2Errors != 0 || st.PublishErrors != 0 || st.BusLosses != 0 {
-			t.Errorf("%s: L2Errors %d, PublishErrors %d, BusLosses %d, want 0: the cache needs more than the user may do",
-				in.name, st.L2Errors, st.PublishErrors, st.BusLosses)
+		t.Logf("%s as ACL user %s: L2.Hits %d, Load.Calls %d, Invalidations.Sent %d, Invalidations.Applied %d, L2.Errors %d, Bus.Losses %d",
+			in.name, user, st.L2.Hits, st.Load.Calls, st.Invalidations.Sent, st.Invalidations.Applied, st.L2.Errors, st.Bus.Losses)
+		if st.L2.Errors != 0 || st.Invalidations.PublishErrors != 0 || st.Bus.Losses != 0 {
+			t.Errorf("%s: L2.Errors %d, Invalidations.PublishErrors %d, Bus.Losses %d, want 0: the cache needs more than the user may do",
+				in.name, st.L2.Errors, st.Invalidations.PublishErrors, st.Bus.Losses)
 		}
 	}
 
@@ -1025,14 +1025,14 @@ func TestFaultACL(t *testing.T) {
 	if v, err := c.c.GetOrCreate(ctx, "k", func(context.Context, string) (string, error) { return "loaded", nil }); err != nil || v != "loaded" {
 		t.Errorf("C: GetOrCreate outside the user's keys: got %q, %v, want \"loaded\" (reads degrade)", v, err)
 	}
-	if st := c.c.Stats(); st.L2Errors == 0 {
-		t.Error("C: L2Errors 0, want the refused read counted")
+	if st := c.c.Stats(); st.L2.Errors == 0 {
+		t.Error("C: L2.Errors 0, want the refused read counted")
 	}
 	keys, err := admin.Keys(ctx, other+":*").Result()
 	if err != nil || len(keys) != 0 {
 		t.Errorf("keys under %s: %v, %v, want none", other, keys, err)
 	}
-	t.Logf("C (namespace %s): L2Errors %d", other, c.c.Stats().L2Errors)
+	t.Logf("C (namespace %s): L2.Errors %d", other, c.c.Stats().L2.Errors)
 }
 
 // tlsNode makes clients of a TLS redis-server.
@@ -1071,14 +1071,14 @@ func TestFaultTLS(t *testing.T) {
 
 	// Write path and bus: A's Set and Delete reach B over TLS.
 	setStr(t, a, "k", "v2")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	if v, ok := getStr(t, b, "k"); !ok || v != "v2" {
 		t.Errorf("B: Get after A's Set over TLS: got %q, %v, want \"v2\"", v, ok)
 	}
 	if err := a.c.Delete(ctx, "k"); err != nil {
 		t.Fatalf("A: Delete over TLS: %v", err)
 	}
-	waitStat(t, b, "Received", statReceived, 2)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	if v, ok := getStr(t, b, "k"); ok {
 		t.Errorf("B: Get after A's Delete over TLS: got %q, want a miss", v)
 	}
@@ -1087,10 +1087,10 @@ func TestFaultTLS(t *testing.T) {
 	}
 	for _, in := range []*instance{a, b} {
 		st := in.c.Stats()
-		t.Logf("%s over TLS: L2Hits %d, Loads %d, Published %d, Received %d, L2Errors %d, BusLosses %d",
-			in.name, st.L2Hits, st.Loads, st.Published, st.Received, st.L2Errors, st.BusLosses)
-		if st.L2Errors != 0 || st.BusLosses != 0 {
-			t.Errorf("%s: L2Errors %d, BusLosses %d, want 0", in.name, st.L2Errors, st.BusLosses)
+		t.Logf("%s over TLS: L2.Hits %d, Load.Calls %d, Invalidations.Sent %d, Invalidations.Applied %d, L2.Errors %d, Bus.Losses %d",
+			in.name, st.L2.Hits, st.Load.Calls, st.Invalidations.Sent, st.Invalidations.Applied, st.L2.Errors, st.Bus.Losses)
+		if st.L2.Errors != 0 || st.Bus.Losses != 0 {
+			t.Errorf("%s: L2.Errors %d, Bus.Losses %d, want 0", in.name, st.L2.Errors, st.Bus.Losses)
 		}
 	}
 	// Clients the server must not talk to (it has no plain port), or that

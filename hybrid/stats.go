@@ -4,65 +4,102 @@ import (
 	"sync/atomic"
 )
 
-// Stats is a snapshot of a Cache's counters since New.
+// Stats is a snapshot of a Cache's counters since New, grouped by tier and
+// concern. Each field is named as its metric in the otel module:
+// L1.Hits is hybridcache.hits{tier=l1}, Load.Errors is
+// hybridcache.load.errors, Queue.Length is hybridcache.queue.length.
 type Stats struct {
 	Namespace string // the cache's Options.Namespace
 
-	L1Hits        uint64 // answered from L1
-	L1Misses      uint64 // not in L1
-	L2Hits        uint64 // answered from the shared tier
-	L2Misses      uint64 // not in the shared tier either
-	Loads         uint64 // load function calls
-	LoadErrors    uint64 // load calls that failed or panicked
-	L2Errors      uint64 // shared-tier calls that failed
-	DecodeErrors  uint64 // stored values that did not decode (counted as misses)
-	Oversized     uint64 // values larger than MaxValueBytes, not stored
-	EncodeErrors  uint64 // loaded values the codec could not encode, not stored
-	L1Evictions   uint64 // L1 entries evicted by the size bound
-	L1Expirations uint64 // L1 entries that reached their lifetime
-	L1Entries     int    // entries in L1 now (approximate)
-	L1Bytes       uint64 // weight of L1 now (approximate)
+	L1            L1Stats           // the in-process tier
+	L2            L2Stats           // the shared tier and the calls to it
+	Load          LoadStats         // load calls, eager refresh and fail-safe
+	Invalidations InvalidationStats // messages to and from other instances
+	Bus           BusStats          // bus losses and how they ended
+	Queue         QueueStats        // the queue of failed writes (Options.QueueWrites)
+	Leases        LeaseStats        // load leases (Options.LoadLease)
+}
 
-	Published      uint64 // invalidation messages sent
-	PublishErrors  uint64 // invalidation messages that could not be sent
-	Received       uint64 // messages from other instances applied
-	OwnIgnored     uint64 // own messages received and ignored
-	Swapped        uint64 // L1 entries replaced by a value carried in a message
-	Invalid        uint64 // messages that did not decode
-	Unauthentic    uint64 // messages whose signature did not verify (keys only dropped)
-	BusLosses      uint64 // times the bus reported possible message loss (L1 flushed)
+// L1Stats counts the in-process tier.
+type L1Stats struct {
+	Hits           uint64 // answered from L1
+	Misses         uint64 // not in L1
+	Evictions      uint64 // entries evicted by the size bound
+	Expirations    uint64 // entries that reached their lifetime
 	FillsDiscarded uint64 // fills not stored in L1 because the key changed meanwhile
+	Entries        int    // entries now (approximate)
+	Size           uint64 // weight now, in bytes: values, keys and overhead (approximate)
+}
 
-	L2Skipped     uint64 // shared-tier calls not made because the breaker was open
+// L2Stats counts the shared tier and the calls to it.
+type L2Stats struct {
+	Hits          uint64 // answered from the shared tier
+	Misses        uint64 // not in the shared tier either
+	Errors        uint64 // shared-tier and bus calls that failed (see Events.L2Error)
+	DecodeErrors  uint64 // stored values that did not decode (counted as misses)
+	Skipped       uint64 // calls not made because the breaker was open
 	BreakerOpens  uint64 // times the breaker opened
-	WriteRetries  uint64 // background shared-tier writes tried again
-	WritesDropped uint64 // background shared-tier writes given up (value kept in L1)
+	WriteRetries  uint64 // background writes tried again
+	WritesDropped uint64 // background writes given up (value kept in L1)
+}
 
-	StaleServed  uint64 // stale values served by fail-safe: load failed, passed SoftTimeout or waited for a slot
+// LoadStats counts the calls of load functions and what fail-safe and
+// eager refresh made of them.
+type LoadStats struct {
+	Calls        uint64 // load function calls
+	Errors       uint64 // load calls that failed or panicked
+	EncodeErrors uint64 // loaded values the codec could not encode, not stored
+	Oversized    uint64 // loaded values larger than MaxValueBytes, not stored
+	Queued       uint64 // loads that waited for a slot (MaxConcurrentLoads)
 	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
 	Refreshes    uint64 // eager refreshes started (one per key)
-	LoadsQueued  uint64 // loads that waited for a slot (MaxConcurrentLoads)
+	// StaleServed counts stale values served by fail-safe: the load
+	// failed, passed SoftTimeout or waited for a slot.
+	StaleServed uint64
+}
 
-	Replays       uint64 // bus losses caught up on by reading the log of missed messages
-	Replayed      uint64 // messages applied from that log
-	ReplayFlushes uint64 // losses the log could not cover: L1 flushed instead
-	HeldServed    uint64 // entries from before a bus loss served because the shared tier could not be reached
+// InvalidationStats counts the messages this instance sent and received.
+type InvalidationStats struct {
+	Sent          uint64 // messages sent
+	PublishErrors uint64 // messages that could not be sent
+	Applied       uint64 // messages from other instances applied
+	Own           uint64 // own messages received and ignored
+	Invalid       uint64 // messages that did not decode
+	Unauthentic   uint64 // messages whose signature did not verify (keys only dropped)
+	Swapped       uint64 // L1 entries replaced by a value carried in a message
+}
 
-	WritesQueued      uint64 // failed writes queued for replay (Options.QueueWrites)
-	QueueFull         uint64 // failed writes not queued because the queue was full (their error returned)
-	QueueReplayed     uint64 // queued writes replayed (or found already applied: the original landed)
-	QueueDroppedStale uint64 // queued writes dropped at replay because the shared tier held a newer value
-	// QueueDroppedOnClose counts queued writes dropped unreplayed because
+// BusStats counts the losses of the bus and how each ended.
+type BusStats struct {
+	Losses   uint64 // times the bus reported possible message loss
+	Replays  uint64 // losses caught up on by reading the log of missed messages
+	Flushed  uint64 // losses the log could not cover: L1 flushed instead
+	Replayed uint64 // messages applied from the log
+	// HeldServed counts entries from before a loss served because the
+	// shared tier could not be reached.
+	HeldServed uint64
+}
+
+// QueueStats counts the queue of failed writes (Options.QueueWrites).
+type QueueStats struct {
+	Queued   uint64 // failed writes queued for replay
+	Refused  uint64 // failed writes not queued because the queue was full (their error returned)
+	Replayed uint64 // queued writes replayed (or found already applied: the original landed)
+	Stale    uint64 // queued writes dropped at replay because the shared tier held a newer value
+	// DroppedOnClose counts queued writes dropped unreplayed because
 	// Close came first (logged once, at Close).
-	QueueDroppedOnClose uint64
-	Queued              int // writes in the queue now
+	DroppedOnClose uint64
+	Length         int // writes in the queue now
+}
 
-	LeasesTaken     uint64 // keys whose load lease this instance took (Options.LoadLease), take-overs included
-	LeasesWaited    uint64 // keys whose lease another instance held when this one asked: waited for
-	LeasesAnswered  uint64 // waited keys answered by the holder's value or error, without a load here
-	LeasesTakenOver uint64 // waited keys whose lease ended without a value and was taken here
-	LeasesTimedOut  uint64 // waited keys loaded here after LeaseWait
-	LeasesSkipped   uint64 // keys loaded without a lease because the shared tier could not be asked
+// LeaseStats counts the keys of cold fills under Options.LoadLease.
+type LeaseStats struct {
+	Taken     uint64 // keys whose lease this instance took, take-overs included
+	Waited    uint64 // keys whose lease another instance held when asked: waited for
+	Answered  uint64 // waited keys answered by the holder's value or error, without a load here
+	TakenOver uint64 // waited keys whose lease ended without a value and was taken here
+	TimedOut  uint64 // waited keys loaded here after LeaseWait
+	Skipped   uint64 // keys loaded without a lease because the shared tier could not be asked
 }
 
 type counters struct {
@@ -91,53 +128,67 @@ func (c *Cache[V]) Stats() Stats {
 	}
 	past := min(c.n.pastLife.Load(), ls.Hits)
 	return Stats{
-		L1Hits:              ls.Hits - past,
-		L1Misses:            ls.Misses + past,
-		L2Hits:              c.n.l2Hits.Load(),
-		L2Misses:            c.n.l2Misses.Load(),
-		Loads:               c.n.loads.Load(),
-		LoadErrors:          c.n.loadErrors.Load(),
-		L2Errors:            c.n.l2Errors.Load(),
-		DecodeErrors:        c.n.decodeErrors.Load(),
-		Oversized:           c.n.oversized.Load(),
-		EncodeErrors:        c.n.encodeErrors.Load(),
-		L1Evictions:         c.n.evictions.Load(),
-		L1Expirations:       c.n.expirations.Load(),
-		L1Entries:           c.local.Len(),
-		L1Bytes:             c.local.Weight(),
-		Published:           c.n.published.Load(),
-		PublishErrors:       c.n.publishErrors.Load(),
-		Received:            c.n.received.Load(),
-		OwnIgnored:          c.n.ownIgnored.Load(),
-		Swapped:             c.n.swapped.Load(),
-		Invalid:             c.n.invalid.Load(),
-		Unauthentic:         c.n.unauthentic.Load(),
-		BusLosses:           c.n.busLosses.Load(),
-		FillsDiscarded:      c.n.fillsDiscarded.Load(),
-		L2Skipped:           c.n.l2Skipped.Load(),
-		BreakerOpens:        c.br.opens.Load(),
-		WriteRetries:        c.n.writeRetries.Load(),
-		WritesDropped:       c.n.writesDropped.Load(),
-		StaleServed:         c.n.staleServed.Load(),
-		SoftTimeouts:        c.n.softTimeouts.Load(),
-		Refreshes:           c.n.refreshes.Load(),
-		Replays:             c.n.replays.Load(),
-		Replayed:            c.n.replayed.Load(),
-		ReplayFlushes:       c.n.replayFlushes.Load(),
-		HeldServed:          c.n.heldServed.Load(),
-		LoadsQueued:         c.n.loadsQueued.Load(),
-		WritesQueued:        c.n.writesQueued.Load(),
-		QueueFull:           c.n.queueFull.Load(),
-		QueueReplayed:       c.n.queueReplayed.Load(),
-		QueueDroppedStale:   c.n.queueDroppedStale.Load(),
-		QueueDroppedOnClose: c.n.queueDroppedOnClose.Load(),
-		Queued:              queued,
-		LeasesTaken:         c.n.leasesTaken.Load(),
-		LeasesWaited:        c.n.leasesWaited.Load(),
-		LeasesAnswered:      c.n.leasesAnswered.Load(),
-		LeasesTakenOver:     c.n.leasesTakenOver.Load(),
-		LeasesTimedOut:      c.n.leasesTimedOut.Load(),
-		LeasesSkipped:       c.n.leasesSkipped.Load(),
-		Namespace:           c.o.Namespace,
+		Namespace: c.o.Namespace,
+		L1: L1Stats{
+			Hits:           ls.Hits - past,
+			Misses:         ls.Misses + past,
+			Evictions:      c.n.evictions.Load(),
+			Expirations:    c.n.expirations.Load(),
+			FillsDiscarded: c.n.fillsDiscarded.Load(),
+			Entries:        c.local.Len(),
+			Size:           c.local.Weight(),
+		},
+		L2: L2Stats{
+			Hits:          c.n.l2Hits.Load(),
+			Misses:        c.n.l2Misses.Load(),
+			Errors:        c.n.l2Errors.Load(),
+			DecodeErrors:  c.n.decodeErrors.Load(),
+			Skipped:       c.n.l2Skipped.Load(),
+			BreakerOpens:  c.br.opens.Load(),
+			WriteRetries:  c.n.writeRetries.Load(),
+			WritesDropped: c.n.writesDropped.Load(),
+		},
+		Load: LoadStats{
+			Calls:        c.n.loads.Load(),
+			Errors:       c.n.loadErrors.Load(),
+			EncodeErrors: c.n.encodeErrors.Load(),
+			Oversized:    c.n.oversized.Load(),
+			Queued:       c.n.loadsQueued.Load(),
+			SoftTimeouts: c.n.softTimeouts.Load(),
+			Refreshes:    c.n.refreshes.Load(),
+			StaleServed:  c.n.staleServed.Load(),
+		},
+		Invalidations: InvalidationStats{
+			Sent:          c.n.published.Load(),
+			PublishErrors: c.n.publishErrors.Load(),
+			Applied:       c.n.received.Load(),
+			Own:           c.n.ownIgnored.Load(),
+			Invalid:       c.n.invalid.Load(),
+			Unauthentic:   c.n.unauthentic.Load(),
+			Swapped:       c.n.swapped.Load(),
+		},
+		Bus: BusStats{
+			Losses:     c.n.busLosses.Load(),
+			Replays:    c.n.replays.Load(),
+			Flushed:    c.n.replayFlushes.Load(),
+			Replayed:   c.n.replayed.Load(),
+			HeldServed: c.n.heldServed.Load(),
+		},
+		Queue: QueueStats{
+			Queued:         c.n.writesQueued.Load(),
+			Refused:        c.n.queueFull.Load(),
+			Replayed:       c.n.queueReplayed.Load(),
+			Stale:          c.n.queueDroppedStale.Load(),
+			DroppedOnClose: c.n.queueDroppedOnClose.Load(),
+			Length:         queued,
+		},
+		Leases: LeaseStats{
+			Taken:     c.n.leasesTaken.Load(),
+			Waited:    c.n.leasesWaited.Load(),
+			Answered:  c.n.leasesAnswered.Load(),
+			TakenOver: c.n.leasesTakenOver.Load(),
+			TimedOut:  c.n.leasesTimedOut.Load(),
+			Skipped:   c.n.leasesSkipped.Load(),
+		},
 	}
 }

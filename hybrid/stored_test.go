@@ -48,11 +48,11 @@ func TestCompression(t *testing.T) {
 	}
 	// L1's weight is updated by its maintenance, a little later.
 	deadline := time.Now().Add(5 * time.Second)
-	for b.Stats().L1Bytes < uint64(len(big)) && time.Now().Before(deadline) {
+	for b.Stats().L1.Size < uint64(len(big)) && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if st := b.Stats(); st.L1Bytes < uint64(len(big)) {
-		t.Errorf("L1Bytes %d: want at least the decoded size %d", st.L1Bytes, len(big))
+	if st := b.Stats(); st.L1.Size < uint64(len(big)) {
+		t.Errorf("L1.Size %d: want at least the decoded size %d", st.L1.Size, len(big))
 	}
 }
 
@@ -75,8 +75,8 @@ func TestCompressionBadInput(t *testing.T) {
 			t.Errorf("%s: got %q %v, want the load's value", k, v, err)
 		}
 	}
-	if st := c.Stats(); st.DecodeErrors != 2 {
-		t.Errorf("DecodeErrors: got %d, want 2", st.DecodeErrors)
+	if st := c.Stats(); st.L2.DecodeErrors != 2 {
+		t.Errorf("L2.DecodeErrors: got %d, want 2", st.L2.DecodeErrors)
 	}
 }
 
@@ -110,7 +110,7 @@ func corruptValues(t *testing.T) []struct {
 }
 
 // TestCorruptRemoteValue checks the documented handling of a stored value
-// that does not decode: a miss counted in DecodeErrors; "the fill then
+// that does not decode: a miss counted in L2.DecodeErrors; "the fill then
 // loads and the new value replaces it".
 func TestCorruptRemoteValue(t *testing.T) {
 	for _, tt := range corruptValues(t) {
@@ -127,8 +127,8 @@ func TestCorruptRemoteValue(t *testing.T) {
 				}
 				s.waitWrites(t, 1)
 				st := a.Stats()
-				if st.DecodeErrors != 1 || st.L2Misses != 1 || st.L2Hits != 0 || st.Loads != 1 {
-					t.Errorf("Stats: got DecodeErrors %d, L2Misses %d, L2Hits %d, Loads %d, want 1, 1, 0, 1", st.DecodeErrors, st.L2Misses, st.L2Hits, st.Loads)
+				if st.L2.DecodeErrors != 1 || st.L2.Misses != 1 || st.L2.Hits != 0 || st.Load.Calls != 1 {
+					t.Errorf("Stats: got L2.DecodeErrors %d, L2.Misses %d, L2.Hits %d, Load.Calls %d, want 1, 1, 0, 1", st.L2.DecodeErrors, st.L2.Misses, st.L2.Hits, st.Load.Calls)
 				}
 				if v, ok := s.stored(t, "k"); !ok || v != "loaded" {
 					t.Errorf("the Remote still holds a value that does not decode (got %q, %v), want the loaded value to replace it", v, ok)
@@ -144,8 +144,8 @@ func TestCorruptRemoteValue(t *testing.T) {
 				if got := l.calls.Load(); got != 1 {
 					t.Errorf("load ran %d times, want 1", got)
 				}
-				if st := b.Stats(); st.DecodeErrors != 0 || st.L2Hits != 1 {
-					t.Errorf("other instance: got DecodeErrors %d, L2Hits %d, want 0, 1", st.DecodeErrors, st.L2Hits)
+				if st := b.Stats(); st.L2.DecodeErrors != 0 || st.L2.Hits != 1 {
+					t.Errorf("other instance: got L2.DecodeErrors %d, L2.Hits %d, want 0, 1", st.L2.DecodeErrors, st.L2.Hits)
 				}
 			})
 		})
@@ -161,8 +161,8 @@ func TestCorruptRemoteValueGet(t *testing.T) {
 			if v, ok := getString(t, c, "k"); ok {
 				t.Errorf("Get: got %q, want a miss", v)
 			}
-			if st := c.Stats(); st.DecodeErrors != 1 {
-				t.Errorf("DecodeErrors: got %d, want 1", st.DecodeErrors)
+			if st := c.Stats(); st.L2.DecodeErrors != 1 {
+				t.Errorf("L2.DecodeErrors: got %d, want 1", st.L2.DecodeErrors)
 			}
 		})
 	}
@@ -197,8 +197,8 @@ func TestOversizedValue(t *testing.T) {
 	if got, want := s.remote.Keys(), []string{"ns:small"}; !slices.Equal(got, want) {
 		t.Errorf("Remote keys: got %q, want %q", got, want)
 	}
-	if st := c.Stats(); st.Oversized != 2 {
-		t.Errorf("Stats.Oversized: got %d, want 2", st.Oversized)
+	if st := c.Stats(); st.Load.Oversized != 2 {
+		t.Errorf("Stats.Load.Oversized: got %d, want 2", st.Load.Oversized)
 	}
 	if c := s.remote.Calls(); c.SetIfAbsent != 0 {
 		t.Errorf("SetIfAbsent calls: got %d, want 0", c.SetIfAbsent)
@@ -239,8 +239,8 @@ func TestExpiredRemoteValueIsAMiss(t *testing.T) {
 		t.Fatalf("got %q %v, want loaded", v, err)
 	}
 	s.waitWrites(t, 1)
-	if st := a.Stats(); st.DecodeErrors != 0 || st.L2Misses != 1 {
-		t.Errorf("DecodeErrors %d L2Misses %d, want 0 and 1", st.DecodeErrors, st.L2Misses)
+	if st := a.Stats(); st.L2.DecodeErrors != 0 || st.L2.Misses != 1 {
+		t.Errorf("L2.DecodeErrors %d L2.Misses %d, want 0 and 1", st.L2.DecodeErrors, st.L2.Misses)
 	}
 	if v, _ := s.stored(t, "k"); v != "loaded" {
 		t.Errorf("the shared tier holds %q, want the loaded value over the expired one", v)

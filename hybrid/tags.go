@@ -155,14 +155,14 @@ func (c *Cache[V]) DeleteByTag(ctx context.Context, tag string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return c.deleteTag(ctx, "delete_tag", tag)
+	return c.deleteTag(ctx, OpDeleteTag, tag)
 }
 
 // deleteTag records the time of a delete of tag (clearTag: a Clear) in the
 // shared tier, announces it with one message (a tag message naming tag,
 // which carries the record when signed) and drops what it covers from L1
 // here, even when the shared tier or the bus fails. op names the call.
-func (c *Cache[V]) deleteTag(ctx context.Context, op, tag string) error {
+func (c *Cache[V]) deleteTag(ctx context.Context, op Op, tag string) error {
 	now := time.Now().UnixMilli()
 	record := encodeTagRecord(now)
 	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.scope, Keys: []string{tag}, Value: record}
@@ -269,9 +269,9 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	if c.remote == nil {
 		return 0, true
 	}
-	op := "get_tag"
+	op := OpGetTag
 	if tag == clearTag {
-		op = "get_clear"
+		op = OpGetClear
 	}
 	epoch := c.tags.currentEpoch()
 	b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))

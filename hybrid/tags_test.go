@@ -207,12 +207,12 @@ func TestIntegrationDeleteByTag(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitStat(t, b, "Received", statReceived, 3)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 3)
 			fill(t, b, "x", "x")
 			if err := a.c.DeleteByTag(ctx, "g"); err != nil {
 				t.Fatal(err)
 			}
-			waitStat(t, b, "Received", statReceived, 4)
+			waitStat(t, b, "Invalidations.Applied", statReceived, 4)
 			for _, in := range p {
 				for _, k := range []string{"x", "y", "z"} {
 					if v, ok := getStr(t, in, k); ok {
@@ -248,7 +248,7 @@ func TestClearRecordReadOncePerInstance(t *testing.T) {
 			o := s.options()
 			o.Secret = m.secret
 			a := newTestCache[string](t, o)
-			o.Events.Invalidated = func(op string, keys []string) {
+			o.Events.Invalidated = func(op hybrid.Op, keys []string) {
 				mu.Lock()
 				defer mu.Unlock()
 				events = append(events, fmt.Sprint(op, " ", keys))

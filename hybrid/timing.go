@@ -136,7 +136,7 @@ func (c *Cache[V]) usable(stale *item[V], e *policy) bool {
 func failSafe(err error) bool { return err != nil && !errors.Is(err, ErrNotFound) }
 
 // serveStale gives the callers of each of fbs its stale value, counted
-// (Stats.StaleServed) once per call, before its callers wake.
+// (Stats.Load.StaleServed) once per call, before its callers wake.
 //
 // With a cause, the load failed: the value is put back in L1 for the
 // fail-safe throttle, so that the loader that just failed is not called

@@ -39,8 +39,8 @@ func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
 		if err != nil || v != "v1" {
 			t.Fatalf("with the loader failing: got %q %v, want the stale v1", v, err)
 		}
-		if st := c.Stats(); st.StaleServed != 1 {
-			t.Errorf("StaleServed: got %d, want 1", st.StaleServed)
+		if st := c.Stats(); st.Load.StaleServed != 1 {
+			t.Errorf("Load.StaleServed: got %d, want 1", st.Load.StaleServed)
 		}
 		// Throttled: the failing loader is not called again for a while.
 		before := calls.Load()
@@ -54,8 +54,8 @@ func TestFailSafeServesStaleWhenLoadFails(t *testing.T) {
 		}
 		// The lookup that found v1 past its lifetime was a miss; the
 		// throttled ones were hits.
-		if st := c.Stats(); st.L1Hits != 5 || st.L1Misses != 2 {
-			t.Errorf("Stats: L1Hits %d, L1Misses %d, want 5 and 2", st.L1Hits, st.L1Misses)
+		if st := c.Stats(); st.L1.Hits != 5 || st.L1.Misses != 2 {
+			t.Errorf("Stats: L1.Hits %d, L1.Misses %d, want 5 and 2", st.L1.Hits, st.L1.Misses)
 		}
 		// After the throttle, the loader is tried again; it works now.
 		fail.Store(false)
@@ -154,8 +154,8 @@ func TestSoftTimeoutServesStaleThenUpdates(t *testing.T) {
 		if v, _ := getString(t, c, "k"); v != "new" {
 			t.Errorf("after the slow load finished: got %q, want new", v)
 		}
-		if st := c.Stats(); st.SoftTimeouts != 1 {
-			t.Errorf("SoftTimeouts: got %d, want 1", st.SoftTimeouts)
+		if st := c.Stats(); st.Load.SoftTimeouts != 1 {
+			t.Errorf("Load.SoftTimeouts: got %d, want 1", st.Load.SoftTimeouts)
 		}
 	})
 }
@@ -199,8 +199,8 @@ func TestEagerRefresh(t *testing.T) {
 		if v, _ := s.stored(t, "k"); v != "v2" {
 			t.Errorf("shared tier: got %q, want the refreshed v2", v)
 		}
-		if st := c.Stats(); st.Refreshes != 1 {
-			t.Errorf("Refreshes: got %d, want 1", st.Refreshes)
+		if st := c.Stats(); st.Load.Refreshes != 1 {
+			t.Errorf("Load.Refreshes: got %d, want 1", st.Load.Refreshes)
 		}
 	})
 }

@@ -69,13 +69,13 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 // announces it. A write that fails is queued when Options.QueueWrites
 // says so (see enqueue).
 func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
-	w := &pendingWrite{op: "set", name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
+	w := &pendingWrite{op: OpSet, name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
 		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}}
 	if b == nil {
 		// A delete leaves a tombstone for TTL rather than nothing, so that a
 		// fill that read the key before the delete cannot write its outdated
 		// value back (its write-if-absent finds the tombstone).
-		w.op, w.m.Op = "delete", message.OpDelete
+		w.op, w.m.Op = OpDelete, message.OpDelete
 		w.b, w.life = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl)
 	} else if c.remote != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
 		w.m.Value = b
@@ -145,7 +145,7 @@ func (c *Cache[V]) Clear(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return c.deleteTag(ctx, "clear", clearTag)
+	return c.deleteTag(ctx, OpClear, clearTag)
 }
 
 // ClearLocal drops every L1 entry of this namespace, on this instance and,

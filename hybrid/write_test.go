@@ -100,8 +100,8 @@ func TestBusPublishFails(t *testing.T) {
 	if err := c.Clear(context.Background()); !errors.Is(err, down) {
 		t.Errorf("Clear: got %v, want an error wrapping %v", err, down)
 	}
-	if st := c.Stats(); st.PublishErrors != 2 {
-		t.Errorf("PublishErrors: got %d, want 2", st.PublishErrors)
+	if st := c.Stats(); st.Invalidations.PublishErrors != 2 {
+		t.Errorf("Invalidations.PublishErrors: got %d, want 2", st.Invalidations.PublishErrors)
 	}
 }
 
@@ -175,12 +175,12 @@ func TestIntegrationWritesFailRedisDown(t *testing.T) {
 		}
 	})
 	st := c.Stats()
-	t.Logf("Redis unreachable: %d loads, L2Errors %d", loads.Load(), st.L2Errors)
+	t.Logf("Redis unreachable: %d loads, L2.Errors %d", loads.Load(), st.L2.Errors)
 	if loads.Load() != 3 {
 		t.Errorf("loads: got %d, want 3 (the failed Set and Delete each drop the key from L1)", loads.Load())
 	}
-	if st.L2Errors == 0 {
-		t.Error("L2Errors: got 0, want the failures counted")
+	if st.L2.Errors == 0 {
+		t.Error("L2.Errors: got 0, want the failures counted")
 	}
 }
 
@@ -210,14 +210,14 @@ func TestIntegrationExpire(t *testing.T) {
 		a, b := p[0], p[1]
 		raw := newClient(t)
 		setStr(t, a, "k", "v1")
-		waitStat(t, b, "Received", statReceived, 1)
+		waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 		fill(t, b, "k", "v1")
 		before := raw.PTTL(ctx, ns+":k").Val()
 
 		if err := a.c.Expire(ctx, "k"); err != nil {
 			t.Fatalf("Expire: %v", err)
 		}
-		waitStat(t, b, "Received", statReceived, 2)
+		waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 		if h := storedEnvelope(t, raw, ns, "k"); h.Expires.After(time.Now()) {
 			t.Errorf("Redis: logical expiry %v after Expire, want now or earlier", h.Expires)
 		}
@@ -267,12 +267,12 @@ func TestIntegrationExpireFailSafe(t *testing.T) {
 	p := newInstances(t, 2, singleNode(nil), o)
 	a, b := p[0], p[1]
 	setStr(t, a, "k", "v1")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v1")
 	if err := a.c.Expire(ctx, "k"); err != nil {
 		t.Fatalf("Expire: %v", err)
 	}
-	waitStat(t, b, "Received", statReceived, 2)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	down := errors.New("database down")
 	p = append(p, newInstance(t, "C", singleNode(nil), o, invalidate.Options{}))
 	for _, in := range p {
@@ -283,8 +283,8 @@ func TestIntegrationExpireFailSafe(t *testing.T) {
 		if got := l.calls.Load(); got != 1 {
 			t.Errorf("%s: loads: got %d, want 1 (the value expired)", in.name, got)
 		}
-		if got := in.c.Stats().StaleServed; got != 1 {
-			t.Errorf("%s: StaleServed: got %d, want 1", in.name, got)
+		if got := in.c.Stats().Load.StaleServed; got != 1 {
+			t.Errorf("%s: Load.StaleServed: got %d, want 1", in.name, got)
 		}
 	}
 }
@@ -297,12 +297,12 @@ func TestIntegrationExpireWithoutFailSafe(t *testing.T) {
 	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
 	a, b := p[0], p[1]
 	setStr(t, a, "k", "v1")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v1")
 	if err := b.c.Expire(ctx, "k"); err != nil {
 		t.Fatalf("Expire: %v", err)
 	}
-	waitStat(t, a, "Received", statReceived, 1)
+	waitStat(t, a, "Invalidations.Applied", statReceived, 1)
 	down := errors.New("database down")
 	for _, in := range p {
 		if v, err := in.c.GetOrCreate(ctx, "k", (&counter{err: down}).load); !errors.Is(err, down) {
@@ -465,13 +465,13 @@ func TestIntegrationClear(t *testing.T) {
 		for _, k := range []string{"k1", "k2"} {
 			setStr(t, a, k, "old-"+k)
 		}
-		waitStat(t, b, "Received", statReceived, 2)
+		waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 		fill(t, b, "k1", "old-k1")
 
 		if err := a.c.Clear(ctx); err != nil {
 			t.Fatalf("Clear: %v", err)
 		}
-		waitStat(t, b, "Received", statReceived, 3)
+		waitStat(t, b, "Invalidations.Applied", statReceived, 3)
 		if pttl, err := raw.PTTL(ctx, ns+":\x00clear").Result(); err != nil || pttl != -1 {
 			t.Errorf("the clear record's PTTL: %v, %v; want -1 (kept without expiry)", pttl, err)
 		}
@@ -481,8 +481,8 @@ func TestIntegrationClear(t *testing.T) {
 		c := newInstance(t, "C", newClient, o, invalidate.Options{})
 		p = append(p, c)
 		for _, in := range p {
-			if n := in.c.Stats().L1Entries; n != 0 {
-				t.Errorf("%s: L1Entries after Clear: got %d, want 0", in.name, n)
+			if n := in.c.Stats().L1.Entries; n != 0 {
+				t.Errorf("%s: L1.Entries after Clear: got %d, want 0", in.name, n)
 			}
 			for _, k := range []string{"k1", "k2"} {
 				if v, ok := getStr(t, in, k); ok {
@@ -494,8 +494,8 @@ func TestIntegrationClear(t *testing.T) {
 		// Written after the Clear: a hit everywhere. (Clear returns once
 		// its millisecond has passed, so no sleep is needed.)
 		setStr(t, a, "k3", "new")
-		waitStat(t, b, "Received", statReceived, 4)
-		waitStat(t, c, "Received", statReceived, 1)
+		waitStat(t, b, "Invalidations.Applied", statReceived, 4)
+		waitStat(t, c, "Invalidations.Applied", statReceived, 1)
 		l := &counter{value: "reloaded"}
 		if v, err := b.c.GetOrCreate(ctx, "k1", l.load); err != nil || v != "reloaded" {
 			t.Fatalf("B: GetOrCreate(k1) after Clear: got %q, %v, want a reload", v, err)
@@ -528,15 +528,15 @@ func TestIntegrationClearLocal(t *testing.T) {
 	a, b := p[0], p[1]
 	raw := srv.Client(t)
 	setStr(t, a, "k", "v")
-	waitStat(t, b, "Received", statReceived, 1)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "k", "v")
 	if err := a.c.ClearLocal(ctx); err != nil {
 		t.Fatalf("ClearLocal: %v", err)
 	}
-	waitStat(t, b, "Received", statReceived, 2)
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	for _, in := range p {
-		if n := in.c.Stats().L1Entries; n != 0 {
-			t.Errorf("%s: L1Entries after ClearLocal: got %d, want 0", in.name, n)
+		if n := in.c.Stats().L1.Entries; n != 0 {
+			t.Errorf("%s: L1.Entries after ClearLocal: got %d, want 0", in.name, n)
 		}
 		gets := in.remote.calls().Get
 		if v, ok := getStr(t, in, "k"); !ok || v != "v" {

@@ -10,52 +10,55 @@
 // Every data point carries the attribute hybridcache.namespace, the cache's
 // Options.Namespace; caches that share a namespace (several instances in one
 // process) are added up into one series. The instruments, all named under
-// "hybridcache.", are:
+// "hybridcache.", and the hybrid.Stats field of each series (by attribute
+// value where there are several) are:
 //
-//	hits                      counter  {hit}      tier: l1, l2
-//	misses                    counter  {miss}     tier: l1, l2
-//	loads                     counter  {load}
-//	load.errors               counter  {error}
-//	load.soft_timeouts        counter  {load}
-//	load.queued               counter  {load}
-//	refreshes                 counter  {refresh}
-//	errors                    counter  {error}    kind: l2, decode, encode, oversized, publish
-//	stale.served              counter  {value}
-//	fills.discarded           counter  {fill}
-//	l1.entries                gauge    {entry}
-//	l1.size                   gauge    By
-//	l1.evictions              counter  {entry}    reason: size, expired
-//	l2.skipped                counter  {call}
-//	l2.write.retries          counter  {retry}
-//	l2.writes.dropped         counter  {write}
-//	breaker.opens             counter  {open}
-//	invalidations.sent        counter  {message}
-//	invalidations.received    counter  {message}  result: applied, own, invalid
-//	invalidations.unauthentic counter  {message}
-//	invalidations.swapped     counter  {entry}
-//	bus.losses                counter  {loss}
-//	bus.replays               counter  {replay}   result: replayed, flushed
-//	bus.replayed              counter  {message}
-//	held.served               counter  {value}
-//	queue.writes              counter  {write}    result: queued, refused, replayed, stale, dropped_on_close
-//	queue.length              gauge    {write}
-//	leases                    counter  {key}      result: taken, waited, answered, taken_over, timed_out, skipped
+//	hits                      counter  {hit}      tier l1: L1.Hits, l2: L2.Hits
+//	misses                    counter  {miss}     tier l1: L1.Misses, l2: L2.Misses
+//	loads                     counter  {load}     Load.Calls
+//	load.errors               counter  {error}    Load.Errors
+//	load.soft_timeouts        counter  {load}     Load.SoftTimeouts
+//	load.queued               counter  {load}     Load.Queued
+//	refreshes                 counter  {refresh}  Load.Refreshes
+//	errors                    counter  {error}    kind l2: L2.Errors, decode: L2.DecodeErrors,
+//	                                              encode: Load.EncodeErrors, oversized: Load.Oversized,
+//	                                              publish: Invalidations.PublishErrors
+//	stale.served              counter  {value}    Load.StaleServed
+//	fills.discarded           counter  {fill}     L1.FillsDiscarded
+//	l1.entries                gauge    {entry}    L1.Entries
+//	l1.size                   gauge    By         L1.Size
+//	l1.evictions              counter  {entry}    reason size: L1.Evictions, expired: L1.Expirations
+//	l2.skipped                counter  {call}     L2.Skipped
+//	l2.write.retries          counter  {retry}    L2.WriteRetries
+//	l2.writes.dropped         counter  {write}    L2.WritesDropped
+//	breaker.opens             counter  {open}     L2.BreakerOpens
+//	invalidations.sent        counter  {message}  Invalidations.Sent
+//	invalidations.received    counter  {message}  result applied: Invalidations.Applied, own: .Own,
+//	                                              invalid: .Invalid
+//	invalidations.unauthentic counter  {message}  Invalidations.Unauthentic
+//	invalidations.swapped     counter  {entry}    Invalidations.Swapped
+//	bus.losses                counter  {loss}     Bus.Losses
+//	bus.replays               counter  {replay}   result replayed: Bus.Replays, flushed: Bus.Flushed
+//	bus.replayed              counter  {message}  Bus.Replayed
+//	held.served               counter  {value}    Bus.HeldServed
+//	queue.writes              counter  {write}    result queued: Queue.Queued, refused: .Refused,
+//	                                              replayed: .Replayed, stale: .Stale,
+//	                                              dropped_on_close: .DroppedOnClose
+//	queue.length              gauge    {write}    Queue.Length
+//	leases                    counter  {key}      result taken: Leases.Taken, waited: .Waited,
+//	                                              answered: .Answered, taken_over: .TakenOver,
+//	                                              timed_out: .TimedOut, skipped: .Skipped
 //
-// Each is the Stats field of the same meaning; see hybrid.Stats
-// (queue.writes: WritesQueued, QueueFull, QueueReplayed, QueueDroppedStale
-// and QueueDroppedOnClose; queue.length: Queued; leases: LeasesTaken,
-// LeasesWaited, LeasesAnswered, LeasesTakenOver, LeasesTimedOut and
-// LeasesSkipped). A miss in
-// L1 that a fill answers from L2 counts as an l1 miss and an l2 hit, so
-// the share of requests answered without load is
+// A miss in L1 that a fill answers from L2 counts as an l1 miss and an l2
+// hit, so the share of requests answered without load is
 // (hits{l1} + hits{l2}) / (hits{l1} + misses{l1}).
 //
 // # Traces and durations
 //
 // NewTracer returns a hybrid.Tracer to set as Options.Tracer. Each load and
 // each shared-tier call then gets a span named "hybridcache." + op
-// ("hybridcache.load", "hybridcache.get", "hybridcache.set", ...) with the
-// attribute hybridcache.op, and a measurement of the histogram
+// ("hybridcache.load", "hybridcache.get", "hybridcache.set", ...; the ops
+// are the hybrid.Op constants) with the attribute hybridcache.op, and a measurement of the histogram
 // hybridcache.operation.duration (seconds) with the attributes op and
 // outcome (ok, not_found or error); both carry hybridcache.namespace when
 // TracerOptions.Namespace is set. A failed call's span records the error

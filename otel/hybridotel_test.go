@@ -377,7 +377,7 @@ func TestMetricsQueue(t *testing.T) {
 	}
 	remote.FailWith(nil)
 	deadline := time.Now().Add(10 * time.Second)
-	for c.Stats().QueueReplayed != 1 {
+	for c.Stats().Queue.Replayed != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the queued write was not replayed")
 		}
@@ -471,7 +471,7 @@ func TestTracerParts(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			_, end := tracer.Start(ctx, "get", "k")
+			_, end := tracer.Start(ctx, hybrid.OpGet, "k")
 			end(errors.New("down"))
 
 			wantSpans := 0

@@ -86,11 +86,11 @@ func NewTracer(tp trace.TracerProvider, meter metric.Meter, o TracerOptions) (*T
 // context of that span and a function that ends it with the call's error
 // and records the call's duration. An error wrapping hybrid.ErrNotFound is
 // the outcome not_found, not a failure.
-func (t *Tracer) Start(ctx context.Context, op, key string) (context.Context, func(err error)) {
+func (t *Tracer) Start(ctx context.Context, op hybrid.Op, key string) (context.Context, func(err error)) {
 	var span trace.Span
 	if t.tracer != nil {
 		attrs := make([]attribute.KeyValue, 0, 3)
-		attrs = append(attrs, attribute.String(keySpanOp, op))
+		attrs = append(attrs, attribute.String(keySpanOp, string(op)))
 		attrs = append(attrs, t.ns...)
 		if t.keys && key != "" {
 			attrs = append(attrs, attribute.String(keySpanKey, key))
@@ -109,37 +109,49 @@ func (t *Tracer) Start(ctx context.Context, op, key string) (context.Context, fu
 		}
 		if t.duration != nil {
 			attrs := make([]attribute.KeyValue, 0, 3)
-			attrs = append(attrs, attribute.String(keyOp, op), attribute.String(keyOutcome, outcome))
+			attrs = append(attrs, attribute.String(keyOp, string(op)), attribute.String(keyOutcome, outcome))
 			attrs = append(attrs, t.ns...)
 			t.duration.Record(ctx, time.Since(start).Seconds(), metric.WithAttributes(attrs...))
 		}
 	}
 }
 
-// spanName returns "hybridcache." + op, without allocating for the ops the
-// cache uses.
-func spanName(op string) string {
+// spanName returns "hybridcache." + op, without allocating for the ops of
+// a cache's reads and writes.
+func spanName(op hybrid.Op) string {
 	switch op {
-	case "load":
+	case hybrid.OpLoad:
 		return "hybridcache.load"
-	case "load_many":
+	case hybrid.OpLoadMany:
 		return "hybridcache.load_many"
-	case "get":
+	case hybrid.OpGet:
 		return "hybridcache.get"
-	case "get_many":
+	case hybrid.OpGetMany:
 		return "hybridcache.get_many"
-	case "set":
-		return "hybridcache.set"
-	case "set_many":
-		return "hybridcache.set_many"
-	case "delete":
-		return "hybridcache.delete"
-	case "delete_tag":
-		return "hybridcache.delete_tag"
-	case "get_tag":
+	case hybrid.OpGetTag:
 		return "hybridcache.get_tag"
+	case hybrid.OpGetClear:
+		return "hybridcache.get_clear"
+	case hybrid.OpSet:
+		return "hybridcache.set"
+	case hybrid.OpSetMany:
+		return "hybridcache.set_many"
+	case hybrid.OpDelete:
+		return "hybridcache.delete"
+	case hybrid.OpExpire:
+		return "hybridcache.expire"
+	case hybrid.OpDeleteTag:
+		return "hybridcache.delete_tag"
+	case hybrid.OpLease:
+		return "hybridcache.lease"
+	case hybrid.OpLeaseCheck:
+		return "hybridcache.lease_check"
+	case hybrid.OpLeaseExtend:
+		return "hybridcache.lease_extend"
+	case hybrid.OpLeaseRelease:
+		return "hybridcache.lease_release"
 	}
-	return "hybridcache." + op
+	return "hybridcache." + string(op)
 }
 
 func outcomeOf(err error) string {

@@ -111,6 +111,6 @@ func main() {
 	timed("instance B after A's Set:", b)
 
 	sa, sb := a.Stats(), b.Stats()
-	fmt.Printf("A: L1 hits %d, L2 hits %d, loads %d, published %d\n", sa.L1Hits, sa.L2Hits, sa.Loads, sa.Published)
-	fmt.Printf("B: L1 hits %d, L2 hits %d, loads %d, received %d\n", sb.L1Hits, sb.L2Hits, sb.Loads, sb.Received)
+	fmt.Printf("A: L1 hits %d, L2 hits %d, loads %d, published %d\n", sa.L1.Hits, sa.L2.Hits, sa.Load.Calls, sa.Invalidations.Sent)
+	fmt.Printf("B: L1 hits %d, L2 hits %d, loads %d, received %d\n", sb.L1.Hits, sb.L2.Hits, sb.Load.Calls, sb.Invalidations.Applied)
 }

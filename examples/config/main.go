@@ -25,7 +25,7 @@
 //
 // It then measures what one read costs, from L1 and, for comparison, as a
 // Redis GET plus a decode on every request, and counts the Redis reads the
-// request goroutines made (Stats.L2Hits + Stats.L2Misses): none after the
+// request goroutines made (Stats.L2.Hits + Stats.L2.Misses): none after the
 // first read of each instance. Figures measured against the embedded
 // miniredis are not Redis figures; use -redis for those.
 //
@@ -307,7 +307,7 @@ type instanceResult struct {
 }
 
 // RedisReads is how many reads of the shared tier the requests made.
-func (r instanceResult) RedisReads() uint64 { return r.During.L2Hits + r.During.L2Misses }
+func (r instanceResult) RedisReads() uint64 { return r.During.L2.Hits + r.During.L2.Misses }
 
 // instance is one instance of the service: its cache, with its own client
 // and bus, and what its requests saw.
@@ -345,7 +345,7 @@ func open(ctx context.Context, id int, cfg config, ns string, secret []byte) (*i
 		TTL:         ttl,
 		LoadTimeout: redisCalls,
 		Events: hybrid.Events{
-			Invalidated: func(string, []string) { in.applied.Store(now()) },
+			Invalidated: func(hybrid.Op, []string) { in.applied.Store(now()) },
 		},
 	})
 	if err != nil {
@@ -511,7 +511,7 @@ func demo(ctx context.Context, cfg config, w io.Writer) (result, error) {
 		}
 		res.Instances = append(res.Instances, ir)
 		fmt.Fprintf(w, "  instance %d: %d requests, %d Redis reads, %d loads, %d values swapped in, %d errors; serves v%d\n",
-			in.id, ir.Requests, ir.RedisReads(), ir.During.Loads, ir.During.Swapped, ir.Errors, ir.Final)
+			in.id, ir.Requests, ir.RedisReads(), ir.During.Load.Calls, ir.During.Invalidations.Swapped, ir.Errors, ir.Final)
 	}
 
 	res.Cost, err = cost(ctx, w, insts[1], src, ns, raw, cfg)
@@ -557,9 +557,9 @@ func update(ctx context.Context, w io.Writer, insts []*instance, src *source, v 
 		}
 		how := "message applied after " + ms(time.Duration(in.applied.Load()-start))
 		switch d := delta(before[i], in.cache.Stats()); {
-		case d.Swapped > 0:
+		case d.Invalidations.Swapped > 0:
 			how += ", value swapped in, no Redis read"
-		case d.L2Hits > 0:
+		case d.L2.Hits > 0:
 			how += ", dropped and read again from Redis"
 		}
 		fmt.Fprintf(w, "  instance %d served it after %s (%s)\n", in.id, ms(served), how)
@@ -609,7 +609,7 @@ func cost(ctx context.Context, w io.Writer, in *instance, src *source, ns string
 		return res, err
 	}
 	d := delta(before, in.cache.Stats())
-	res.CacheRedisReads = d.L2Hits + d.L2Misses
+	res.CacheRedisReads = d.L2.Hits + d.L2.Misses
 
 	rawKey := ns + ":raw"
 	sctx, cancel := context.WithTimeout(ctx, redisCalls)
@@ -722,24 +722,24 @@ func pause(ctx context.Context, d time.Duration) error {
 // delta returns the counters of after less those of before, for the
 // counters the program reports.
 func delta(before, after hybrid.Stats) hybrid.Stats {
-	return hybrid.Stats{
-		L1Hits:   after.L1Hits - before.L1Hits,
-		L2Hits:   after.L2Hits - before.L2Hits,
-		L2Misses: after.L2Misses - before.L2Misses,
-		Loads:    after.Loads - before.Loads,
-		Swapped:  after.Swapped - before.Swapped,
-		Received: after.Received - before.Received,
-	}
+	var d hybrid.Stats
+	d.L1.Hits = after.L1.Hits - before.L1.Hits
+	d.L2.Hits = after.L2.Hits - before.L2.Hits
+	d.L2.Misses = after.L2.Misses - before.L2.Misses
+	d.Load.Calls = after.Load.Calls - before.Load.Calls
+	d.Invalidations.Swapped = after.Invalidations.Swapped - before.Invalidations.Swapped
+	d.Invalidations.Applied = after.Invalidations.Applied - before.Invalidations.Applied
+	return d
 }
 
 // from says which tier answered between two snapshots of Stats.
 func from(before, after hybrid.Stats) string {
 	switch d := delta(before, after); {
-	case d.Loads > 0:
+	case d.Load.Calls > 0:
 		return "from the source (a load)"
-	case d.L2Hits > 0:
+	case d.L2.Hits > 0:
 		return "from Redis (one read)"
-	case d.L1Hits > 0:
+	case d.L1.Hits > 0:
 		return "from L1"
 	}
 	return "from nowhere"

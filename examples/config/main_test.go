@@ -74,18 +74,18 @@ func testDemo(t *testing.T, codec string) {
 		// After warm-up, requests are served from L1 only: every new
 		// version reached the peers in a message.
 		if n := in.RedisReads(); n != 0 {
-			t.Errorf("instance %d: got %d Redis reads after warm-up (L2Hits %d, L2Misses %d), want 0",
-				id, n, in.During.L2Hits, in.During.L2Misses)
+			t.Errorf("instance %d: got %d Redis reads after warm-up (L2.Hits %d, L2.Misses %d), want 0",
+				id, n, in.During.L2.Hits, in.During.L2.Misses)
 		}
-		if in.During.Loads != 0 {
-			t.Errorf("instance %d: got %d loads after warm-up, want 0", id, in.During.Loads)
+		if in.During.Load.Calls != 0 {
+			t.Errorf("instance %d: got %d loads after warm-up, want 0", id, in.During.Load.Calls)
 		}
 		want := uint64(cfg.Updates)
 		if id == 1 {
 			want = 0 // the writer stores its own Set
 		}
-		if in.During.Swapped != want {
-			t.Errorf("instance %d: got %d values swapped in, want %d", id, in.During.Swapped, want)
+		if in.During.Invalidations.Swapped != want {
+			t.Errorf("instance %d: got %d values swapped in, want %d", id, in.During.Invalidations.Swapped, want)
 		}
 	}
 	if n := res.Cost.CacheRedisReads; n != 0 {

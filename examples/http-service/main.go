@@ -194,17 +194,17 @@ func (s *service) index(w http.ResponseWriter, _ *http.Request) {
 // summary describes the cache's hit ratio: the share of requests answered
 // from L1 or from Redis, without the lookup.
 func summary(st hybrid.Stats) string {
-	requests := st.L1Hits + st.L1Misses
+	requests := st.L1.Hits + st.L1.Misses
 	ratio := 0.0
 	if requests > 0 {
-		ratio = float64(st.L1Hits+st.L2Hits) / float64(requests)
+		ratio = float64(st.L1.Hits+st.L2.Hits) / float64(requests)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "cache %q\n", st.Namespace)
 	fmt.Fprintf(&b, "requests     %d\n", requests)
-	fmt.Fprintf(&b, "L1 hits      %d\n", st.L1Hits)
-	fmt.Fprintf(&b, "Redis hits   %d\n", st.L2Hits)
-	fmt.Fprintf(&b, "lookups      %d\n", st.Loads)
+	fmt.Fprintf(&b, "L1 hits      %d\n", st.L1.Hits)
+	fmt.Fprintf(&b, "Redis hits   %d\n", st.L2.Hits)
+	fmt.Fprintf(&b, "lookups      %d\n", st.Load.Calls)
 	fmt.Fprintf(&b, "hit ratio    %.1f%%\n", 100*ratio)
 	return b.String()
 }

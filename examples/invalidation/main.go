@@ -110,8 +110,8 @@ type reply struct {
 	Source  string        `json:"source,omitempty"` // where a read was served from
 	At      int64         `json:"at,omitempty"`     // wall clock, Unix nanoseconds
 	Took    time.Duration `json:"took,omitempty"`
-	Swapped uint64        `json:"swapped,omitempty"` // Stats.Swapped delta
-	L2Hits  uint64        `json:"l2hits,omitempty"`  // Stats.L2Hits delta
+	Swapped uint64        `json:"swapped,omitempty"` // Stats.Invalidations.Swapped delta
+	L2Hits  uint64        `json:"l2hits,omitempty"`  // Stats.L2.Hits delta
 	Stats   *hybrid.Stats `json:"stats,omitempty"`   // for stats
 	Err     string        `json:"err,omitempty"`
 }
@@ -341,18 +341,18 @@ func change(ctx context.Context, writer *instance, readers []*instance, v int, s
 
 // printStats prints each instance's counters.
 func printStats(ctx context.Context, insts []*instance) error {
-	fmt.Println("stats (L1Hits include the readers' Gets while watching):")
+	fmt.Println("stats (L1.Hits include the readers' Gets while watching):")
 	for _, in := range insts {
 		r, err := in.call(ctx, command{Op: "stats"})
 		if err != nil {
 			return err
 		}
 		s := r.Stats
-		fmt.Printf("  instance %d: L1Hits %d  L2Hits %d  Loads %d  Published %d  Received %d  OwnIgnored %d  Swapped %d\n",
-			in.id, s.L1Hits, s.L2Hits, s.Loads, s.Published, s.Received, s.OwnIgnored, s.Swapped)
-		if s.Unauthentic+s.Invalid+s.BusLosses+s.L2Errors+s.PublishErrors > 0 {
-			fmt.Printf("    Unauthentic %d  Invalid %d  BusLosses %d  L2Errors %d  PublishErrors %d\n",
-				s.Unauthentic, s.Invalid, s.BusLosses, s.L2Errors, s.PublishErrors)
+		fmt.Printf("  instance %d: L1.Hits %d  L2.Hits %d  Load.Calls %d  Sent %d  Applied %d  Own %d  Swapped %d\n",
+			in.id, s.L1.Hits, s.L2.Hits, s.Load.Calls, s.Invalidations.Sent, s.Invalidations.Applied, s.Invalidations.Own, s.Invalidations.Swapped)
+		if s.Invalidations.Unauthentic+s.Invalidations.Invalid+s.Bus.Losses+s.L2.Errors+s.Invalidations.PublishErrors > 0 {
+			fmt.Printf("    Unauthentic %d  Invalid %d  Bus.Losses %d  L2.Errors %d  PublishErrors %d\n",
+				s.Invalidations.Unauthentic, s.Invalidations.Invalid, s.Bus.Losses, s.L2.Errors, s.Invalidations.PublishErrors)
 		}
 	}
 	return nil
@@ -643,7 +643,7 @@ func handle(ctx context.Context, c *hybrid.Cache[Product], cmd command) (reply, 
 		return reply{Version: cmd.Version, At: end.UnixNano(), Took: end.Sub(start)}, err
 	case "stats":
 		// Let this instance's own last message come back before counting.
-		for start := time.Now(); before.OwnIgnored < before.Published && time.Since(start) < time.Second; {
+		for start := time.Now(); before.Invalidations.Own < before.Invalidations.Sent && time.Since(start) < time.Second; {
 			time.Sleep(time.Millisecond)
 			before = c.Stats()
 		}
@@ -676,17 +676,17 @@ func watch(ctx context.Context, c *hybrid.Cache[Product], v int, poll time.Durat
 			return reply{}, err
 		}
 		if ok && p.Version >= v {
-			// Stats.Swapped moves just after the value does.
+			// Stats.Invalidations.Swapped moves just after the value does.
 			after := c.Stats()
-			for after.Swapped == before.Swapped && after.L2Hits == before.L2Hits && time.Since(now) < 100*time.Millisecond {
+			for after.Invalidations.Swapped == before.Invalidations.Swapped && after.L2.Hits == before.L2.Hits && time.Since(now) < 100*time.Millisecond {
 				runtime.Gosched()
 				after = c.Stats()
 			}
 			return reply{
 				Version: p.Version,
 				At:      now.UnixNano(),
-				Swapped: after.Swapped - before.Swapped,
-				L2Hits:  after.L2Hits - before.L2Hits,
+				Swapped: after.Invalidations.Swapped - before.Invalidations.Swapped,
+				L2Hits:  after.L2.Hits - before.L2.Hits,
 			}, nil
 		}
 		if now.After(deadline) {
@@ -708,11 +708,11 @@ func watch(ctx context.Context, c *hybrid.Cache[Product], v int, poll time.Durat
 // source says which tier answered between two snapshots of Stats.
 func source(before, after hybrid.Stats) string {
 	switch {
-	case after.Loads > before.Loads:
+	case after.Load.Calls > before.Load.Calls:
 		return "load"
-	case after.L2Hits > before.L2Hits:
+	case after.L2.Hits > before.L2.Hits:
 		return "Redis"
-	case after.L1Hits > before.L1Hits:
+	case after.L1.Hits > before.L1.Hits:
 		return "L1"
 	}
 	return "nowhere"
