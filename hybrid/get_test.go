@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -311,8 +312,8 @@ func TestStampedeOnRemoteRead(t *testing.T) {
 	})
 }
 
-// boundedRemote is a Remote whose reads have a known bound (a
-// hybrid.BoundedReader), so a fill's leader reads it on its own goroutine.
+// boundedRemote is a Remote whose reads have a known bound
+// (RemoteInfo.ReadBound), so a fill's leader reads it on its own goroutine.
 // After hangNext, the next Get blocks until release is closed (a hung
 // server, until the store's read timeout), then fails with its ctx's error
 // if that ended meanwhile, as a client that applies ctx deadlines does.
@@ -323,17 +324,21 @@ type boundedRemote struct {
 	release chan struct{}
 }
 
-func (r *boundedRemote) ReadBound() time.Duration { return 100 * time.Millisecond }
+func (r *boundedRemote) Info() hybrid.RemoteInfo {
+	info := r.Remote.Info()
+	info.ReadBound = 100 * time.Millisecond
+	return info
+}
 
-func (r *boundedRemote) Get(ctx context.Context, key string) ([]byte, bool, error) {
+func (r *boundedRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	if r.hangs.CompareAndSwap(true, false) {
 		r.entered <- struct{}{}
 		<-r.release
 		if err := ctx.Err(); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
-	return r.Remote.Get(ctx, key)
+	return r.Remote.Get(ctx, keys)
 }
 
 // TestLeaderReadBounded: with a Remote that bounds its reads, the leader
@@ -378,7 +383,7 @@ func TestLeaderReadBounded(t *testing.T) {
 			t.Fatalf("leader: returned %q, %v during its own hung read, want it to wait for the read's bound", res.v, res.err)
 		default:
 		}
-		time.Sleep(r.ReadBound()) // the store gives up on the hung read
+		time.Sleep(r.Info().ReadBound) // the store gives up on the hung read
 		close(r.release)
 		if res := <-leader; !errors.Is(res.err, context.Canceled) {
 			t.Errorf("leader: got %q, %v, want context.Canceled", res.v, res.err)
@@ -392,13 +397,22 @@ func TestLeaderReadBounded(t *testing.T) {
 	})
 }
 
-// TestLeaderReadOnStoppedRedis: on a client with ContextTimeoutEnabled, the
-// Store bounds its reads, so the first caller to miss reads Redis on its own
-// goroutine even with a ctx that can end. With the server stopped
+// TestLeaderReadOnStoppedRedis: the Store bounds its reads, on a client with
+// ContextTimeoutEnabled and on go-redis's default options alike, so the
+// first caller to miss reads Redis on its own goroutine even with a ctx that
+// can end. With the server stopped
 // (SIGSTOP), a follower whose ctx ends returns at once, and the leader,
 // whose ctx ends during the hung read, returns within the store's read
 // bound. Once the server resumes, the caller that stayed gets the value.
 func TestLeaderReadOnStoppedRedis(t *testing.T) {
+	for _, ctxTimeouts := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", ctxTimeouts), func(t *testing.T) {
+			testLeaderReadOnStoppedRedis(t, ctxTimeouts)
+		})
+	}
+}
+
+func testLeaderReadOnStoppedRedis(t *testing.T, ctxTimeouts bool) {
 	const bound = 300 * time.Millisecond
 	own, err := redistest.Start()
 	if err != nil {
@@ -408,12 +422,12 @@ func TestLeaderReadOnStoppedRedis(t *testing.T) {
 	if !own.Owned() {
 		srv.NeedOwned(t) // miniredis or HYBRID_REDIS_ADDR: no process to stop
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: own.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	rdb := redis.NewClient(&redis.Options{Addr: own.Addr, ContextTimeoutEnabled: ctxTimeouts, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	so := l2.Options{ReadTimeout: bound, WriteTimeout: bound}
 	ns := redistest.Prefix(t)
 	a := newSplitInstance(t, "A", rdb, nil, so, hybrid.Options{Namespace: ns}, invalidate.Options{})
-	if got := a.remote.ReadBound(); got != bound {
+	if got := a.remote.Info().ReadBound; got != bound {
 		t.Fatalf("ReadBound: got %v, want %v", got, bound)
 	}
 	setStr(t, a, "k", "stored")

@@ -18,23 +18,14 @@ import (
 	"github.com/hybridcache/hybridcache/l2"
 )
 
-// replayModes are the ways a queued write is replayed: one atomic step
-// without an invalidation log (NewerSetter) or with one (NewerJournal),
-// and, with a Remote that has neither, read, compare, write.
+// replayModes are the ways a queued write is replayed: one atomic step,
+// without an invalidation log or with one.
 var replayModes = []struct {
 	name         string
 	replayLogLen int
-	plain        bool // hide the Remote's NewerSetter and NewerJournal
 }{
-	{"atomic", -1, false},
-	{"logged", 0, false},
-	{"read-compare-write", 0, true},
-}
-
-// plainJournal is a Journal without NewerSetter or NewerJournal.
-type plainJournal struct {
-	hybrid.Remote
-	hybrid.Journal
+	{"atomic", -1},
+	{"logged", 0},
 }
 
 var errDown = errors.New("shared tier down")
@@ -59,9 +50,6 @@ func TestQueueReplaysSetDeleteAndTagDelete(t *testing.T) {
 			s := newSharedTier(t)
 			o := s.options()
 			o.QueueWrites, o.ReplayLogLen = 10, mode.replayLogLen
-			if mode.plain {
-				o.Remote = plainJournal{s.remote, s.remote}
-			}
 			p := newPeers(t, s, 2, o)
 			a, b := p[0], p[1]
 			set(t, a, "k", "v1")

@@ -392,65 +392,6 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// TestExpireWithoutReplacer: with a Remote that cannot replace in place,
-// Expire rewrites the value (with CompareAndSet where it can), for the
-// logical lifetime it had left plus FailSafeMaxAge, then announces it.
-func TestExpireWithoutReplacer(t *testing.T) {
-	tests := []struct {
-		name string
-		wrap func(*hybridtest.Remote) hybrid.Remote
-		cas  int
-	}{
-		{"compare and set", func(r *hybridtest.Remote) hybrid.Remote {
-			return struct {
-				hybrid.Remote
-				hybrid.CompareAndSetter
-			}{r, r}
-		}, 1},
-		{"plain set", func(r *hybridtest.Remote) hybrid.Remote { return struct{ hybrid.Remote }{r} }, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := newSharedTier(t)
-			clk := &fakeClock{now: time.Now()}
-			s.remote.Now = clk.Now
-			o := failSafeOptions(s) // TTL 10 s, fail-safe 1 h
-			o.Remote = tt.wrap(s.remote)
-			p := newPeers(t, s, 2, o)
-			a, b := p[0], p[1]
-			ctx := context.Background()
-			set(t, a, "k", "v1")
-			s.flush(t)
-			fillFromRemote(t, b, "k", "v1")
-			if err := a.Expire(ctx, "k"); err != nil {
-				t.Fatalf("Expire: %v", err)
-			}
-			s.flush(t)
-			if c := s.remote.Calls(); c.CompareAndSet != tt.cas || c.ReplaceAndPublish != 0 {
-				t.Errorf("Remote calls: %+v, want %d CompareAndSet", c, tt.cas)
-			}
-			raw, _ := s.remote.Peek(testNS + ":k")
-			if h, _, err := envelope.Decode(raw); err != nil || h.Expires.After(time.Now()) {
-				t.Errorf("the Remote holds an envelope expiring %v (%v), want now or earlier", h.Expires, err)
-			}
-			for _, c := range p {
-				if v, err := c.GetOrCreate(ctx, "k", (&counter{err: errors.New("down")}).load); err != nil || v != "v1" {
-					t.Errorf("GetOrCreate with a failing load: got %q, %v, want the stale \"v1\"", v, err)
-				}
-			}
-			// Kept for what was left of its 10 s, plus the fail-safe hour.
-			clk.Advance(time.Hour + 5*time.Second)
-			if _, ok := s.remote.Peek(testNS + ":k"); !ok {
-				t.Error("the expired value is gone after 1h5s, want it kept for 10 s + 1 h")
-			}
-			clk.Advance(10 * time.Second)
-			if _, ok := s.remote.Peek(testNS + ":k"); ok {
-				t.Error("the expired value is still there after 1h15s, want it gone")
-			}
-		})
-	}
-}
-
 // TestIntegrationClear: Clear drops L1 on every instance, and what Redis
 // held before it is a miss for every instance, a new one included, until
 // written again; what is written after it is a hit.
