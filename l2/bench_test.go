@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
 )
 
@@ -46,8 +47,8 @@ func BenchmarkGet(b *testing.B) {
 		s := l2.New(rdb, l2.Options{})
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok, err := s.Get(ctx, key); err != nil || !ok {
-				b.Fatal(ok, err)
+			if v, err := s.Get(ctx, []string{key}); err != nil || v[0] == nil {
+				b.Fatal(v, err)
 			}
 		}
 	})
@@ -55,8 +56,8 @@ func BenchmarkGet(b *testing.B) {
 		s := l2.New(rdb, l2.Options{ReadTimeout: -1})
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok, err := s.Get(ctx, key); err != nil || !ok {
-				b.Fatal(ok, err)
+			if v, err := s.Get(ctx, []string{key}); err != nil || v[0] == nil {
+				b.Fatal(v, err)
 			}
 		}
 	})
@@ -78,7 +79,7 @@ func BenchmarkGetMany50(b *testing.B) {
 		s := l2.New(rdb, l2.Options{})
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.GetMany(ctx, keys); err != nil {
+			if _, err := s.Get(ctx, keys); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -87,6 +88,40 @@ func BenchmarkGetMany50(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if _, err := rdb.MGet(ctx, keys...).Result(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkWriteIfAbsent50 is a cold page's fill: 50 plain writes, each
+// a SET NX, in one pipeline.
+func BenchmarkWriteIfAbsent50(b *testing.B) {
+	rdb := srv.Client(b)
+	keys := benchKeys(b, rdb, 50)
+	value := bytes.Repeat([]byte("y"), 100)
+	ctx := context.Background()
+	b.Run("Store", func(b *testing.B) {
+		s := l2.New(rdb, l2.Options{})
+		ws := make([]tier.Write, len(keys))
+		for i, k := range keys {
+			ws[i] = tier.Write{Key: k, Value: value, TTL: time.Hour, If: tier.IfAbsent}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Write(ctx, ws, tier.Feed{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("RawPipelinedSETNX", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			pipe := rdb.Pipeline()
+			for _, k := range keys {
+				pipe.SetNX(ctx, k, value, time.Hour)
+			}
+			if _, err := pipe.Exec(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -102,7 +137,7 @@ func BenchmarkClusterGetMany50(b *testing.B) {
 		s := l2.New(rdb, l2.Options{})
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.GetMany(ctx, keys); err != nil {
+			if _, err := s.Get(ctx, keys); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -3,7 +3,7 @@ package l2_test
 // Tests of the Store's per-call bounds (bound.go): which deadline each call
 // gets, that it holds against a dead address whatever the client's retry
 // settings and against a stalled server when the client honours ctx
-// deadlines, and what ReadBound reports.
+// deadlines, and what Info().ReadBound reports.
 
 import (
 	"context"
@@ -72,42 +72,42 @@ func ops() []op {
 	nils := [][]byte{nil, nil}
 	ttls := []time.Duration{time.Minute, time.Minute}
 	return []op{
-		{"Get", true, func(ctx context.Context, s *l2.Store) error { _, _, err := s.Get(ctx, "k"); return err }},
-		{"GetMany", true, func(ctx context.Context, s *l2.Store) error { _, err := s.GetMany(ctx, []string{"k", "x"}); return err }},
-		{"Set", false, func(ctx context.Context, s *l2.Store) error { return s.Set(ctx, "k", []byte("v"), time.Minute) }},
+		{"Get", true, func(ctx context.Context, s *l2.Store) error { _, _, err := get(ctx, s, "k"); return err }},
+		{"GetMany", true, func(ctx context.Context, s *l2.Store) error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
+		{"Set", false, func(ctx context.Context, s *l2.Store) error { return set(ctx, s, "k", []byte("v"), time.Minute) }},
 		{"SetIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.SetIfAbsent(ctx, "n", []byte("v"), time.Minute)
+			_, err := setIfAbsent(ctx, s, "n", []byte("v"), time.Minute)
 			return err
 		}},
 		{"SetManyIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.SetManyIfAbsent(ctx, []string{"n1", "n2"}, nils, ttls)
+			_, err := setManyIfAbsent(ctx, s, []string{"n1", "n2"}, nils, ttls)
 			return err
 		}},
 		{"CompareAndSet", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("v"), time.Minute)
+			_, err := compareAndSet(ctx, s, "k", []byte("v"), []byte("v"), time.Minute)
 			return err
 		}},
 		{"SetAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			return s.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil)
+			return setAndPublish(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", []byte("m"))
 		}},
 		{"ReplaceAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.ReplaceAndPublish(ctx, "k", []byte("v"), []byte("v"), "t:l2:bound", nil)
+			_, err := replaceAndPublish(ctx, s, "k", []byte("v"), []byte("v"), "t:l2:bound", nil)
 			return err
 		}},
 		{"SetIfNewerAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.SetIfNewerAndPublish(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0)
+			_, err := setIfNewerAndPublish(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0)
 			return err
 		}},
 		{"SetIfNewerPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.SetIfNewerPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0, "log", nil, 10)
+			_, err := setIfNewerPublishAndLog(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0, "log", nil, 10)
 			return err
 		}},
 		{"SetPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
-			return s.SetPublishAndLog(ctx, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
+			return setPublishAndLog(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
 		}},
-		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := s.OpenLog(ctx, "log"); return err }},
+		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := openLog(ctx, s, "log"); return err }},
 		{"TakeLeases", false, func(ctx context.Context, s *l2.Store) error {
-			_, _, _, _, err := s.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
+			_, _, _, _, err := takeLeases(ctx, s, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", false, func(ctx context.Context, s *l2.Store) error {
@@ -115,14 +115,14 @@ func ops() []op {
 			return err
 		}},
 		{"ReleaseLeases", false, func(ctx context.Context, s *l2.Store) error {
-			return s.ReleaseLeases(ctx, []string{"lease"}, "tok", "t:l2:bound", nil)
+			return releaseLeases(ctx, s, []string{"lease"}, "tok", "t:l2:bound", nil)
 		}},
 		{"FillAndRelease", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "lease", "tok", "t:l2:bound", nil, nil)
+			_, err := fillAndRelease(ctx, s, "k", nil, []byte("v"), time.Minute, "lease", "tok", "t:l2:bound", nil, nil)
 			return err
 		}},
 		{"ReadLog", true, func(ctx context.Context, s *l2.Store) error {
-			_, _, _, err := s.ReadLog(ctx, "log", "", 10)
+			_, _, _, err := readLog(ctx, s, "log", "", 10)
 			return err
 		}},
 	}
@@ -259,7 +259,7 @@ func startOwn(t *testing.T) *redistest.Server {
 // TestBoundStalledServer: the server stops (SIGSTOP) with a connection to
 // it open. A client built with ContextTimeoutEnabled applies the Store's
 // deadline to the socket, so reads and writes end by their bound; a client
-// without it waits for its own ReadTimeout, and ReadBound says so.
+// without it waits for its own ReadTimeout, and Info().ReadBound says so.
 func TestBoundStalledServer(t *testing.T) {
 	own := startOwn(t)
 	const (
@@ -273,17 +273,17 @@ func TestBoundStalledServer(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		s := l2.New(rdb, o)
 		// Open a connection before the server stops.
-		if err := s.Set(t.Context(), "k", []byte("v"), time.Minute); err != nil {
+		if err := set(t.Context(), s, "k", []byte("v"), time.Minute); err != nil {
 			t.Fatalf("Set: %v", err)
 		}
 		return s
 	}
 	bounded := newStore(&redis.Options{ContextTimeoutEnabled: true})
 	unbounded := newStore(&redis.Options{ReadTimeout: clientRead})
-	if got := bounded.ReadBound(); got != timeout {
+	if got := bounded.Info().ReadBound; got != timeout {
 		t.Errorf("ReadBound with ContextTimeoutEnabled: got %v, want %v", got, timeout)
 	}
-	if got := unbounded.ReadBound(); got != 0 {
+	if got := unbounded.Info().ReadBound; got != 0 {
 		t.Errorf("ReadBound without ContextTimeoutEnabled: got %v, want 0", got)
 	}
 
@@ -304,7 +304,7 @@ func TestBoundStalledServer(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, _, err := unbounded.Get(t.Context(), "k")
+	_, _, err := get(t.Context(), unbounded, "k")
 	d := time.Since(start)
 	t.Logf("stalled server, without ContextTimeoutEnabled: Get: %v after %v", err, d.Round(time.Millisecond))
 	if err == nil || d < clientRead-50*time.Millisecond || d > 3*clientRead {
@@ -314,7 +314,7 @@ func TestBoundStalledServer(t *testing.T) {
 	if err := own.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := bounded.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+	if got, ok, err := get(t.Context(), bounded, "k"); err != nil || !ok || string(got) != "v" {
 		t.Errorf("Get after SIGCONT = %q, %v, %v; want \"v\", true, nil", got, ok, err)
 	}
 }
@@ -326,8 +326,9 @@ type withoutOptions struct{ redis.UniversalClient }
 // embeddedClient is a single-node client inside another type.
 type embeddedClient struct{ *redis.Client }
 
-// TestReadBound: ReadBound is Options.ReadTimeout for every kind of client
-// that applies ctx deadlines to its sockets, and 0 otherwise.
+// TestReadBound: Info().ReadBound is Options.ReadTimeout for every kind of
+// client that applies ctx deadlines to its sockets, and 0 otherwise, with
+// one line of Advice unless the Store was asked for no bound.
 func TestReadBound(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	addr := deadAddr(t) // never dialled
@@ -374,8 +375,19 @@ func TestReadBound(t *testing.T) {
 		{"Ring ContextTimeoutEnabled, no read deadlines", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
 	}
 	for _, tt := range tests {
-		if got := l2.New(tt.rdb, tt.o).ReadBound(); got != tt.want {
-			t.Errorf("%s (%T): ReadBound() = %v, want %v", tt.name, tt.rdb, got, tt.want)
+		info := l2.New(tt.rdb, tt.o).Info()
+		if info.ReadBound != tt.want {
+			t.Errorf("%s (%T): Info().ReadBound = %v, want %v", tt.name, tt.rdb, info.ReadBound, tt.want)
+		}
+		wantAdvice := 0
+		if tt.want == 0 && tt.o.ReadTimeout >= 0 {
+			wantAdvice = 1
+		}
+		if len(info.Advice) != wantAdvice || (wantAdvice == 1 && !strings.Contains(info.Advice[0], "not bounded")) {
+			t.Errorf("%s (%T): Info().Advice = %q, want %d line saying reads are not bounded", tt.name, tt.rdb, info.Advice, wantAdvice)
+		}
+		for _, a := range info.Advice {
+			t.Logf("%s: advice: %s", tt.name, a)
 		}
 	}
 }
@@ -413,31 +425,31 @@ func TestTimeout(t *testing.T) {
 	// Set up with the patient Store: a busy machine may take more than 50ms
 	// to dial. This also loads the scripts, so no NOSCRIPT round trip is
 	// measured.
-	if err := slow.SetAndPublish(t.Context(), "k", []byte("v"), time.Minute, prefix+"ch", nil); err != nil {
+	if err := setAndPublish(t.Context(), slow, "k", []byte("v"), time.Minute, prefix+"ch", nil); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
 	}
-	if _, err := slow.CompareAndSet(t.Context(), "k", []byte("v"), []byte("v"), time.Minute); err != nil {
+	if _, err := compareAndSet(t.Context(), slow, "k", []byte("v"), []byte("v"), time.Minute); err != nil {
 		t.Fatalf("CompareAndSet: %v", err)
 	}
-	if err := slow.SetPublishAndLog(t.Context(), "k", []byte("v"), time.Minute, prefix+"ch", nil, "log", nil, 10); err != nil {
+	if err := setPublishAndLog(t.Context(), slow, "k", []byte("v"), time.Minute, prefix+"ch", nil, "log", nil, 10); err != nil {
 		t.Fatalf("SetPublishAndLog: %v", err)
 	}
-	if _, err := slow.OpenLog(t.Context(), "log"); err != nil {
+	if _, err := openLog(t.Context(), slow, "log"); err != nil {
 		t.Fatalf("OpenLog: %v", err)
 	}
-	if _, _, _, err := slow.ReadLog(t.Context(), "log", "", 10); err != nil {
+	if _, _, _, err := readLog(t.Context(), slow, "log", "", 10); err != nil {
 		t.Fatalf("ReadLog: %v", err)
 	}
-	if _, _, _, _, err := slow.TakeLeases(t.Context(), []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
+	if _, _, _, _, err := takeLeases(t.Context(), slow, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("TakeLeases: %v", err)
 	}
 	if _, err := slow.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("ExtendLeases: %v", err)
 	}
-	if err := slow.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", nil); err != nil {
+	if err := releaseLeases(t.Context(), slow, []string{"lease"}, "tok", prefix+"ch", nil); err != nil {
 		t.Fatalf("ReleaseLeases: %v", err)
 	}
-	if _, err := slow.FillAndRelease(t.Context(), "k", nil, []byte("v"), time.Minute, "lease", "tok", prefix+"ch", nil, nil); err != nil {
+	if _, err := fillAndRelease(t.Context(), slow, "k", nil, []byte("v"), time.Minute, "lease", "tok", prefix+"ch", nil, nil); err != nil {
 		t.Fatalf("FillAndRelease: %v", err)
 	}
 	callerDeadline := func() context.Context {
@@ -474,37 +486,37 @@ func TestTimeout(t *testing.T) {
 
 	t.Run("ALL", func(t *testing.T) {
 		check(t, "ALL", []call{
-			{"Get", func() error { _, _, err := fast.Get(t.Context(), "k"); return err }},
-			{"Get with an earlier caller deadline", func() error { _, _, err := slow.Get(callerDeadline(), "k"); return err }},
-			{"GetMany", func() error { _, err := fast.GetMany(t.Context(), []string{"k", "x"}); return err }},
-			{"ReadLog", func() error { _, _, _, err := fast.ReadLog(t.Context(), "log", "", 10); return err }},
+			{"Get", func() error { _, _, err := get(t.Context(), fast, "k"); return err }},
+			{"Get with an earlier caller deadline", func() error { _, _, err := get(callerDeadline(), slow, "k"); return err }},
+			{"GetMany", func() error { _, err := fast.Get(t.Context(), []string{"k", "x"}); return err }},
+			{"ReadLog", func() error { _, _, _, err := readLog(t.Context(), fast, "log", "", 10); return err }},
 		})
 	})
 	t.Run("WRITE", func(t *testing.T) {
 		check(t, "WRITE", []call{
-			{"Set", func() error { return fast.Set(t.Context(), "k", []byte("v2"), time.Minute) }},
-			{"Set with an earlier caller deadline", func() error { return slow.Set(callerDeadline(), "k", []byte("v2"), 0) }},
+			{"Set", func() error { return set(t.Context(), fast, "k", []byte("v2"), time.Minute) }},
+			{"Set with an earlier caller deadline", func() error { return set(callerDeadline(), slow, "k", []byte("v2"), 0) }},
 			{"SetIfAbsent", func() error {
-				_, err := fast.SetIfAbsent(t.Context(), "new", []byte("v"), time.Minute)
+				_, err := setIfAbsent(t.Context(), fast, "new", []byte("v"), time.Minute)
 				return err
 			}},
 			{"SetManyIfAbsent", func() error {
-				_, err := fast.SetManyIfAbsent(t.Context(), []string{"n1", "n2"}, [][]byte{nil, nil}, []time.Duration{0, 0})
+				_, err := setManyIfAbsent(t.Context(), fast, []string{"n1", "n2"}, [][]byte{nil, nil}, []time.Duration{0, 0})
 				return err
 			}},
 			{"CompareAndSet", func() error {
-				_, err := fast.CompareAndSet(t.Context(), "k", []byte("v"), []byte("v2"), time.Minute)
+				_, err := compareAndSet(t.Context(), fast, "k", []byte("v"), []byte("v2"), time.Minute)
 				return err
 			}},
 			{"SetAndPublish", func() error {
-				return fast.SetAndPublish(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"))
+				return setAndPublish(t.Context(), fast, "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"))
 			}},
 			{"SetPublishAndLog", func() error {
-				return fast.SetPublishAndLog(t.Context(), "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"), "log", []byte("e"), 10)
+				return setPublishAndLog(t.Context(), fast, "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"), "log", []byte("e"), 10)
 			}},
-			{"OpenLog", func() error { _, err := fast.OpenLog(t.Context(), "log2"); return err }},
+			{"OpenLog", func() error { _, err := openLog(t.Context(), fast, "log2"); return err }},
 			{"TakeLeases", func() error {
-				_, _, _, _, err := fast.TakeLeases(t.Context(), []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
+				_, _, _, _, err := takeLeases(t.Context(), fast, []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
 				return err
 			}},
 			{"ExtendLeases", func() error {
@@ -512,16 +524,16 @@ func TestTimeout(t *testing.T) {
 				return err
 			}},
 			{"ReleaseLeases", func() error {
-				return fast.ReleaseLeases(t.Context(), []string{"lease"}, "tok", prefix+"ch", []byte("m"))
+				return releaseLeases(t.Context(), fast, []string{"lease"}, "tok", prefix+"ch", []byte("m"))
 			}},
 			{"FillAndRelease", func() error {
-				_, err := fast.FillAndRelease(t.Context(), "k", []byte("v"), []byte("v4"), time.Minute, "lease", "tok", prefix+"ch", nil, nil)
+				_, err := fillAndRelease(t.Context(), fast, "k", []byte("v"), []byte("v4"), time.Minute, "lease", "tok", prefix+"ch", nil, nil)
 				return err
 			}},
 		})
 		// Reads still work while only writes are paused.
 		start := time.Now()
-		if got, ok, err := slow.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+		if got, ok, err := get(t.Context(), slow, "k"); err != nil || !ok || string(got) != "v" {
 			t.Errorf("Get during CLIENT PAUSE WRITE = %q, %v, %v; want \"v\", true, nil", got, ok, err)
 		}
 		if elapsed := time.Since(start); elapsed > time.Second {
@@ -529,7 +541,75 @@ func TestTimeout(t *testing.T) {
 		}
 	})
 	// Once the pause is over, the client works again.
-	if err := slow.Set(t.Context(), "k", []byte("after"), time.Minute); err != nil {
+	if err := set(t.Context(), slow, "k", []byte("after"), time.Minute); err != nil {
 		t.Errorf("Set after the pause: %v", err)
+	}
+}
+
+// TestHooksSeeCalls: the Store sends every command through the client it
+// was given, so that hooks added to that client (tracing, metrics), before
+// New or after it, see every call: a Get of one key or more, and a write.
+func TestHooksSeeCalls(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr}) // not ContextTimeoutEnabled
+	t.Cleanup(func() { rdb.Close() })
+	var before, after counter
+	rdb.AddHook(&before)
+	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":", ReadTimeout: time.Second})
+	rdb.AddHook(&after)
+	ctx := t.Context()
+	if err := set(ctx, s, "k", []byte("v"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, err := get(ctx, s, "k"); err != nil || string(v) != "v" {
+		t.Fatalf("Get = %q, %v; want \"v\"", v, err)
+	}
+	if _, err := s.Get(ctx, []string{"k", "x"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]*counter{"before New": &before, "after New": &after} {
+		if got, want := c.String(), "commands [set get mget], pipelines []"; got != want {
+			t.Errorf("hook added %s saw %s; want %s", name, got, want)
+		}
+	}
+}
+
+// TestWithTimeoutCloneDropsHooks records why the Store does not read
+// through rdb.WithTimeout(ReadTimeout), which would bound the socket of a
+// read whatever the client's options: in go-redis v9.23 the clone runs
+// none of the hooks added to the client, before it was made or after (and
+// TestHooksSeeCalls wants them all). If this test fails, go-redis changed,
+// and reading through a clone may have become sound.
+func TestWithTimeoutCloneDropsHooks(t *testing.T) {
+	rdb := srv.Client(t)
+	var before, after counter
+	rdb.AddHook(&before)
+	clone := rdb.WithTimeout(time.Second)
+	rdb.AddHook(&after)
+	if err := clone.Get(t.Context(), redistest.Prefix(t)).Err(); !errors.Is(err, redis.Nil) {
+		t.Fatalf("GET through the clone: %v, want redis.Nil", err)
+	}
+	if b, a := before.String(), after.String(); b != "commands [], pipelines []" || a != b {
+		t.Errorf("hooks of the client saw, through its WithTimeout clone: added before it %s, after it %s; "+
+			"the clone runs them now: l2 could read through one (see Info().ReadBound)", b, a)
+	}
+}
+
+// TestInfo: Info reports the prefix, and a log on one server only.
+func TestInfo(t *testing.T) {
+	s := l2.New(srv.Client(t), l2.Options{Prefix: "p:"})
+	if info := s.Info(); info.Prefix != "p:" || !info.Log {
+		t.Errorf("Info() on one server = %+v; want Prefix \"p:\", Log true", info)
+	}
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": deadAddr(t)}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { ring.Close() })
+	if info := l2.New(ring, l2.Options{}).Info(); info.Log || info.ReadBound != 250*time.Millisecond || len(info.Advice) != 0 {
+		t.Errorf("Info() with a Ring = %+v; want Log false, ReadBound 250ms, no advice", info)
+	}
+	// The Advice is the caller's copy.
+	unbounded := l2.New(srv.Client(t), l2.Options{})
+	info := unbounded.Info()
+	info.Advice[0] = "changed"
+	if got := unbounded.Info().Advice[0]; got == "changed" {
+		t.Error("Info().Advice shares its array with the Store")
 	}
 }

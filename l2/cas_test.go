@@ -6,40 +6,30 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
-	"github.com/hybridcache/hybridcache/l2"
-)
-
-var (
-	_ hybrid.CompareAndSetter = (*l2.Store)(nil)
-	_ hybrid.Replacer         = (*l2.Store)(nil)
-	_ hybrid.NewerSetter      = (*l2.Store)(nil)
-	_ hybrid.NewerJournal     = (*l2.Store)(nil)
 )
 
 func TestCompareAndSet(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
-	if err := s.Set(ctx, "k", []byte("old"), time.Minute); err != nil {
+	if err := set(ctx, s, "k", []byte("old"), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	ok, err := s.CompareAndSet(ctx, "k", []byte("other"), []byte("new"), time.Minute)
+	ok, err := compareAndSet(ctx, s, "k", []byte("other"), []byte("new"), time.Minute)
 	if err != nil || ok {
 		t.Fatalf("CompareAndSet with a wrong old: got %v %v, want false nil", ok, err)
 	}
-	if v, _, _ := s.Get(ctx, "k"); string(v) != "old" {
+	if v, _, _ := get(ctx, s, "k"); string(v) != "old" {
 		t.Fatalf("after a failed CompareAndSet: got %q, want old", v)
 	}
-	ok, err = s.CompareAndSet(ctx, "k", []byte("old"), []byte("new"), time.Minute)
+	ok, err = compareAndSet(ctx, s, "k", []byte("old"), []byte("new"), time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("CompareAndSet with the right old: got %v %v, want true nil", ok, err)
 	}
-	if v, _, _ := s.Get(ctx, "k"); string(v) != "new" {
+	if v, _, _ := get(ctx, s, "k"); string(v) != "new" {
 		t.Fatalf("after CompareAndSet: got %q, want new", v)
 	}
 	// A missing key holds nothing: no old matches it.
-	ok, err = s.CompareAndSet(ctx, "missing", []byte(""), []byte("x"), time.Minute)
+	ok, err = compareAndSet(ctx, s, "missing", []byte(""), []byte("x"), time.Minute)
 	if err != nil || ok {
 		t.Fatalf("CompareAndSet on a missing key: got %v %v, want false nil", ok, err)
 	}
@@ -51,22 +41,22 @@ func TestReplaceAndPublish(t *testing.T) {
 	channel := prefix + "ch"
 	ps := subscribe(t, srv.Client(t), channel)
 	msgs := receive(ps, 3)
-	if err := s.Set(ctx, "k", []byte("old"), 10*time.Second); err != nil {
+	if err := set(ctx, s, "k", []byte("old"), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	// A wrong old: nothing replaced, the message goes out all the same.
-	ok, err := s.ReplaceAndPublish(ctx, "k", []byte("other"), []byte("new"), channel, []byte("m1"))
+	ok, err := replaceAndPublish(ctx, s, "k", []byte("other"), []byte("new"), channel, []byte("m1"))
 	if err != nil || ok {
 		t.Fatalf("ReplaceAndPublish with a wrong old: got %v %v, want false nil", ok, err)
 	}
-	if v, _, _ := s.Get(ctx, "k"); string(v) != "old" {
+	if v, _, _ := get(ctx, s, "k"); string(v) != "old" {
 		t.Fatalf("after a failed ReplaceAndPublish: got %q, want old", v)
 	}
-	ok, err = s.ReplaceAndPublish(ctx, "k", []byte("old"), []byte("new"), channel, []byte("m2"))
+	ok, err = replaceAndPublish(ctx, s, "k", []byte("old"), []byte("new"), channel, []byte("m2"))
 	if err != nil || !ok {
 		t.Fatalf("ReplaceAndPublish with the right old: got %v %v, want true nil", ok, err)
 	}
-	if v, _, _ := s.Get(ctx, "k"); string(v) != "new" {
+	if v, _, _ := get(ctx, s, "k"); string(v) != "new" {
 		t.Fatalf("after ReplaceAndPublish: got %q, want new", v)
 	}
 	// The lifetime is kept, not reset or removed.
@@ -74,15 +64,15 @@ func TestReplaceAndPublish(t *testing.T) {
 		t.Errorf("PTTL after ReplaceAndPublish = %v, %v; want the 10 s set before, in (8s, 10s]", pttl, err)
 	}
 	// A missing key holds nothing: no old matches it, and nothing is created.
-	ok, err = s.ReplaceAndPublish(ctx, "missing", []byte(""), []byte("x"), channel, []byte("m3"))
+	ok, err = replaceAndPublish(ctx, s, "missing", []byte(""), []byte("x"), channel, []byte("m3"))
 	if err != nil || ok {
 		t.Fatalf("ReplaceAndPublish on a missing key: got %v %v, want false nil", ok, err)
 	}
-	if _, found, _ := s.Get(ctx, "missing"); found {
+	if _, found, _ := get(ctx, s, "missing"); found {
 		t.Error("ReplaceAndPublish created a missing key")
 	}
 	// An empty channel publishes nothing.
-	if _, err := s.ReplaceAndPublish(ctx, "k", []byte("new"), []byte("newer"), "", []byte("unseen")); err != nil {
+	if _, err := replaceAndPublish(ctx, s, "k", []byte("new"), []byte("newer"), "", []byte("unseen")); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := wait(t, msgs, 3), []string{"m1", "m2", "m3"}; !slices.Equal(got, want) {
@@ -106,7 +96,7 @@ func TestSetIfNewerAndPublish(t *testing.T) {
 	msgs := receive(ps, 4)
 	get := func(key string) string {
 		t.Helper()
-		v, _, err := s.Get(ctx, key)
+		v, _, err := get(ctx, s, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +116,7 @@ func TestSetIfNewerAndPublish(t *testing.T) {
 		{"same write time, another value", stamped(2000, "d"), "m3", true, stamped(2000, "d")},
 		{"far future", stamped(1<<50, "e"), "m4", true, stamped(1<<50, "e")},
 	} {
-		stored, err := s.SetIfNewerAndPublish(ctx, "k", c.value, 10*time.Second, channel, []byte(c.msg), 3)
+		stored, err := setIfNewerAndPublish(ctx, s, "k", c.value, 10*time.Second, channel, []byte(c.msg), 3)
 		if err != nil || stored != c.wantStored {
 			t.Fatalf("%s: got %v, %v; want %v, nil", c.name, stored, err, c.wantStored)
 		}
@@ -143,14 +133,14 @@ func TestSetIfNewerAndPublish(t *testing.T) {
 
 	// Offset 0, 8-byte records, no expiry, no channel; a stored value too
 	// short to hold a write time counts as older.
-	if err := s.Set(ctx, "r", []byte("x"), 0); err != nil {
+	if err := set(ctx, s, "r", []byte("x"), 0); err != nil {
 		t.Fatal(err)
 	}
 	rec := binary.BigEndian.AppendUint64(nil, 5000)
-	if stored, err := s.SetIfNewerAndPublish(ctx, "r", rec, 0, "", nil, 0); err != nil || !stored {
+	if stored, err := setIfNewerAndPublish(ctx, s, "r", rec, 0, "", nil, 0); err != nil || !stored {
 		t.Fatalf("over a short value: got %v, %v; want true, nil", stored, err)
 	}
-	if stored, err := s.SetIfNewerAndPublish(ctx, "r", binary.BigEndian.AppendUint64(nil, 4999), 0, "", nil, 0); err != nil || stored {
+	if stored, err := setIfNewerAndPublish(ctx, s, "r", binary.BigEndian.AppendUint64(nil, 4999), 0, "", nil, 0); err != nil || stored {
 		t.Fatalf("older record: got %v, %v; want false, nil", stored, err)
 	}
 	if got := get("r"); got != string(rec) {
@@ -159,7 +149,7 @@ func TestSetIfNewerAndPublish(t *testing.T) {
 	if pttl, err := rdb.PTTL(ctx, prefix+"r").Result(); err != nil || pttl != -1 {
 		t.Errorf("PTTL of a record stored without expiry = %v, %v; want -1", pttl, err)
 	}
-	if _, err := s.SetIfNewerAndPublish(ctx, "r", rec, 0, "", nil, -1); err == nil {
+	if _, err := setIfNewerAndPublish(ctx, s, "r", rec, 0, "", nil, -1); err == nil {
 		t.Error("a negative offset: got nil error")
 	}
 }

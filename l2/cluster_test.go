@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
 )
 
@@ -102,7 +103,7 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			stored, err := s.SetManyIfAbsent(ctx, keys, values, ttls)
+			stored, err := setManyIfAbsent(ctx, s, keys, values, ttls)
 			if err != nil {
 				t.Fatalf("SetManyIfAbsent: %v", err)
 			}
@@ -120,7 +121,7 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			got, err := s.GetMany(ctx, query)
+			got, err := s.Get(ctx, query)
 			if err != nil {
 				t.Fatalf("GetMany: %v", err)
 			}
@@ -138,7 +139,7 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 				}
 			}
 
-			stored, err = s.SetManyIfAbsent(ctx, []string{"k1", "new", "k2", "{tag}c"},
+			stored, err = setManyIfAbsent(ctx, s, []string{"k1", "new", "k2", "{tag}c"},
 				[][]byte{[]byte("x"), []byte("n"), []byte("x"), []byte("tc")},
 				[]time.Duration{0, time.Minute, 0, time.Minute})
 			if err != nil {
@@ -201,16 +202,16 @@ func TestClusterSetAndPublish(t *testing.T) {
 	}
 	for i := range 10 {
 		key := fmt.Sprint("k", i) // keys in several slots
-		if err := s.SetAndPublish(ctx, key, []byte("v"), time.Minute, prefix+"ch", []byte("set "+key)); err != nil {
+		if err := setAndPublish(ctx, s, key, []byte("v"), time.Minute, prefix+"ch", []byte("set "+key)); err != nil {
 			t.Fatalf("SetAndPublish(%s): %v", key, err)
 		}
-		if got, ok, err := s.Get(ctx, key); err != nil || !ok || string(got) != "v" {
+		if got, ok, err := get(ctx, s, key); err != nil || !ok || string(got) != "v" {
 			t.Errorf("Get(%s) = %q, %v, %v; want \"v\", true, nil", key, got, ok, err)
 		}
-		if err := s.SetAndPublish(ctx, key, []byte("v2"), time.Minute, prefix+"ch", []byte("set2 "+key)); err != nil {
+		if err := setAndPublish(ctx, s, key, []byte("v2"), time.Minute, prefix+"ch", []byte("set2 "+key)); err != nil {
 			t.Fatalf("SetAndPublish(%s): %v", key, err)
 		}
-		if got, ok, err := s.Get(ctx, key); err != nil || !ok || string(got) != "v2" {
+		if got, ok, err := get(ctx, s, key); err != nil || !ok || string(got) != "v2" {
 			t.Errorf("Get(%s) = %q, %v, %v; want \"v2\", true, nil", key, got, ok, err)
 		}
 	}
@@ -267,7 +268,7 @@ func TestClusterLeases(t *testing.T) {
 					others = append(others, keys[i])
 				}
 				if i%2 == 0 {
-					if err := s.Set(ctx, guarded[i], []byte(fmt.Sprint("v", i)), time.Minute); err != nil {
+					if err := set(ctx, s, guarded[i], []byte(fmt.Sprint("v", i)), time.Minute); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -289,14 +290,14 @@ func TestClusterLeases(t *testing.T) {
 			// Every third key is held by another token. The other calls
 			// load each script on every node, so that what follows makes
 			// no NOSCRIPT round trip.
-			if taken, _, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := takeLeases(ctx, s, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
 			}
 			// Taking none reads nothing.
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if taken, _, values, _, err := s.TakeLeases(ctx, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
+			if taken, _, values, _, err := takeLeases(ctx, s, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
 				t.Fatalf("TakeLeases(nobody) = %v, %q, %v; want none taken, no values", taken, values, err)
 			}
 			if c.nodes != nil {
@@ -307,7 +308,7 @@ func TestClusterLeases(t *testing.T) {
 			if held, err := s.ExtendLeases(ctx, keys, "nobody", time.Minute); err != nil || slices.Contains(held, true) {
 				t.Fatalf("ExtendLeases(nobody) = %v, %v; want none held", held, err)
 			}
-			if err := s.ReleaseLeases(ctx, keys, "nobody", "", nil); err != nil {
+			if err := releaseLeases(ctx, s, keys, "nobody", "", nil); err != nil {
 				t.Fatalf("ReleaseLeases(nobody): %v", err)
 			}
 			pipelines := func(call string, want int) {
@@ -339,7 +340,7 @@ func TestClusterLeases(t *testing.T) {
 				c.nodes.reset()
 			}
 
-			taken, left, values, _, err := s.TakeLeases(ctx, keys, guarded, "me", 10*time.Second)
+			taken, left, values, _, err := takeLeases(ctx, s, keys, guarded, "me", 10*time.Second)
 			if err != nil {
 				t.Fatalf("TakeLeases(me): %v", err)
 			}
@@ -394,7 +395,7 @@ func TestClusterLeases(t *testing.T) {
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if err := s.ReleaseLeases(ctx, keys, "me", prefix+"ch", []byte("released")); err != nil {
+			if err := releaseLeases(ctx, s, keys, "me", prefix+"ch", []byte("released")); err != nil {
 				t.Fatalf("ReleaseLeases(me): %v", err)
 			}
 			if c.nodes != nil {
@@ -424,13 +425,13 @@ func TestClusterLeases(t *testing.T) {
 			for i := range quiet {
 				quiet[i] = fmt.Sprint("ns:\x00lease:quiet:", i)
 			}
-			if taken, _, _, _, err := s.TakeLeases(ctx, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := takeLeases(ctx, s, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(me, quiet) = %v, %v; want all taken", taken, err)
 			}
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if err := s.ReleaseLeases(ctx, quiet, "me", prefix+"ch", []byte("not sent")); err != nil {
+			if err := releaseLeases(ctx, s, quiet, "me", prefix+"ch", []byte("not sent")); err != nil {
 				t.Fatalf("ReleaseLeases(me, quiet): %v", err)
 			}
 			if c.nodes != nil {
@@ -468,10 +469,10 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	for i := range 30 {
 		keys = append(keys, fmt.Sprint("lease:", i))
 	}
-	if _, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "warm", time.Minute); err != nil {
+	if _, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, keys, "warm", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	node := redis.NewClient(&redis.Options{Addr: addrs[0]})
@@ -479,7 +480,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	taken, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "me", time.Minute)
+	taken, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "me", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", taken, err)
 	}
@@ -493,12 +494,12 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	if err := s.ReleaseLeases(ctx, keys, "me", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, keys, "me", "", nil); err != nil {
 		t.Fatalf("ReleaseLeases after SCRIPT FLUSH on one node: %v", err)
 	}
 	// FillAndRelease's scripts (compare and set, release) on every node.
 	for i, k := range keys {
-		if _, err := s.FillAndRelease(ctx, fmt.Sprint("v:", i), []byte("x"), []byte("v"), time.Minute, k, "me", "", nil, nil); err != nil {
+		if _, err := fillAndRelease(ctx, s, fmt.Sprint("v:", i), []byte("x"), []byte("v"), time.Minute, k, "me", "", nil, nil); err != nil {
 			t.Fatalf("FillAndRelease: %v", err)
 		}
 	}
@@ -506,13 +507,13 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
 	for i, k := range keys {
-		if _, _, _, _, err := s.TakeLeases(ctx, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
+		if _, _, _, _, err := takeLeases(ctx, s, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Set(ctx, fmt.Sprint("v:", i), []byte("old"), time.Minute); err != nil {
+		if err := set(ctx, s, fmt.Sprint("v:", i), []byte("old"), time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		wrote, err := s.FillAndRelease(ctx, fmt.Sprint("v:", i), []byte("old"), []byte("new"), time.Minute, k, "fill", "", nil, nil)
+		wrote, err := fillAndRelease(ctx, s, fmt.Sprint("v:", i), []byte("old"), []byte("new"), time.Minute, k, "fill", "", nil, nil)
 		if err != nil || !wrote {
 			t.Fatalf("FillAndRelease(%s) after SCRIPT FLUSH on one node = %v, %v; want true, nil", k, wrote, err)
 		}
@@ -520,11 +521,11 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 			t.Errorf("lease %s after FillAndRelease: %d, %v; want released", k, n, err)
 		}
 	}
-	taken, _, _, _, err = s.TakeLeases(ctx, keys, guards(keys), "again", time.Minute)
+	taken, _, _, _, err = takeLeases(ctx, s, keys, guards(keys), "again", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", taken, err)
 	}
-	if err := s.ReleaseLeases(ctx, keys, "again", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, keys, "again", "", nil); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -585,14 +586,14 @@ func TestClusterFillAndRelease(t *testing.T) {
 			// Two round trips: the write, then the release, which publishes
 			// (the lease is gone: someone may wait).
 			for _, old := range [][]byte{nil, []byte("v")} {
-				if err := s.Set(ctx, "r", []byte("v"), time.Minute); err != nil {
+				if err := set(ctx, s, "r", []byte("v"), time.Minute); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := s.FillAndRelease(ctx, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+				if _, err := fillAndRelease(ctx, s, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
 					t.Fatal(err) // loads the scripts
 				}
 				c.nodes.reset()
-				if _, err := s.FillAndRelease(ctx, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+				if _, err := fillAndRelease(ctx, s, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
 					t.Fatal(err)
 				}
 				want := "commands [set evalsha], pipelines []"
@@ -646,4 +647,122 @@ func masterOf(t *testing.T, rdb redis.UniversalClient, key string) string {
 		t.Fatalf("MasterForKey: %v", err)
 	}
 	return m.Options().Addr
+}
+
+// TestClusterWriteBatch: a batch of writes over every master, plain, by
+// script with a message, and releasing leases, is one pipeline per node
+// for the writes, then one per node for the releases, which publish the
+// messages of the leases asked for; every subscriber, on any node, hears
+// each message once, and nothing for the leases no one asked for.
+func TestClusterWriteBatch(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	for _, c := range clusterClients(t) {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := t.Context()
+			prefix := redistest.Prefix(t) + ":"
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			if s.Info().Log {
+				t.Error("Info().Log on Redis Cluster: true, want false")
+			}
+			channel := prefix + "ch"
+			var all []*messages
+			for _, a := range addrs {
+				sub := redis.NewClient(&redis.Options{Addr: a})
+				t.Cleanup(func() { sub.Close() })
+				all = append(all, receive(subscribe(t, sub, channel), 32))
+			}
+			// batch returns the writes of keys k<i><tail>: i%3 == 0 a
+			// plain SET; 1 an IfEqual by script, announced; 2 a holder's
+			// IfAbsent, its lease asked for when i%6 == 2.
+			const n = 30
+			batch := func(tail string) (ws []tier.Write, leases, asked, want []string) {
+				for i := range n {
+					k := fmt.Sprint("k", i, tail)
+					switch i % 3 {
+					case 0:
+						ws = append(ws, tier.Write{Key: k, Value: []byte("v")})
+					case 1:
+						ws = append(ws, tier.Write{Key: k, Value: []byte("v"), If: tier.IfEqual, Old: []byte("o"),
+							TTL: time.Minute, Msg: []byte("m " + k), Else: []byte("e " + k)})
+						want = append(want, "m "+k)
+					case 2:
+						l := "lease:" + k
+						ws = append(ws, tier.Write{Key: k, Value: []byte("v"), If: tier.IfAbsent, TTL: time.Minute,
+							Lease: l, Token: "me", Msg: []byte("filled " + k), Else: []byte("unfilled " + k)})
+						leases = append(leases, l)
+						if i%6 == 2 {
+							asked = append(asked, l)
+							if i == 8 {
+								want = append(want, "unfilled "+k)
+							} else {
+								want = append(want, "filled "+k)
+							}
+						}
+					}
+				}
+				return ws, leases, asked, want
+			}
+			prepare := func(tail string) ([]tier.Write, []string) {
+				ws, leases, asked, want := batch(tail)
+				for i := range n {
+					if i%3 == 1 || i == 8 {
+						if err := set(ctx, s, fmt.Sprint("k", i, tail), []byte("o"), time.Minute); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), "me", time.Minute); err != nil || slices.Contains(taken, false) {
+					t.Fatalf("TakeLeases(me) = %v, %v; want all taken", taken, err)
+				}
+				askFor(t, s, asked...)
+				return ws, want
+			}
+			// The same batch once on other keys and channel loads the
+			// scripts on every node.
+			warm, _ := prepare("w")
+			if _, err := s.Write(ctx, warm, tier.Feed{Channel: prefix + "warm"}); err != nil {
+				t.Fatal(err)
+			}
+			ws, want := prepare("")
+			if c.nodes != nil {
+				c.nodes.reset()
+			}
+			stored, err := s.Write(ctx, ws, tier.Feed{Channel: channel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.nodes != nil {
+				if cmds, pipes := c.nodes.counts(); cmds != 0 || pipes != 6 {
+					t.Errorf("Write sent %d commands and %d pipelines, want 6 pipelines (writes, then releases, on 3 nodes): %v", cmds, pipes, c.nodes)
+				}
+			}
+			for i, w := range ws {
+				if want := i != 8; stored[i] != want {
+					t.Errorf("stored[%d] (%s): got %v, want %v", i, w.Key, stored[i], want)
+				}
+				wantValue := "v"
+				if i == 8 {
+					wantValue = "o"
+				}
+				if v, _, err := get(ctx, s, w.Key); err != nil || string(v) != wantValue {
+					t.Errorf("%s holds %q, %v; want %q", w.Key, v, err, wantValue)
+				}
+				if w.Lease != "" {
+					if got := holder(t, c.rdb, prefix+w.Lease); got != "" {
+						t.Errorf("%s holds %q, want it released", w.Lease, got)
+					}
+				}
+			}
+			ends := publishEverywhere(t, c.rdb, channel, "end")
+			for j, m := range all {
+				got := wait(t, m, len(want)+ends)
+				slices.Sort(got)
+				wantAll := append(slices.Repeat([]string{"end"}, ends), want...)
+				slices.Sort(wantAll)
+				if !slices.Equal(got, wantAll) {
+					t.Errorf("subscriber on %s heard %q, want %q", addrs[j], got, wantAll)
+				}
+			}
+		})
+	}
 }

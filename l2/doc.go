@@ -1,226 +1,112 @@
-// Package l2 is the shared, Redis-backed second tier of a hybrid cache.
-//
-// A Store keeps byte values in Redis through a go-redis client that the
-// caller creates, configures and closes: one server, a Sentinel-managed
-// primary, or Redis Cluster. It knows nothing of codecs, envelopes or the
-// first tier; package hybrid takes a Store as its Remote, BatchRemote,
-// CompareAndSetter, Announcer, Journal, Replacer, NewerSetter,
-// NewerJournal and Leaser.
+// Package l2 is the shared, Redis-backed second tier of a hybrid cache: a
+// Store implements package hybrid's Remote over a go-redis client that the
+// caller creates, configures and closes (one server, a Sentinel-managed
+// primary, Redis Cluster, or a Ring). It knows nothing of codecs,
+// envelopes or the first tier.
 //
 // # Key layout
 //
 // A value is one plain Redis string under Options.Prefix + key, holding the
-// bytes exactly as given. Its lifetime is the Redis expiry set with PX (in
-// milliseconds); a ttl of zero or less stores it without expiry. Nothing
-// else is written (no index keys, no metadata) but the invalidation log
-// and the leases described below, when package hybrid asks for them. A
-// miss is a missing key, and
-// Get reports it as ok == false with a nil error. SetIfAbsent and
-// SetManyIfAbsent write with SET NX, so that a cache fill never overwrites
-// another instance's write.
+// bytes as given, with its lifetime as the key's expiry (PX, whole
+// milliseconds; none for a ttl of zero or less). A lease is a string too,
+// under the prefix and the lease's name, holding its holder's token; the
+// invalidation log is a stream under the prefix and Feed.Log. Nothing else
+// is written. Feed.Channel is used as given.
+//
+// # Writes
+//
+// Write takes a batch. A write that asks for nothing but its value (Always
+// or IfAbsent, without messages, log, lease or KeepTTL) is a plain SET or
+// SET NX. Any other runs one Lua script, atomically, in this order:
+//
+//  1. read, writing nothing: the condition (EXISTS, GET == Old, or the
+//     write times of IfNewer) and the lease (GET <lease>);
+//  2. XADD <log> MAXLEN ~ <LogLen> * m <Log>, if a message goes out;
+//  3. SET <key> <value> [PX <ttl> | KEEPTTL], if the condition held;
+//  4. DEL <lease>, if it is held under the token (marked or not);
+//  5. PUBLISH <channel> <msg>, positioned at the log entry if one was added.
+//
+// So a failing XADD (the log key holds another type) writes nothing, and
+// for any key (and any keys that share a master) the order of messages on
+// a channel and of log entries is the order of the writes. That lets peers
+// swap in a value carried by a message: separate SET and PUBLISH commands
+// from concurrent writers could interleave and leave a peer holding an
+// older value than Redis. There is no delete: package hybrid writes a
+// short tombstone instead, so that a fill that read the old value cannot
+// write it back.
 //
 // # Batches
 //
-// GetMany and SetManyIfAbsent cost one round trip (per node in a cluster):
-// GetMany is one MGET, SetManyIfAbsent one pipeline of SET NX commands.
-// Empty input returns at once, without a round trip. Batches are not
+// A Get of one key is a GET, of more one MGET; the writes of a batch, and
+// the scripts of TakeLeases and ExtendLeases, go in one pipeline: one
+// round trip (per node). Scripts go by EVALSHA, and those that meet
+// NOSCRIPT (a server restarted, or its scripts flushed) again by EVAL, in
+// order. Empty input returns at once, without a round trip. A batch is not
 // atomic.
 //
-// There is no Delete: package hybrid deletes by writing a short tombstone
-// with SetAndPublish, so that a fill that read the old value before the
-// delete cannot write it back. A bare DEL would reopen that window.
+// # Redis Cluster and Ring
 //
-// # Redis Cluster
+// New recognises a *redis.ClusterClient or *redis.Ring, also behind a
+// redis.UniversalClient or embedded in another type. A multi-key command
+// must keep to one hash slot, so Get groups keys by slot (CRC16 of the key
+// or its {hash tag}, modulo 16384): one MGET per slot, in one pipeline that
+// go-redis splits by node. A script's keys must share a slot too, and a
+// lease is generally in another than its key: a write with a lease is
+// made first, then the lease is released by a script on its own master,
+// which publishes; a take reads the guarded keys in a second round trip.
+// A PUBLISH from a script reaches every node over the cluster bus. With a
+// Ring, which shards by key on the client side, each key of a batch gets
+// its own command, a lease's message is a PUBLISH of its own (to the
+// channel's shard), and a write's other messages reach its key's shard only.
 //
-// New recognises a *redis.ClusterClient (also one returned as a
-// redis.UniversalClient by redis.NewUniversalClient, or embedded in another
-// type). A multi-key command in a cluster must keep to one hash slot, so
-// GetMany groups the keys by slot (CRC16 of the key, or of its {hash tag},
-// modulo 16384) and sends one MGET per slot (a GET for a slot with one
-// key), all in one pipeline that go-redis splits by node and runs in
-// parallel. Keys that share a hash tag share a slot, and so a command.
-// Single-key commands and the scripts of SetAndPublish, CompareAndSet,
-// ReplaceAndPublish and the leases go to the master of the key's slot,
-// following MOVED and ASK redirections as go-redis does.
-//
-// With a go-redis Ring, which shards by key on the client side, each key of
-// a batch gets its own command in the pipeline.
-//
-// # Write and announce
-//
-// SetAndPublish runs one Lua script that writes the key and PUBLISHes a
-// message in the same atomic step. Redis runs one script at a time, so for
-// any one key the order of messages on a channel is the order of the
-// writes, and once writes stop the last message a subscriber received
-// describes what Redis holds. That is what lets peers swap in a
-// value carried by a message instead of only dropping their copy. Separate
-// SET and PUBLISH commands from concurrent writers could interleave, leaving
-// a peer holding an older value than Redis.
-//
-// The key is passed as KEYS[1], so in Redis Cluster the script runs on the
-// master that owns the key. A classic PUBLISH from a script is forwarded to
-// every node over the cluster bus, in the order it was made, so a subscriber
-// connected to any node receives the messages in write order.
-//
-// NOTE: ordering holds between writes that run on the same server: for one
-// key, and for keys that share a master. Messages about keys on different
-// masters may reach a subscriber in any order relative to each other. While
-// a slot migrates to another master, or after a failover, two writes of one
-// key may run on different masters and their messages may arrive out of
-// order too.
+// NOTE: message order holds between writes on one server: for one key, and
+// for keys that share a master. While a slot migrates, or after a
+// failover, two writes of one key may run on different masters.
 //
 // # Invalidation log
 //
-// SetPublishAndLog is SetAndPublish that also appends the message's log
-// entry (package hybrid's: the operation and keys or tag, never a value)
-// to a capped invalidation log, a Redis stream, in the same script:
-//
-//	XADD <Prefix><log> MAXLEN ~ <maxLen> * m <entry>    -> id
-//	SET <Prefix><key> <value> [PX <ttl>]
-//	PUBLISH <channel> <2><len(id)><id><msg>
-//
-// So the log's order is the order of the writes and of their messages, and
-// each message carries its entry's id, its position. An instance whose bus
-// connection dropped reads the entries after the last position it applied
-// with ReadLog, instead of flushing its first tier; OpenLog gives a new
-// instance its starting position (creating the stream, with a marker entry
-// that ReadLog skips, if it is missing). ReadLog reports whether the log
-// still holds everything after a position: not if entries after it were
-// trimmed, or the stream is missing, was created anew or ends before it
-// (Redis restarted without it, or failed over to a replica that had not
-// received it all); then the cache flushes as before.
-//
-// The log's name comes complete from package hybrid (its namespace's key
-// prefix and "\x00log"); like every key it gets Options.Prefix, while the
-// channel does not. It never expires: an unused namespace's log stays, at
-// its capped size, until deleted.
-//
-// Its cost is one XADD per announced write, in the same round trip, and
-// about maxLen entries of memory per log. Trimming is approximate (MAXLEN
-// ~): Redis drops whole nodes of the stream, so a full log holds at least
-// maxLen entries and up to about maxLen plus stream-node-max-entries (100
-// by default). ReadLog is one script: EXISTS, XINFO STREAM and XRANGE.
-//
-// The log needs Redis 6.2 or later (exclusive XRANGE), and 7.0 to tell
-// that a log read from its start is whole. It is kept on one server or a
-// Sentinel-managed primary only: a script runs on one node, so on Redis
-// Cluster (and with a go-redis Ring) SetPublishAndLog,
-// SetIfNewerPublishAndLog, OpenLog and ReadLog
-// return an error wrapping errors.ErrUnsupported without a round trip, by
-// which package hybrid knows to keep to SetAndPublish and to flush its
-// first tier when messages may have been lost.
+// A write with Log set appends it, when its message goes out, to a capped
+// stream in the same script, and publishes the message positioned at the
+// new entry's id: byte 2, the id's length, the id, the message. An instance
+// whose bus connection dropped reads the entries after the last position
+// it applied with ReadLog; ReadLog with no position opens the log (creating
+// it, with a marker entry that reads skip, if missing) and returns its
+// last position. ReadLog reports whether the log holds everything after a
+// position: not if entries after it were trimmed, or the stream is missing,
+// was created anew or ends before it (Redis restarted, or failed over to a
+// replica that had not received it all). Trimming is approximate (MAXLEN
+// ~): the log holds LogLen entries at least, up to about LogLen plus
+// stream-node-max-entries (100 by default). It needs Redis 6.2 (7.0 to
+// tell that a log read from its start is whole) and one server: on Redis
+// Cluster or a Ring a script runs on one node, so Info().Log is false and
+// ReadLog and a write with Log fail with errors.ErrUnsupported.
 //
 // # Leases
 //
-// TakeLeases, ExtendLeases, ReleaseLeases and FillAndRelease keep load
-// leases, by which package hybrid has one instance of a fleet load a key
-// while the others wait for its value (hybrid.Options.LoadLease). A lease
-// is a plain string under Options.Prefix + key (package hybrid names it:
-// its namespace's prefix, "\x00lease:" and the cache key) that holds its
-// holder's token, followed by '*' once a taker found it held (it is then
-// asked for), and it always has an expiry, so that a holder that dies
-// holds it no longer than its ttl:
+// A lease lets one instance of a fleet load a key while the others wait.
+// TakeLeases writes the token with SET NX PX, then reads the key the lease
+// guards; a taker that finds it held marks it (its token and '*', same
+// expiry) and learns its holder and time left. ExtendLeases resets the
+// expiry of leases still held under the token. ReleaseLeases, and a write
+// with Lease, delete the leases still held under the token, and announce
+// only if someone may wait: the lease was marked, or is no longer held
+// under the token (expired, or another's). A lease always has an expiry,
+// so a holder that dies holds it no longer than its ttl.
 //
-//	take:    SET <lease> <token> NX PX <ttl>, then GET <key>;
-//	         else mark it: SET <lease> <held>* PX <its PTTL>
-//	         -> value, or time left and holder (<held>, without the '*')
-//	extend:  if GET <lease> is <token> or <token>*: PEXPIRE <lease> <ttl> -> held
-//	release: if GET <lease> is <token> or <token>*: DEL <lease>; then, unless
-//	         it was <token> (no one asked for it), PUBLISH <channel> <msg>
-//	fill:    SET <key> <value> NX PX <ttl> (or, given old, if GET <key> == <old>:
-//	         SET <key> <value> PX <ttl>); then release, publishing (unless no
-//	         one asked for the lease) one of two messages: stored or not -> stored
+// # Time bounds and failures
 //
-// A lease no longer held under the token (expired, or another holder's) may
-// have been waited for, so its release publishes too; a release of leases
-// no one asked for publishes nothing. Each is a small Lua script, so that
-// its check and its write are one atomic step. The scripts of one call go
-// in one pipeline by EVALSHA (those that meet NOSCRIPT are sent again by
-// EVAL), so a call costs one round trip per node. The GET of a take reads
-// the key the lease guards after the lease is set, so that a taker sees a
-// value that a holder stored before it released its lease; the fill writes
-// before it releases and publishes, so that whoever takes the lease or
-// hears the message after it finds the value. A taker that finds a lease
-// held learns its holder's token, so that it takes news of the lease only
-// from that holder (hybrid puts the token in its signed messages), and can
-// tell from the lease whether news that names the holder came after its
-// release.
-//
-// On one server (or a Sentinel-managed primary) the take's script reads the
-// guarded key itself, and the fill is one script over both keys: one round
-// trip each, atomic. In Redis Cluster a lease key is generally in another
-// hash slot than the key it guards, and a script may not span slots: each
-// script goes to the master of its own key's slot, a take reads the guarded
-// keys of the leases it took in a second round trip (as GetMany does; none
-// if it took none), and a fill writes the key, then runs the release
-// script, which publishes: two round trips, in that order. On one server
-// ReleaseLeases is one script over every lease, which publishes in the same
-// atomic step; in Redis Cluster each lease's script reports whether someone
-// may wait for it, and the PUBLISH, if one may, is sent once the scripts on
-// every node are done. A go-redis Ring is treated as Redis Cluster, except
-// that the messages of ReleaseLeases and FillAndRelease are PUBLISH
-// commands of their own, which the Ring sends to the channel's shard.
-//
-// # Failures and timeouts
-//
-// Every failure is returned, wrapped with the operation and key
-// ("l2: get \"user:1\": ..."), so errors.Is and errors.As see go-redis's and
-// the network's errors. A call cut short by its context reports the
-// context's error too (errors.Is(err, context.DeadlineExceeded) or
-// context.Canceled). Errors name keys and never the client's address,
-// password or URL beyond what go-redis itself puts in a network error.
-//
-// Options.ReadTimeout (default 250 ms) bounds each read and
-// Options.WriteTimeout (default 1 s) each write, as a deadline on ctx
-// unless ctx ends sooner. Calls that start within 5 ms share one deadline,
-// so a call costs no timer of its own (its deadline may come up to 5 ms
-// early); a ctx cancelled during a call is seen by go-redis when the call
-// starts and, after that, at the deadline at the latest. go-redis honours a ctx deadline, whatever its
-// MaxRetries, in all that a call waits for before it has a connection: a
-// free pooled connection, a new connection being dialled, and the back-off
-// between retries. So a call to a dead address ends by its bound; with
-// go-redis's defaults (3 retries, 5 dial attempts 100 ms apart) and no
-// deadline it takes about 1.7 s. A ctx deadline does not reach two things:
-//
-//   - The socket, unless the client is built with ContextTimeoutEnabled:
-//     true. Without it, a call on a connection to a stalled server (and the
-//     handshake of a new one) waits for the client's ReadTimeout and
-//     WriteTimeout, 5 s by default. Store.ReadBound reports which case
-//     holds.
-//   - The dial: go-redis dials on a goroutine of its own, which the call
-//     stops waiting for at its deadline, and which goes on for up to
-//     DialerRetries attempts of DialTimeout each while it holds one of the
-//     pool's PoolSize turns. Against an address that drops packets, a burst
-//     of calls can take every turn, and the calls after it fail at their
-//     deadlines until those dials end.
-//
-// So for a cache, build the client along these lines:
-//
-//	rdb := redis.NewClient(&redis.Options{
-//		Addr:                  addr,
-//		ContextTimeoutEnabled: true,                   // the Store's bounds reach the socket
-//		DialTimeout:           250 * time.Millisecond, // a dial outlives the call that started it
-//		DialerRetries:         1,                      // one attempt per dial, not 5
-//		ReadTimeout:           time.Second,            // backstop for calls with no deadline
-//		WriteTimeout:          time.Second,
-//		MaxRetries:            1,                      // one retry, for a connection the server closed
-//	})
-//
-// redis.ClusterOptions, FailoverOptions, RingOptions and UniversalOptions
-// have the same fields (a ClusterClient retries up to MaxRedirects times).
-// Retries matter little to a cache: a failed read falls back to the loader
-// and a failed write is returned; one retry covers an idle connection the
-// server or a load balancer closed.
-//
-// A Store does no retries, caching or fallbacks of its own, and the caller
-// decides what a failure means (package hybrid serves from its first tier
-// and the loader on a failed read, and returns a failed write). A failed
-// batch or write may have been partly or wholly applied: Redis may have run
-// a command whose reply was lost.
-//
-// # Concurrency
-//
-// A Store is safe for concurrent use. It does not own its client: it has no
-// Close, and the caller closes the client once it is done with every Store
-// built on it.
+// Options.ReadTimeout (default 250 ms) bounds each read, Options.WriteTimeout
+// (default 1 s) each other call, as a deadline on ctx unless ctx ends
+// sooner; calls that start within 5 ms share one deadline and timer. A
+// deadline ends waits for a dial, a pooled connection or a retry, but it
+// reaches the socket only if the client is built with ContextTimeoutEnabled:
+// true; without it a call to a stalled server waits for the client's own
+// ReadTimeout (5 s by default). Info().ReadBound is ReadTimeout only when
+// it holds, else 0, with a line of Info().Advice. The Store does not read
+// through a (*redis.Client).WithTimeout clone, which would bound the socket
+// whatever the options: in go-redis v9.23 such a clone runs none of the
+// hooks added to the client (tracing, metrics), and would miss those added
+// later. A call that fails is returned as "l2: <op> <key>: <cause>", with
+// the context's error when ctx ended; it may have been applied all the
+// same. The Store does no retries or fallbacks of its own.
 package l2

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,13 +16,10 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/hybrid"
-	"github.com/hybridcache/hybridcache/hybridtest"
 	"github.com/hybridcache/hybridcache/internal/message"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
 )
-
-var _ hybrid.Journal = (*l2.Store)(nil)
 
 // newJournal is newStore for the tests of the log, which need a real
 // redis-server (XINFO STREAM and exclusive ranges in a script).
@@ -52,7 +50,7 @@ func appendLog(t *testing.T, s *l2.Store, rdb *redis.Client, prefix, log string,
 	t.Helper()
 	for i := range n {
 		e := fmt.Sprint("e", i)
-		if err := s.SetPublishAndLog(t.Context(), fmt.Sprint("k", i), []byte("v"), time.Minute, prefix+"ch", []byte("m"), log, []byte(e), 1000); err != nil {
+		if err := setPublishAndLog(t.Context(), s, fmt.Sprint("k", i), []byte("v"), time.Minute, prefix+"ch", []byte("m"), log, []byte(e), 1000); err != nil {
 			t.Fatalf("SetPublishAndLog: %v", err)
 		}
 	}
@@ -72,7 +70,7 @@ func TestSetPublishAndLog(t *testing.T) {
 		msg := message.Encode(m, secret)
 		sent = append(sent, msg)
 		entry := []byte(fmt.Sprint("entry", i))
-		if err := s.SetPublishAndLog(ctx, "k", []byte(fmt.Sprint("v", i)), ttl, channel, msg, "log", entry, 100); err != nil {
+		if err := setPublishAndLog(ctx, s, "k", []byte(fmt.Sprint("v", i)), ttl, channel, msg, "log", entry, 100); err != nil {
 			t.Fatalf("SetPublishAndLog %d: %v", i, err)
 		}
 		pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
@@ -85,7 +83,7 @@ func TestSetPublishAndLog(t *testing.T) {
 			t.Errorf("PTTL after SetPublishAndLog(ttl %v) = %v; want about %v", ttl, pttl, ttl)
 		}
 	}
-	if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || string(got) != "v2" {
+	if got, ok, err := get(ctx, s, "k"); err != nil || !ok || string(got) != "v2" {
 		t.Errorf("Get = %q, %v, %v; want \"v2\", true, nil", got, ok, err)
 	}
 
@@ -134,7 +132,7 @@ func TestReplacePublishAndLog(t *testing.T) {
 		old, value string
 		replaced   bool
 	}{{"old", "new", true}, {"old", "newer", false}} {
-		got, err := s.ReplacePublishAndLog(ctx, "k", []byte(tt.old), []byte(tt.value), channel, []byte(fmt.Sprint("msg", i)), "log", []byte(fmt.Sprint("entry", i)), 100)
+		got, err := replacePublishAndLog(ctx, s, "k", []byte(tt.old), []byte(tt.value), channel, []byte(fmt.Sprint("msg", i)), "log", []byte(fmt.Sprint("entry", i)), 100)
 		if err != nil || got != tt.replaced {
 			t.Fatalf("ReplacePublishAndLog %d = %v, %v; want %v, nil", i, got, err, tt.replaced)
 		}
@@ -172,7 +170,7 @@ func TestSetPublishAndLogOrder(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				v := fmt.Appendf(nil, "w%d-%03d", w, i)
-				if err := s.SetPublishAndLog(ctx, "k", v, time.Minute, channel, v, "log", v, 10000); err != nil {
+				if err := setPublishAndLog(ctx, s, "k", v, time.Minute, channel, v, "log", v, 10000); err != nil {
 					errs <- err
 					return
 				}
@@ -205,7 +203,7 @@ func TestSetPublishAndLogOrder(t *testing.T) {
 		}
 		prev = pos
 	}
-	if v, _, err := s.Get(ctx, "k"); err != nil || string(v) != log[len(log)-1].Values["m"] {
+	if v, _, err := get(ctx, s, "k"); err != nil || string(v) != log[len(log)-1].Values["m"] {
 		t.Errorf("Redis holds %q (err %v); the last log entry is %q", v, err, log[len(log)-1].Values["m"])
 	}
 }
@@ -221,7 +219,7 @@ func TestSetPublishAndLogTrims(t *testing.T) {
 	}
 	const maxLen, writes = 10, 600
 	for i := range writes {
-		if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", nil, "log", []byte(fmt.Sprint(i)), maxLen); err != nil {
+		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", nil, "log", []byte(fmt.Sprint(i)), maxLen); err != nil {
 			t.Fatalf("SetPublishAndLog: %v", err)
 		}
 	}
@@ -233,7 +231,7 @@ func TestSetPublishAndLogTrims(t *testing.T) {
 		t.Errorf("log of %d entries after %d writes with maxLen %d; want %d to %d", n, writes, maxLen, maxLen, maxLen+node)
 	}
 	// What is left is the newest entries.
-	entries, _, complete, err := s.ReadLog(ctx, "log", "", writes)
+	entries, _, complete, err := readLog(ctx, s, "log", "", writes)
 	if err != nil || complete {
 		t.Fatalf("ReadLog from the start of a trimmed log: complete %v, err %v; want false, nil", complete, err)
 	}
@@ -248,16 +246,16 @@ func TestSetPublishAndLogWrongType(t *testing.T) {
 	if err := rdb.Set(ctx, prefix+"log", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetPublishAndLog(ctx, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err == nil {
+	if err := setPublishAndLog(ctx, s, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err == nil {
 		t.Error("SetPublishAndLog to a log key holding a string: got nil error, want one")
 	}
-	if _, ok, err := s.Get(ctx, "k"); ok || err != nil {
+	if _, ok, err := get(ctx, s, "k"); ok || err != nil {
 		t.Errorf("after the failed SetPublishAndLog, Get: ok %v, err %v; want nothing written", ok, err)
 	}
-	if _, err := s.OpenLog(ctx, "log"); err == nil {
+	if _, err := openLog(ctx, s, "log"); err == nil {
 		t.Error("OpenLog of a string key: got nil error, want one")
 	}
-	if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err == nil {
+	if _, _, _, err := readLog(ctx, s, "log", "", 10); err == nil {
 		t.Error("ReadLog of a string key: got nil error, want one")
 	}
 }
@@ -265,25 +263,26 @@ func TestSetPublishAndLogWrongType(t *testing.T) {
 func TestOpenLog(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
-	pos, err := s.OpenLog(ctx, "log")
-	if err != nil {
-		t.Fatalf("OpenLog of a missing log: %v", err)
+	page, err := s.ReadLog(ctx, "log", "", 10)
+	if err != nil || page.Last == "" || !page.Complete || page.Entries != nil || page.Positions != nil {
+		t.Fatalf("ReadLog(missing, \"\") = %+v, %v; want only Last, and Complete", page, err)
 	}
+	pos := page.Last
 	if ids := streamIDs(t, rdb, prefix+"log"); !slices.Equal(ids, []string{pos}) {
 		t.Fatalf("OpenLog created %v, returned %q; want one marker entry at the position returned", ids, pos)
 	}
-	if again, err := s.OpenLog(ctx, "log"); err != nil || again != pos {
+	if again, err := openLog(ctx, s, "log"); err != nil || again != pos {
 		t.Errorf("OpenLog again = %q, %v; want %q, nil (no second marker)", again, err, pos)
 	}
 	ids := appendLog(t, s, rdb, prefix, "log", 2)
-	if got, err := s.OpenLog(ctx, "log"); err != nil || got != ids[len(ids)-1] {
+	if got, err := openLog(ctx, s, "log"); err != nil || got != ids[len(ids)-1] {
 		t.Errorf("OpenLog after writes = %q, %v; want the newest, %q", got, err, ids[len(ids)-1])
 	}
 	// An emptied log gets a new marker, newer than all before.
 	if err := rdb.XTrimMaxLen(ctx, prefix+"log", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.OpenLog(ctx, "log")
+	got, err := openLog(ctx, s, "log")
 	if err != nil || message.ComparePositions(got, ids[len(ids)-1]) <= 0 {
 		t.Errorf("OpenLog of an emptied log = %q, %v; want a position after %q", got, err, ids[len(ids)-1])
 	}
@@ -311,7 +310,7 @@ func TestReadLog(t *testing.T) {
 	check := func(t *testing.T, rs []read) {
 		t.Helper()
 		for _, r := range rs {
-			es, ps, complete, err := s.ReadLog(ctx, "log", r.after, r.max)
+			es, ps, complete, err := readLog(ctx, s, "log", r.after, r.max)
 			if err != nil {
 				t.Errorf("ReadLog(%q, %d): %v", r.after, r.max, err)
 				continue
@@ -336,6 +335,15 @@ func TestReadLog(t *testing.T) {
 		}
 	}
 
+	// Last is the newest position given out, whatever the page holds, also
+	// once the log is emptied (below).
+	last := func(t *testing.T) {
+		t.Helper()
+		if page, err := s.ReadLog(ctx, "log", ids[1], 1); err != nil || page.Last != ids[4] {
+			t.Errorf("ReadLog(%q, 1): Last %q, %v; want %q", ids[1], page.Last, err, ids[4])
+		}
+	}
+	last(t)
 	t.Run("whole", func(t *testing.T) {
 		check(t, []read{
 			{"", 10, entries(0, 5), true},
@@ -369,6 +377,7 @@ func TestReadLog(t *testing.T) {
 			{ids[3], 10, nil, false},
 			{ids[4], 10, nil, true}, // the last id given out: nothing came after it
 		})
+		last(t)
 	})
 	t.Run("deleted", func(t *testing.T) {
 		if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
@@ -386,11 +395,11 @@ func TestReadLog(t *testing.T) {
 		if message.ComparePositions(newer[0], ids[4]) <= 0 {
 			t.Fatalf("new entry at %s, not after %s", newer[0], ids[4])
 		}
-		es, ps, complete, err := s.ReadLog(ctx, "log", ids[4], 10)
+		es, ps, complete, err := readLog(ctx, s, "log", ids[4], 10)
 		if err != nil || complete || len(es) != 1 || ps[0] != newer[0] {
 			t.Errorf("ReadLog of a recreated log = %q at %q, complete %v, %v; want [e0] at %s, false", es, ps, complete, err, newer[0])
 		}
-		if _, _, complete, err := s.ReadLog(ctx, "log", "", 10); err != nil || !complete {
+		if _, _, complete, err := readLog(ctx, s, "log", "", 10); err != nil || !complete {
 			t.Errorf("ReadLog of a recreated log from the start: complete %v, %v; want true", complete, err)
 		}
 	})
@@ -408,10 +417,10 @@ func msOf(t *testing.T, id string) uint64 {
 
 func TestReadLogMissing(t *testing.T) {
 	s, _, _ := newJournal(t)
-	for _, after := range []string{"", "1-0", "99999999999999-0"} {
-		es, ps, complete, err := s.ReadLog(t.Context(), "nolog", after, 10)
-		if err != nil || complete || es != nil || ps != nil {
-			t.Errorf("ReadLog(missing, %q) = %q, %q, %v, %v; want nothing, false, nil", after, es, ps, complete, err)
+	for _, after := range []string{"0-0", "1-0", "99999999999999-0"} {
+		page, err := s.ReadLog(t.Context(), "nolog", after, 10)
+		if err != nil || page.Complete || page.Entries != nil || page.Positions != nil || page.Last != "" {
+			t.Errorf("ReadLog(missing, %q) = %+v, %v; want nothing, not complete", after, page, err)
 		}
 	}
 }
@@ -421,19 +430,19 @@ func TestReadLogMissing(t *testing.T) {
 func TestReadLogSkipsMarkers(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
-	open, err := s.OpenLog(ctx, "log")
+	open, err := openLog(ctx, s, "log")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if es, _, complete, err := s.ReadLog(ctx, "log", "", 10); err != nil || len(es) != 0 || !complete {
+	if es, _, complete, err := readLog(ctx, s, "log", "", 10); err != nil || len(es) != 0 || !complete {
 		t.Errorf("ReadLog of a new log = %q, %v, %v; want nothing, complete", es, complete, err)
 	}
-	if es, _, complete, err := s.ReadLog(ctx, "log", open, 10); err != nil || len(es) != 0 || !complete {
+	if es, _, complete, err := readLog(ctx, s, "log", open, 10); err != nil || len(es) != 0 || !complete {
 		t.Errorf("ReadLog after its marker = %q, %v, %v; want nothing, complete", es, complete, err)
 	}
 	write := func(e string) {
 		t.Helper()
-		if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", nil, "log", []byte(e), 100); err != nil {
+		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", nil, "log", []byte(e), 100); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -472,7 +481,7 @@ func TestReadLogSkipsMarkers(t *testing.T) {
 		{all[6], 1, nil},
 	}
 	for _, tt := range tests {
-		es, ps, complete, err := s.ReadLog(ctx, "log", tt.after, tt.max)
+		es, ps, complete, err := readLog(ctx, s, "log", tt.after, tt.max)
 		var got []string
 		for _, e := range es {
 			got = append(got, string(e))
@@ -486,14 +495,14 @@ func TestReadLogSkipsMarkers(t *testing.T) {
 func TestLogBadArguments(t *testing.T) {
 	s, _, _ := newStore(t) // no round trip: any server
 	ctx := t.Context()
-	if err := s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 0); err == nil {
+	if err := setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 0); err == nil {
 		t.Error("SetPublishAndLog with maxLen 0: got nil error, want one")
 	}
-	if _, _, _, err := s.ReadLog(ctx, "log", "", -1); err == nil {
+	if _, _, _, err := readLog(ctx, s, "log", "", -1); err == nil {
 		t.Error("ReadLog with max -1: got nil error, want one")
 	}
 	for _, after := range []string{"x", "1", "01-0", "1-0)", "(1-0"} {
-		if _, _, _, err := s.ReadLog(ctx, "log", after, 1); err == nil {
+		if _, _, _, err := readLog(ctx, s, "log", after, 1); err == nil {
 			t.Errorf("ReadLog after %q: got nil error, want one", after)
 		}
 	}
@@ -516,17 +525,25 @@ func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
 	if nodes != nil {
 		nodes.reset()
 	}
-	if _, err := s.OpenLog(ctx, "log"); !errors.Is(err, errors.ErrUnsupported) {
+	if s.Info().Log {
+		t.Error("Info().Log: true, want false")
+	}
+	if _, err := openLog(ctx, s, "log"); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("OpenLog: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if _, _, _, err := s.ReadLog(ctx, "log", "", 10); !errors.Is(err, errors.ErrUnsupported) {
+	if _, _, _, err := readLog(ctx, s, "log", "", 10); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("ReadLog: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if err := s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
+	if err := setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if _, err := s.SetIfNewerPublishAndLog(ctx, "k", nil, 0, "ch", nil, 0, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := setIfNewerPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, 0, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("SetIfNewerPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	}
+	// One logged write refuses its whole batch.
+	ws := []tier.Write{{Key: "a", Value: []byte("v")}, {Key: "b", Msg: []byte("m"), Log: []byte("e")}}
+	if stored, err := s.Write(ctx, ws, tier.Feed{Channel: "ch", Log: "log", LogLen: 10}); !errors.Is(err, errors.ErrUnsupported) || stored != nil {
+		t.Errorf("Write of a batch with a logged write: got %v, %v; want nil and an error wrapping errors.ErrUnsupported", stored, err)
 	}
 	if nodes != nil {
 		if cmds, pipelines := nodes.counts(); cmds+pipelines != 0 {
@@ -535,136 +552,106 @@ func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
 	}
 }
 
-// journalUnderTest is a Journal and the means to damage its log, for
-// TestJournalMatchesDouble.
-type journalUnderTest struct {
-	j     hybrid.Journal
-	write func(entry string) (pos string) // SetPublishAndLog; the position its message carried
-	trim  func(keep int)                  // XTRIM MAXLEN keep
-	drop  func()                          // DEL
-	later func(pos string) string         // a position well after pos
-}
-
-// TestJournalMatchesDouble runs one history of writes, trims and losses on
-// a Store and on hybridtest.Remote, and checks that ReadLog answers alike
-// on both after every step, from every position seen.
-func TestJournalMatchesDouble(t *testing.T) {
+// TestJournalHistory runs one history of writes, opens, trims and losses
+// on a Store, and checks after every step what ReadLog answers from every
+// position seen (and from the start, and from after the newest) against
+// testdata/journal.golden: the answers of hybridtest.Remote, the test
+// double of package hybrid, to the same history, recorded while the Store
+// was checked against it.
+func TestJournalHistory(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	clearMsg := message.Encode(message.Message{Op: message.OpClear, Namespace: "ns"}, nil)
 	msgs := receive(subscribe(t, srv.Client(t), prefix+"ch"), 100)
-	store := journalUnderTest{
-		j: s,
-		write: func(e string) string {
-			if err := s.SetPublishAndLog(ctx, "k", nil, 0, prefix+"ch", clearMsg, "log", []byte(e), 100); err != nil {
-				t.Fatal(err)
-			}
-			p, err := msgs.next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			return positionOf(t, []byte(p))
-		},
-		trim: func(keep int) {
-			if err := rdb.XTrimMaxLen(ctx, prefix+"log", int64(keep)).Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		drop: func() {
-			if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
-				t.Fatal(err)
-			}
-		},
-		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	var seen, got []string
+	write := func(e string) {
+		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", clearMsg, "log", []byte(e), 100); err != nil {
+			t.Fatal(err)
+		}
+		p, err := msgs.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, positionOf(t, []byte(p)))
 	}
-
-	bus := new(hybridtest.Bus)
-	t.Cleanup(func() { bus.Close() })
-	var last []byte
-	unsub, err := bus.Subscribe(ctx, "ch", func(b []byte) { last = b }, nil)
-	if err != nil {
-		t.Fatal(err)
+	trim := func(keep int) {
+		if err := rdb.XTrimMaxLen(ctx, prefix+"log", int64(keep)).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(unsub)
-	r := &hybridtest.Remote{Bus: bus}
-	double := journalUnderTest{
-		j: r,
-		write: func(e string) string {
-			if err := r.SetPublishAndLog(ctx, "k", nil, 0, "ch", clearMsg, "log", []byte(e), 100); err != nil {
-				t.Fatal(err)
-			}
-			if err := bus.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-			return positionOf(t, last)
-		},
-		trim:  func(keep int) { r.TrimLog("log", keep) },
-		drop:  func() { r.DropLog("log") },
-		later: func(pos string) string { return fmt.Sprint(msOf(t, pos)+1000, "-0") },
+	open := func() {
+		p, err := openLog(ctx, s, "log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(seen, p) {
+			seen = append(seen, p)
+		}
 	}
-
-	// reads returns, for every position seen and a few more, what ReadLog
+	// step records, for every position seen and a few more, what ReadLog
 	// answers, with positions given as their index in seen.
-	reads := func(u journalUnderTest, seen []string) []string {
-		afters := append([]string{"", "0-0", u.later(seen[len(seen)-1])}, seen...)
-		var out []string
-		for _, after := range afters {
+	steps := 0
+	step := func() {
+		later := fmt.Sprint(msOf(t, seen[len(seen)-1])+1000, "-0")
+		for _, after := range append([]string{"0-0", later}, seen...) {
 			for _, n := range []int{0, 1, 2, 10} {
-				es, ps, complete, err := u.j.ReadLog(ctx, "log", after, n)
+				page, err := s.ReadLog(ctx, "log", after, n)
 				if err != nil {
 					t.Fatalf("ReadLog(%q, %d): %v", after, n, err)
 				}
 				var at []int
-				for _, p := range ps {
+				for _, p := range page.Positions {
 					at = append(at, slices.Index(seen, p))
 				}
-				out = append(out, fmt.Sprintf("after %d, max %d: %q at %v, complete %v", slices.Index(seen, after), n, strs(es), at, complete))
+				got = append(got, fmt.Sprintf("%d\tafter %d, max %d: %q at %v, complete %v",
+					steps, slices.Index(seen, after), n, strs(page.Entries), at, page.Complete))
 			}
 		}
-		return out
+		steps++
 	}
-	run := func(u journalUnderTest) [][]string {
-		var seen []string
-		var all [][]string
-		open := func() {
-			p, err := u.j.OpenLog(ctx, "log")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(seen, p) {
-				seen = append(seen, p)
-			}
-		}
-		step := func() { all = append(all, reads(u, seen)) }
-		open()
+	open()
+	step()
+	for i := range 4 {
+		write(fmt.Sprint("e", i))
 		step()
-		for i := range 4 {
-			seen = append(seen, u.write(fmt.Sprint("e", i)))
-			step()
-		}
-		open()
-		u.trim(2)
-		step()
-		u.trim(0)
-		step()
-		open()
-		seen = append(seen, u.write("e4"))
-		step()
-		u.drop()
-		step()
-		seen = append(seen, u.write("e5"))
-		step()
-		open()
-		step()
-		return all
 	}
-	want := run(double)
-	got := run(store)
-	for i := range want {
-		for j := range want[i] {
-			if got[i][j] != want[i][j] {
-				t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i][j], want[i][j])
-			}
+	open()
+	trim(2)
+	step()
+	trim(0)
+	step()
+	open()
+	write("e4")
+	step()
+	if err := rdb.Del(ctx, prefix+"log").Err(); err != nil {
+		t.Fatal(err)
+	}
+	step()
+	write("e5")
+	step()
+	open()
+	step()
+	checkGolden(t, "testdata/journal.golden", got)
+}
+
+// checkGolden checks got, line by line, against the file golden.
+func checkGolden(t *testing.T, golden string, got []string) {
+	t.Helper()
+	b, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i := range max(len(got), len(want)) {
+		var g, w string
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			t.Errorf("line %d: got %s; want %s", i+1, g, w)
 		}
 	}
 }
@@ -709,11 +696,11 @@ func TestSetIfNewerPublishAndLog(t *testing.T) {
 		{"the same value", at(10, "a"), true, at(10, "a")},
 		{"older stored", at(20, "c"), true, at(20, "c")},
 	} {
-		stored, err := s.SetIfNewerPublishAndLog(ctx, "k", c.value, time.Minute, channel, []byte("msg-"+c.name), 3, "log", []byte("entry-"+c.name), 100)
+		stored, err := setIfNewerPublishAndLog(ctx, s, "k", c.value, time.Minute, channel, []byte("msg-"+c.name), 3, "log", []byte("entry-"+c.name), 100)
 		if err != nil || stored != c.wantStored {
 			t.Fatalf("%s: got %v, %v; want %v, nil", c.name, stored, err, c.wantStored)
 		}
-		if got, _, _ := s.Get(ctx, "k"); !bytes.Equal(got, c.want) {
+		if got, _, _ := get(ctx, s, "k"); !bytes.Equal(got, c.want) {
 			t.Fatalf("%s: key holds %x, want %x", c.name, got, c.want)
 		}
 	}
@@ -734,7 +721,7 @@ func TestSetIfNewerPublishAndLog(t *testing.T) {
 			t.Errorf("message %d: got %q, want it positioned at %s", i, p, id)
 		}
 	}
-	if _, err := s.SetIfNewerPublishAndLog(ctx, "k", at(30, ""), 0, channel, nil, 3, "log", nil, 0); err == nil {
+	if _, err := setIfNewerPublishAndLog(ctx, s, "k", at(30, ""), 0, channel, nil, 3, "log", nil, 0); err == nil {
 		t.Error("maxLen 0: got nil error")
 	}
 }

@@ -16,15 +16,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
-)
-
-var (
-	_ hybrid.Remote      = (*l2.Store)(nil)
-	_ hybrid.BatchRemote = (*l2.Store)(nil)
-	_ hybrid.Announcer   = (*l2.Store)(nil)
 )
 
 var srv *redistest.Server
@@ -109,7 +103,7 @@ func (c *counter) String() string {
 
 func TestGetMiss(t *testing.T) {
 	s, _, _ := newStore(t)
-	v, ok, err := s.Get(t.Context(), "missing")
+	v, ok, err := get(t.Context(), s, "missing")
 	if err != nil || ok || v != nil {
 		t.Fatalf("Get(missing) = %q, %v, %v; want nil, false, nil", v, ok, err)
 	}
@@ -120,10 +114,10 @@ func TestSetGet(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", value), func(t *testing.T) {
 			s, _, _ := newStore(t)
 			ctx := t.Context()
-			if err := s.Set(ctx, "k", value, time.Minute); err != nil {
+			if err := set(ctx, s, "k", value, time.Minute); err != nil {
 				t.Fatalf("Set: %v", err)
 			}
-			got, ok, err := s.Get(ctx, "k")
+			got, ok, err := get(ctx, s, "k")
 			if err != nil || !ok {
 				t.Fatalf("Get = %q, %v, %v; want %q, true, nil", got, ok, err, value)
 			}
@@ -138,7 +132,7 @@ func TestSetTTL(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	if err := s.Set(ctx, "k", []byte("v"), ttl); err != nil {
+	if err := set(ctx, s, "k", []byte("v"), ttl); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
@@ -150,7 +144,7 @@ func TestSetTTL(t *testing.T) {
 	}
 
 	// A ttl that is not whole seconds goes as milliseconds.
-	if err := s.Set(ctx, "k", []byte("v"), 1500*time.Millisecond); err != nil {
+	if err := set(ctx, s, "k", []byte("v"), 1500*time.Millisecond); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	pttl, err = rdb.PTTL(ctx, prefix+"k").Result()
@@ -169,10 +163,10 @@ func TestSetNoExpiry(t *testing.T) {
 		t.Run(ttl.String(), func(t *testing.T) {
 			s, rdb, prefix := newStore(t)
 			ctx := t.Context()
-			if err := s.Set(ctx, "k", []byte("old"), time.Minute); err != nil {
+			if err := set(ctx, s, "k", []byte("old"), time.Minute); err != nil {
 				t.Fatalf("Set: %v", err)
 			}
-			if err := s.Set(ctx, "k", []byte("new"), ttl); err != nil {
+			if err := set(ctx, s, "k", []byte("new"), ttl); err != nil {
 				t.Fatalf("Set: %v", err)
 			}
 			pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
@@ -201,11 +195,11 @@ func TestSetIfAbsent(t *testing.T) {
 		{"third", time.Minute, false, "first", 10 * time.Second},
 	}
 	for _, tt := range tests {
-		stored, err := s.SetIfAbsent(ctx, "k", []byte(tt.value), tt.ttl)
+		stored, err := setIfAbsent(ctx, s, "k", []byte(tt.value), tt.ttl)
 		if err != nil || stored != tt.wantStored {
 			t.Errorf("SetIfAbsent(%q) = %v, %v; want %v, nil", tt.value, stored, err, tt.wantStored)
 		}
-		got, ok, err := s.Get(ctx, "k")
+		got, ok, err := get(ctx, s, "k")
 		if err != nil || !ok || string(got) != tt.wantValue {
 			t.Errorf("Get after SetIfAbsent(%q) = %q, %v, %v; want %q, true, nil", tt.value, got, ok, err, tt.wantValue)
 		}
@@ -218,7 +212,7 @@ func TestSetIfAbsent(t *testing.T) {
 	// ttl 0 or less: no expiry.
 	for _, ttl := range []time.Duration{0, -time.Second} {
 		key := "noexp" + ttl.String()
-		if stored, err := s.SetIfAbsent(ctx, key, []byte("v"), ttl); err != nil || !stored {
+		if stored, err := setIfAbsent(ctx, s, key, []byte("v"), ttl); err != nil || !stored {
 			t.Fatalf("SetIfAbsent(%s, ttl %v) = %v, %v; want true, nil", key, ttl, stored, err)
 		}
 		if pttl, err := rdb.PTTL(ctx, prefix+key).Result(); err != nil || pttl != -1 {
@@ -230,7 +224,7 @@ func TestSetIfAbsent(t *testing.T) {
 	if err := rdb.Del(ctx, prefix+"k").Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if stored, err := s.SetIfAbsent(ctx, "k", []byte("again"), time.Minute); err != nil || !stored {
+	if stored, err := setIfAbsent(ctx, s, "k", []byte("again"), time.Minute); err != nil || !stored {
 		t.Errorf("SetIfAbsent after DEL = %v, %v; want true, nil", stored, err)
 	}
 }
@@ -240,7 +234,7 @@ func TestPrefix(t *testing.T) {
 	ctx := t.Context()
 	base := redistest.Prefix(t)
 	s := l2.New(rdb, l2.Options{Prefix: base + ":app:"})
-	if err := s.Set(ctx, "k", []byte("v"), time.Minute); err != nil {
+	if err := set(ctx, s, "k", []byte("v"), time.Minute); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	raw, err := rdb.Get(ctx, base+":app:k").Result()
@@ -250,19 +244,19 @@ func TestPrefix(t *testing.T) {
 
 	// A Store without the prefix sees other keys.
 	bare := l2.New(rdb, l2.Options{})
-	if _, ok, err := bare.Get(ctx, "k"); ok || err != nil {
+	if _, ok, err := get(ctx, bare, "k"); ok || err != nil {
 		t.Errorf("unprefixed Get(k): got ok %v, err %v; want false, nil", ok, err)
 	}
-	got, ok, err := bare.Get(ctx, base+":app:k")
+	got, ok, err := get(ctx, bare, base+":app:k")
 	if err != nil || !ok || string(got) != "v" {
 		t.Errorf("unprefixed Get(full key) = %q, %v, %v; want \"v\", true, nil", got, ok, err)
 	}
 
 	// Batches and scripts use the prefix too.
-	if _, err := s.SetManyIfAbsent(ctx, []string{"m"}, [][]byte{[]byte("mv")}, []time.Duration{0}); err != nil {
+	if _, err := setManyIfAbsent(ctx, s, []string{"m"}, [][]byte{[]byte("mv")}, []time.Duration{0}); err != nil {
 		t.Fatalf("SetManyIfAbsent: %v", err)
 	}
-	if err := s.SetAndPublish(ctx, "p", []byte("pv"), 0, base+":ch", []byte("msg")); err != nil {
+	if err := setAndPublish(ctx, s, "p", []byte("pv"), 0, base+":ch", []byte("msg")); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
 	}
 	for key, want := range map[string]string{"m": "mv", "p": "pv"} {
@@ -270,10 +264,10 @@ func TestPrefix(t *testing.T) {
 			t.Errorf("raw GET of %q = %q, %v; want %q, nil", key, raw, err, want)
 		}
 	}
-	if ok, err := s.CompareAndSet(ctx, "p", []byte("pv"), []byte("pv2"), 0); err != nil || !ok {
+	if ok, err := compareAndSet(ctx, s, "p", []byte("pv"), []byte("pv2"), 0); err != nil || !ok {
 		t.Fatalf("CompareAndSet = %v, %v; want true, nil", ok, err)
 	}
-	vals, err := s.GetMany(ctx, []string{"m", "p"})
+	vals, err := s.Get(ctx, []string{"m", "p"})
 	if err != nil || string(vals[0]) != "mv" || string(vals[1]) != "pv2" {
 		t.Errorf("GetMany(m, p) = %q, %v; want [mv pv2], nil", vals, err)
 	}
@@ -282,7 +276,7 @@ func TestPrefix(t *testing.T) {
 func TestGetMany(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := t.Context()
-	if _, err := s.SetManyIfAbsent(ctx,
+	if _, err := setManyIfAbsent(ctx, s,
 		[]string{"a", "b", "empty"},
 		[][]byte{[]byte("A"), []byte("B"), {}},
 		[]time.Duration{time.Minute, time.Minute, time.Minute},
@@ -291,7 +285,7 @@ func TestGetMany(t *testing.T) {
 	}
 	keys := []string{"b", "missing", "a", "b", "empty", "missing", "a"}
 	want := [][]byte{[]byte("B"), nil, []byte("A"), []byte("B"), {}, nil, []byte("A")}
-	got, err := s.GetMany(ctx, keys)
+	got, err := s.Get(ctx, keys)
 	if err != nil {
 		t.Fatalf("GetMany: %v", err)
 	}
@@ -309,13 +303,13 @@ func TestGetMany(t *testing.T) {
 func TestSetManyIfAbsent(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if err := s.Set(ctx, "old", []byte("kept"), 0); err != nil {
+	if err := set(ctx, s, "old", []byte("kept"), 0); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	keys := []string{"a", "old", "b", "a"}
 	values := [][]byte{[]byte("A"), []byte("new"), []byte("B"), []byte("A2")}
 	ttls := []time.Duration{10 * time.Second, time.Minute, 0, time.Minute}
-	stored, err := s.SetManyIfAbsent(ctx, keys, values, ttls)
+	stored, err := setManyIfAbsent(ctx, s, keys, values, ttls)
 	if err != nil {
 		t.Fatalf("SetManyIfAbsent: %v", err)
 	}
@@ -323,7 +317,7 @@ func TestSetManyIfAbsent(t *testing.T) {
 		t.Errorf("stored: got %v, want %v", stored, want)
 	}
 	for key, want := range map[string]string{"a": "A", "old": "kept", "b": "B"} {
-		got, ok, err := s.Get(ctx, key)
+		got, ok, err := get(ctx, s, key)
 		if err != nil || !ok || string(got) != want {
 			t.Errorf("Get(%s) = %q, %v, %v; want %q, true, nil", key, got, ok, err, want)
 		}
@@ -338,32 +332,47 @@ func TestSetManyIfAbsent(t *testing.T) {
 	}
 }
 
-func TestSetManyLengthMismatch(t *testing.T) {
+// TestWriteBadArguments: a write the Store cannot make fails the whole
+// batch, with an error naming it, before any round trip.
+func TestWriteBadArguments(t *testing.T) {
 	s, rdb, _ := newStore(t)
 	var c counter
 	rdb.AddHook(&c)
+	good := tier.Write{Key: "good", Value: []byte("v")}
 	tests := []struct {
-		name   string
-		keys   []string
-		values [][]byte
-		ttls   []time.Duration
+		name string
+		w    tier.Write
+		f    tier.Feed
+		want string // in the error
 	}{
-		{"fewer values", []string{"a", "b"}, [][]byte{nil}, []time.Duration{0, 0}},
-		{"fewer ttls", []string{"a", "b"}, [][]byte{nil, nil}, []time.Duration{0}},
-		{"more values", []string{"a"}, [][]byte{nil, nil}, []time.Duration{0}},
-		{"no keys", nil, [][]byte{nil}, nil},
+		{"unknown condition", tier.Write{Key: "k", If: tier.IfNewer + 1}, tier.Feed{}, "unknown condition"},
+		{"KeepTTL with Always", tier.Write{Key: "k", KeepTTL: true}, tier.Feed{}, "KeepTTL"},
+		{"KeepTTL with IfAbsent", tier.Write{Key: "k", If: tier.IfAbsent, KeepTTL: true}, tier.Feed{}, "KeepTTL"},
+		{"KeepTTL with IfNewer", tier.Write{Key: "k", If: tier.IfNewer, KeepTTL: true}, tier.Feed{}, "KeepTTL"},
+		{"negative StampAt", tier.Write{Key: "k", If: tier.IfNewer, StampAt: -1}, tier.Feed{}, "StampAt"},
+		{"Log without Feed.Log", tier.Write{Key: "k", Msg: []byte("m"), Log: []byte("e")}, tier.Feed{Channel: "ch", LogLen: 10}, "Feed.Log"},
+		{"LogLen 0", tier.Write{Key: "k", Msg: []byte("m"), Log: []byte("e")}, tier.Feed{Channel: "ch", Log: "log"}, "LogLen"},
+		{"LogLen negative", tier.Write{Key: "k", Msg: []byte("m"), Log: []byte("e")}, tier.Feed{Channel: "ch", Log: "log", LogLen: -1}, "LogLen"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stored, err := s.SetManyIfAbsent(t.Context(), tt.keys, tt.values, tt.ttls)
-			if err == nil || stored != nil {
-				t.Errorf("SetManyIfAbsent(%d keys, %d values, %d ttls) = %v, %v; want nil, an error",
-					len(tt.keys), len(tt.values), len(tt.ttls), stored, err)
+			for _, ws := range [][]tier.Write{{tt.w}, {good, tt.w}} {
+				stored, err := s.Write(t.Context(), ws, tt.f)
+				if err == nil || stored != nil || !strings.HasPrefix(err.Error(), "l2: write ") || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("Write(%d writes) = %v, %v; want nil and an l2 error about %s", len(ws), stored, err, tt.want)
+				}
+				if len(ws) > 1 && err != nil && !strings.Contains(err.Error(), `"k"`) {
+					t.Errorf("Write of a batch: error %q does not name the bad write's key", err)
+				}
 			}
 		})
 	}
 	if c.String() != "commands [], pipelines []" {
 		t.Errorf("sent %v; want nothing", &c)
+	}
+	// Feed.Log and LogLen matter only to a write with Log.
+	if stored, err := s.Write(t.Context(), []tier.Write{good}, tier.Feed{Log: "log"}); err != nil || !stored[0] {
+		t.Errorf("Write without Log, Feed.LogLen 0 = %v, %v; want [true], nil", stored, err)
 	}
 }
 
@@ -372,15 +381,18 @@ func TestEmptyInputsMakeNoRoundTrip(t *testing.T) {
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
-	got, err := s.GetMany(ctx, nil)
+	got, err := s.Get(ctx, nil)
 	if err != nil || len(got) != 0 {
 		t.Errorf("GetMany(nil) = %v, %v; want no values, nil", got, err)
 	}
-	if got, err := s.GetMany(ctx, []string{}); err != nil || len(got) != 0 {
+	if got, err := s.Get(ctx, []string{}); err != nil || len(got) != 0 {
 		t.Errorf("GetMany([]) = %v, %v; want no values, nil", got, err)
 	}
-	if stored, err := s.SetManyIfAbsent(ctx, nil, nil, nil); err != nil || len(stored) != 0 {
+	if stored, err := setManyIfAbsent(ctx, s, nil, nil, nil); err != nil || len(stored) != 0 {
 		t.Errorf("SetManyIfAbsent(nil) = %v, %v; want no results, nil", stored, err)
+	}
+	if stored, err := s.Write(ctx, []tier.Write{}, tier.Feed{Channel: "ch"}); err != nil || len(stored) != 0 {
+		t.Errorf("Write([]) = %v, %v; want no results, nil", stored, err)
 	}
 	if c.String() != "commands [], pipelines []" {
 		t.Errorf("sent %v; want nothing", &c)
@@ -401,10 +413,20 @@ func TestOneCommandPerBatch(t *testing.T) {
 		run  func() error
 		want string
 	}{
-		{"SetManyIfAbsent", func() error { _, err := s.SetManyIfAbsent(ctx, keys, values, ttls); return err },
+		{"SetManyIfAbsent", func() error { _, err := setManyIfAbsent(ctx, s, keys, values, ttls); return err },
 			"commands [], pipelines [[set set set set set]]"},
-		{"GetMany", func() error { _, err := s.GetMany(ctx, keys); return err },
+		{"GetMany", func() error { _, err := s.Get(ctx, keys); return err },
 			"commands [mget], pipelines []"},
+		{"Get of one key", func() error { _, err := s.Get(ctx, keys[:1]); return err },
+			"commands [get], pipelines []"},
+		{"Write of one", func() error { return set(ctx, s, "a", nil, time.Minute) },
+			"commands [set], pipelines []"},
+		{"Write of one, if absent", func() error { _, err := setIfAbsent(ctx, s, "a", nil, 0); return err },
+			"commands [set], pipelines []"},
+		{"Write of plain writes, messages with no channel", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "a", Msg: []byte("m")}, {Key: "f", If: tier.IfAbsent, Else: []byte("m")}}, tier.Feed{})
+			return err
+		}, "commands [], pipelines [[set set]]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -421,7 +443,7 @@ func TestOneCommandPerBatch(t *testing.T) {
 
 func TestCanceledContext(t *testing.T) {
 	s, _, _ := newStore(t)
-	if err := s.Set(t.Context(), "k", []byte("v"), time.Minute); err != nil {
+	if err := set(t.Context(), s, "k", []byte("v"), time.Minute); err != nil {
 		t.Fatalf("Set: %v", err) // and the pool has a connection
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -430,27 +452,27 @@ func TestCanceledContext(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"Get", func() error { _, _, err := s.Get(ctx, "k"); return err }},
-		{"Set", func() error { return s.Set(ctx, "k", []byte("v"), 0) }},
-		{"SetIfAbsent", func() error { _, err := s.SetIfAbsent(ctx, "new", []byte("v"), 0); return err }},
-		{"GetMany", func() error { _, err := s.GetMany(ctx, []string{"k", "x"}); return err }},
+		{"Get", func() error { _, _, err := get(ctx, s, "k"); return err }},
+		{"Set", func() error { return set(ctx, s, "k", []byte("v"), 0) }},
+		{"SetIfAbsent", func() error { _, err := setIfAbsent(ctx, s, "new", []byte("v"), 0); return err }},
+		{"GetMany", func() error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
 		{"SetManyIfAbsent", func() error {
-			_, err := s.SetManyIfAbsent(ctx, []string{"new"}, [][]byte{nil}, []time.Duration{0})
+			_, err := setManyIfAbsent(ctx, s, []string{"new"}, [][]byte{nil}, []time.Duration{0})
 			return err
 		}},
-		{"CompareAndSet", func() error { _, err := s.CompareAndSet(ctx, "k", []byte("v"), nil, 0); return err }},
-		{"SetAndPublish", func() error { return s.SetAndPublish(ctx, "k", nil, 0, "ch", nil) }},
-		{"SetPublishAndLog", func() error { return s.SetPublishAndLog(ctx, "k", nil, 0, "ch", nil, "log", nil, 10) }},
-		{"OpenLog", func() error { _, err := s.OpenLog(ctx, "log"); return err }},
-		{"ReadLog", func() error { _, _, _, err := s.ReadLog(ctx, "log", "", 10); return err }},
+		{"CompareAndSet", func() error { _, err := compareAndSet(ctx, s, "k", []byte("v"), nil, 0); return err }},
+		{"SetAndPublish", func() error { return setAndPublish(ctx, s, "k", nil, 0, "ch", nil) }},
+		{"SetPublishAndLog", func() error { return setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 10) }},
+		{"OpenLog", func() error { _, err := openLog(ctx, s, "log"); return err }},
+		{"ReadLog", func() error { _, _, _, err := readLog(ctx, s, "log", "", 10); return err }},
 		{"TakeLeases", func() error {
-			_, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
+			_, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
-		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, []string{"l"}, "tok", "ch", nil) }},
+		{"ReleaseLeases", func() error { return releaseLeases(ctx, s, []string{"l"}, "tok", "ch", nil) }},
 		{"FillAndRelease", func() error {
-			_, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), time.Minute, "l", "tok", "ch", nil, nil)
+			_, err := fillAndRelease(ctx, s, "k", nil, []byte("v"), time.Minute, "l", "tok", "ch", nil, nil)
 			return err
 		}},
 	}
@@ -465,7 +487,7 @@ func TestCanceledContext(t *testing.T) {
 			}
 		})
 	}
-	if got, ok, err := s.Get(t.Context(), "k"); err != nil || !ok || string(got) != "v" {
+	if got, ok, err := get(t.Context(), s, "k"); err != nil || !ok || string(got) != "v" {
 		t.Errorf("Get after canceled calls = %q, %v, %v; want \"v\", true, nil", got, ok, err)
 	}
 }
@@ -489,7 +511,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Password: "s3cret-pw", MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	s := l2.New(rdb, l2.Options{})
-	_, _, err = s.Get(t.Context(), "user:1")
+	_, _, err = get(t.Context(), s, "user:1")
 	if err == nil {
 		t.Fatal("Get from a broken server: got nil error, want one")
 	}
@@ -589,7 +611,7 @@ func checkOrder(t *testing.T, s *l2.Store, ps *redis.PubSub, key, channel string
 			wg.Go(func() {
 				<-start
 				v := []byte(fmt.Sprintf("w%d-%03d", w, round))
-				if err := s.SetAndPublish(ctx, key, v, time.Minute, channel, v); err != nil {
+				if err := setAndPublish(ctx, s, key, v, time.Minute, channel, v); err != nil {
 					errs <- fmt.Errorf("writer %d, round %d: %w", w, round, err)
 				}
 			})
@@ -608,7 +630,7 @@ func checkOrder(t *testing.T, s *l2.Store, ps *redis.PubSub, key, channel string
 			}
 			got = append(got, m)
 		}
-		final, ok, err := s.Get(ctx, key)
+		final, ok, err := get(ctx, s, key)
 		if err != nil {
 			t.Fatalf("round %d: Get: %v", round, err)
 		}
@@ -646,19 +668,19 @@ func TestSetAndPublish(t *testing.T) {
 	ps := subscribe(t, srv.Client(t), channel)
 	msgs := receive(ps, 2)
 
-	if err := s.SetAndPublish(ctx, "k", []byte("v1"), 10*time.Second, channel, []byte("m1")); err != nil {
+	if err := setAndPublish(ctx, s, "k", []byte("v1"), 10*time.Second, channel, []byte("m1")); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
 	}
 	if pttl, err := rdb.PTTL(ctx, prefix+"k").Result(); err != nil || pttl <= 8*time.Second || pttl > 10*time.Second {
 		t.Errorf("PTTL after SetAndPublish(ttl 10s) = %v, %v; want in (8s, 10s]", pttl, err)
 	}
-	if err := s.SetAndPublish(ctx, "k", []byte("v2"), 0, channel, []byte("m2")); err != nil {
+	if err := setAndPublish(ctx, s, "k", []byte("v2"), 0, channel, []byte("m2")); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
 	}
 	if pttl, err := rdb.PTTL(ctx, prefix+"k").Result(); err != nil || pttl != -1 {
 		t.Errorf("PTTL after SetAndPublish(ttl 0) = %v, %v; want -1, nil", pttl, err)
 	}
-	if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || string(got) != "v2" {
+	if got, ok, err := get(ctx, s, "k"); err != nil || !ok || string(got) != "v2" {
 		t.Errorf("Get = %q, %v, %v; want \"v2\", true, nil", got, ok, err)
 	}
 	if got, want := wait(t, msgs, 2), []string{"m1", "m2"}; !slices.Equal(got, want) {
@@ -675,37 +697,37 @@ func TestScriptReloaded(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatalf("SCRIPT FLUSH: %v", err)
 		}
-		if err := s.SetAndPublish(ctx, "k", []byte("v"), 0, prefix+"ch", nil); err != nil {
+		if err := setAndPublish(ctx, s, "k", []byte("v"), 0, prefix+"ch", []byte("m")); err != nil {
 			t.Errorf("SetAndPublish after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if ok, err := s.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
+		if ok, err := compareAndSet(ctx, s, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
 			t.Errorf("CompareAndSet after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
-		if ok, err := s.ReplaceAndPublish(ctx, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
+		if ok, err := replaceAndPublish(ctx, s, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
 			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
-		if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
+		if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
 			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, taken, err)
 		}
 		if held, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !held[0] {
 			t.Errorf("ExtendLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, held, err)
 		}
-		if err := s.ReleaseLeases(ctx, []string{"l"}, "tok", prefix+"ch", nil); err != nil {
+		if err := releaseLeases(ctx, s, []string{"l"}, "tok", prefix+"ch", nil); err != nil {
 			t.Errorf("ReleaseLeases after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if ok, err := s.FillAndRelease(ctx, "k", []byte("v"), []byte("v"), time.Minute, "l", "tok", prefix+"ch", nil, nil); err != nil || !ok {
+		if ok, err := fillAndRelease(ctx, s, "k", []byte("v"), []byte("v"), time.Minute, "l", "tok", prefix+"ch", nil, nil); err != nil || !ok {
 			t.Errorf("FillAndRelease after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
 		}
 		if !srv.Real() {
 			continue
 		}
-		if _, err := s.OpenLog(ctx, "log"); err != nil {
+		if _, err := openLog(ctx, s, "log"); err != nil {
 			t.Errorf("OpenLog after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if err := s.SetPublishAndLog(ctx, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err != nil {
+		if err := setPublishAndLog(ctx, s, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err != nil {
 			t.Errorf("SetPublishAndLog after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err != nil {
+		if _, _, _, err := readLog(ctx, s, "log", "", 10); err != nil {
 			t.Errorf("ReadLog after SCRIPT FLUSH %d: %v", i, err)
 		}
 	}
@@ -728,13 +750,13 @@ func TestRing(t *testing.T) {
 		ttls = append(ttls, time.Minute)
 	}
 	values[3] = []byte{} // an empty value is not a miss
-	if _, err := s.SetManyIfAbsent(ctx, keys, values, ttls); err != nil {
+	if _, err := setManyIfAbsent(ctx, s, keys, values, ttls); err != nil {
 		t.Fatalf("SetManyIfAbsent: %v", err)
 	}
 	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
 		t.Fatalf("keys per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
-	got, err := s.GetMany(ctx, append(keys, "missing"))
+	got, err := s.Get(ctx, append(keys, "missing"))
 	if err != nil {
 		t.Fatalf("GetMany: %v", err)
 	}
@@ -746,7 +768,7 @@ func TestRing(t *testing.T) {
 	if got[len(keys)] != nil {
 		t.Errorf("GetMany[missing]: got %q, want nil", got[len(keys)])
 	}
-	stored, err := s.SetManyIfAbsent(ctx, append(keys, "new"), append(values, nil), append(ttls, 0))
+	stored, err := setManyIfAbsent(ctx, s, append(keys, "new"), append(values, nil), append(ttls, 0))
 	if err != nil {
 		t.Fatalf("SetManyIfAbsent: %v", err)
 	}
@@ -771,20 +793,20 @@ func TestNoGoroutinesLeft(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":"})
 	ctx := t.Context()
-	if _, err := s.SetManyIfAbsent(ctx, []string{"a", "b"}, [][]byte{nil, nil}, []time.Duration{time.Minute, time.Minute}); err != nil {
+	if _, err := setManyIfAbsent(ctx, s, []string{"a", "b"}, [][]byte{nil, nil}, []time.Duration{time.Minute, time.Minute}); err != nil {
 		t.Fatalf("SetManyIfAbsent: %v", err)
 	}
-	if _, err := s.GetMany(ctx, []string{"a", "b", "c"}); err != nil {
+	if _, err := s.Get(ctx, []string{"a", "b", "c"}); err != nil {
 		t.Fatalf("GetMany: %v", err)
 	}
-	if err := s.SetAndPublish(ctx, "a", nil, 0, redistest.Prefix(t), nil); err != nil {
+	if err := setAndPublish(ctx, s, "a", nil, 0, redistest.Prefix(t), nil); err != nil {
 		t.Fatalf("SetAndPublish: %v", err)
 	}
 	if srv.Real() {
-		if err := s.SetPublishAndLog(ctx, "a", nil, 0, redistest.Prefix(t), nil, "log", nil, 10); err != nil {
+		if err := setPublishAndLog(ctx, s, "a", nil, 0, redistest.Prefix(t), nil, "log", nil, 10); err != nil {
 			t.Fatalf("SetPublishAndLog: %v", err)
 		}
-		if _, _, _, err := s.ReadLog(ctx, "log", "", 10); err != nil {
+		if _, _, _, err := readLog(ctx, s, "log", "", 10); err != nil {
 			t.Fatalf("ReadLog: %v", err)
 		}
 	}

@@ -16,12 +16,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/hybrid"
-	"github.com/hybridcache/hybridcache/hybridtest"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
 )
-
-var _ hybrid.Leaser = (*l2.Store)(nil)
 
 // pttl returns the PTTL of the Redis key key (-2: missing, -1: no expiry).
 func pttl(t *testing.T, rdb redis.UniversalClient, key string) time.Duration {
@@ -51,7 +48,7 @@ func holder(t *testing.T, rdb redis.UniversalClient, key string) string {
 // every one held (and so marks it), with time left.
 func askFor(t *testing.T, s *l2.Store, leases ...string) {
 	t.Helper()
-	taken, left, values, _, err := s.TakeLeases(t.Context(), leases, guards(leases), "waiter", time.Hour)
+	taken, left, values, _, err := takeLeases(t.Context(), s, leases, guards(leases), "waiter", time.Hour)
 	if err != nil || slices.Contains(taken, true) || slices.Contains(left, 0) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
 		t.Fatalf("TakeLeases(waiter, %q) = %v, %v, %q, %v; want none taken, all with time left", leases, taken, left, values, err)
 	}
@@ -103,7 +100,7 @@ func TestTakeLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	taken, left, values, holders, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	taken, left, values, holders, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) || len(values) != 1 || values[0] != nil || !slices.Equal(holders, []string{""}) {
 		t.Fatalf("TakeLeases(a) = %v, %v, %q, %q, %v; want [true], [0], [nil], [\"\"], nil", taken, left, values, holders, err)
 	}
@@ -118,7 +115,7 @@ func TestTakeLeases(t *testing.T) {
 	// asked for: the holder's token and a '*', with the lifetime it had
 	// (not the taker's ttl). A second taker leaves it so.
 	for _, token := range []string{"b", "c"} {
-		taken, left, _, holders, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, token, time.Minute)
+		taken, left, _, holders, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, token, time.Minute)
 		if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 			t.Fatalf("TakeLeases(%s) = %v, %v, %v; want [false], [(0, %v]], nil", token, taken, left, err, ttl)
 		}
@@ -134,7 +131,7 @@ func TestTakeLeases(t *testing.T) {
 	}
 
 	// SET NX: the holder itself does not take it again.
-	taken, left, _, _, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	taken, left, _, _, err = takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
 		t.Fatalf("TakeLeases(a) again = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
 	}
@@ -150,10 +147,10 @@ func TestTakeLeasesMarks(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := takeLeases(ctx, s, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
 	}
-	taken, _, _, _, err := s.TakeLeases(ctx, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
+	taken, _, _, _, err := takeLeases(ctx, s, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
 	if want := []bool{false, true}; err != nil || !slices.Equal(taken, want) {
 		t.Fatalf("TakeLeases(b) = %v, %v; want %v, nil", taken, err, want)
 	}
@@ -180,12 +177,12 @@ func TestTakeLeasesMany(t *testing.T) {
 			others = append(others, keys[i])
 		}
 	}
-	if taken, _, _, _, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := takeLeases(ctx, s, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
 	}
 	const ttl = 10 * time.Second
 	mine := append(slices.Clone(keys), keys[1])
-	taken, left, values, _, err := s.TakeLeases(ctx, mine, guards(mine), "me", ttl)
+	taken, left, values, _, err := takeLeases(ctx, s, mine, guards(mine), "me", ttl)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
@@ -235,7 +232,7 @@ func TestTakeLeaseWithoutExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
-	taken, left, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	taken, left, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
 	if err != nil || !slices.Equal(taken, []bool{false}) || !slices.Equal(left, []time.Duration{ttl}) {
 		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
 	}
@@ -256,7 +253,7 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 	for i := range takers {
 		wg.Go(func() {
 			<-start
-			taken, left, _, _, err := s.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
+			taken, left, _, _, err := takeLeases(t.Context(), s, []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
 			if err != nil {
 				t.Errorf("taker %d: %v", i, err)
 				return
@@ -287,10 +284,10 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 func TestExtendLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if _, _, _, _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
+	if _, _, _, _, err := takeLeases(ctx, s, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, err := s.TakeLeases(ctx, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
+	if _, _, _, _, err := takeLeases(ctx, s, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	held, err := s.ExtendLeases(ctx, []string{"l1", "l3", "missing", "l2"}, "a", time.Minute)
@@ -340,13 +337,13 @@ func TestReleaseLeases(t *testing.T) {
 	const ttl = time.Minute
 	take := func(token string, leases ...string) {
 		t.Helper()
-		if taken, _, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
+		if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
 			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
 		}
 	}
 	release := func(token string, leases []string, channel, msg string) {
 		t.Helper()
-		if err := s.ReleaseLeases(ctx, leases, token, channel, []byte(msg)); err != nil {
+		if err := releaseLeases(ctx, s, leases, token, channel, []byte(msg)); err != nil {
 			t.Fatalf("ReleaseLeases(%s, %q): %v", token, leases, err)
 		}
 	}
@@ -424,7 +421,7 @@ func TestLeaseExpires(t *testing.T) {
 	srv.NeedReal(t) // miniredis expires keys only when told to
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
+	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
 		t.Fatalf("TakeLeases = %v, %v; want [true], nil", taken, err)
 	}
 	// Redis expires it by itself; wait for that.
@@ -442,19 +439,20 @@ func TestLeaseExpires(t *testing.T) {
 	// release, never asked for, announces all the same.
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 1)
-	if err := s.ReleaseLeases(ctx, []string{"l"}, "a", channel, []byte("expired")); err != nil {
+	if err := releaseLeases(ctx, s, []string{"l"}, "a", channel, []byte("expired")); err != nil {
 		t.Fatalf("ReleaseLeases of an expired lease: %v", err)
 	}
 	if got := wait(t, msgs, 1); got[0] != "expired" {
 		t.Errorf("message: got %q, want \"expired\"", got[0])
 	}
-	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
 		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", taken, err)
 	}
 }
 
-// TestLeasesBadArguments: a ttl under a millisecond, or guards that do not
-// match the keys, fail without a round trip.
+// TestLeasesBadArguments: a lease ttl under a millisecond, or guards that
+// do not match the keys, fail without a round trip. (A write that releases
+// a lease takes any TTL, as every write does: zero or less is no expiry.)
 func TestLeasesBadArguments(t *testing.T) {
 	s, rdb, _ := newStore(t)
 	var c counter
@@ -462,7 +460,7 @@ func TestLeasesBadArguments(t *testing.T) {
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "a", ttl)
+			taken, left, values, _, err := takeLeases(ctx, s, keys, guards(keys), "a", ttl)
 			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
 				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an l2 error", len(keys), ttl, taken, left, values, err)
 			}
@@ -471,11 +469,6 @@ func TestLeasesBadArguments(t *testing.T) {
 				t.Errorf("ExtendLeases(%d keys, ttl %v) = %v, %v; want an l2 error", len(keys), ttl, held, err)
 			}
 		}
-		// A value is never written without an expiry.
-		wrote, err := s.FillAndRelease(ctx, "k", nil, []byte("v"), ttl, "l", "a", "ch", []byte("s"), []byte("u"))
-		if err == nil || wrote || !strings.HasPrefix(err.Error(), "l2: ") {
-			t.Errorf("FillAndRelease(ttl %v) = %v, %v; want an l2 error", ttl, wrote, err)
-		}
 	}
 	// One guard per key.
 	for _, g := range [][]string{nil, {"g:1"}, {"g:1", "g:2", "g:3"}} {
@@ -483,7 +476,7 @@ func TestLeasesBadArguments(t *testing.T) {
 		if len(g) == 1 {
 			keys = nil
 		}
-		taken, left, values, _, err := s.TakeLeases(ctx, keys, g, "a", time.Second)
+		taken, left, values, _, err := takeLeases(ctx, s, keys, g, "a", time.Second)
 		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
 			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an l2 error", len(keys), len(g), taken, left, values, err)
 		}
@@ -498,13 +491,13 @@ func TestLeasesNoKeys(t *testing.T) {
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
-	if taken, left, values, _, err := s.TakeLeases(ctx, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
+	if taken, left, values, _, err := takeLeases(ctx, s, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
 		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
 	}
 	if held, err := s.ExtendLeases(ctx, []string{}, "a", time.Second); err != nil || len(held) != 0 {
 		t.Errorf("ExtendLeases([]) = %v, %v; want none, nil", held, err)
 	}
-	if err := s.ReleaseLeases(ctx, nil, "a", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, nil, "a", "", nil); err != nil {
 		t.Errorf("ReleaseLeases(nil, no channel): %v", err)
 	}
 	if c.String() != "commands [], pipelines []" {
@@ -514,7 +507,7 @@ func TestLeasesNoKeys(t *testing.T) {
 	// With a channel, the message still goes out.
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 1)
-	if err := s.ReleaseLeases(ctx, nil, "a", channel, []byte("m")); err != nil {
+	if err := releaseLeases(ctx, s, nil, "a", channel, []byte("m")); err != nil {
 		t.Errorf("ReleaseLeases(nil, channel): %v", err)
 	}
 	if got := wait(t, msgs, 1); got[0] != "m" {
@@ -539,7 +532,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	msgs := receive(subscribe(t, srv.Client(t), channel), 9)
 	keys := []string{"a", "b", "c"}
 	for _, k := range guards(keys) {
-		if err := s.Set(ctx, k, []byte("v"+k), time.Minute); err != nil {
+		if err := set(ctx, s, k, []byte("v"+k), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -547,10 +540,10 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	// for.
 	hold := func(asked ...string) func() {
 		return func() {
-			if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+			if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
 				t.Fatal(err)
 			}
-			if taken, _, _, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
+			if taken, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
 				t.Fatalf("TakeLeases(tok) = %v, %v; want all taken", taken, err)
 			}
 			if len(asked) > 0 {
@@ -564,9 +557,9 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		script   = "commands [evalsha], pipelines []"
 		again    = "commands [evalsha eval], pipelines []"
 	)
-	release := func() error { return s.ReleaseLeases(ctx, keys, "tok", channel, []byte("m")) }
+	release := func() error { return releaseLeases(ctx, s, keys, "tok", channel, []byte("m")) }
 	fill := func() error {
-		_, err := s.FillAndRelease(ctx, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
+		_, err := fillAndRelease(ctx, s, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
 		return err
 	}
 	calls := []struct {
@@ -577,11 +570,11 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		released       []string // leases the call releases
 	}{
 		{"TakeLeases", func() {
-			if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+			if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
 				t.Fatal(err)
 			}
 		}, func() error {
-			taken, _, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+			taken, _, values, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute)
 			if err == nil && (slices.Contains(taken, false) || len(values) != 3 || string(values[0]) != "vg:a") {
 				err = fmt.Errorf("taken %v, values %q; want all taken, \"vg:a\" first", taken, values)
 			}
@@ -628,11 +621,11 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		t.Errorf("messages: got %q, want %q", got, want)
 	}
 	quiet(t, rdb, "", channel, msgs, "calls with leases not asked for")
-	if err := s.ReleaseLeases(ctx, keys, "tok", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	// The scripts did their work after the flush too.
-	taken, _, values, _, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+	taken, _, values, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases = %v, %v; want all taken", taken, err)
 	}
@@ -653,7 +646,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
 	}
-	if wrote, err := s.FillAndRelease(ctx, "w", nil, []byte("w"), time.Minute, "a", "tok", "", nil, nil); err != nil || !wrote {
+	if wrote, err := fillAndRelease(ctx, s, "w", nil, []byte("w"), time.Minute, "a", "tok", "", nil, nil); err != nil || !wrote {
 		t.Errorf("FillAndRelease after SCRIPT FLUSH = %v, %v; want true, nil", wrote, err)
 	}
 	if got := holder(t, rdb, prefix+"a"); got != "" {
@@ -698,20 +691,20 @@ func TestLeasesRing(t *testing.T) {
 	}
 	gs := guards(keys)
 	for _, g := range gs[:10] {
-		if err := s.Set(ctx, g, []byte("v"+g), time.Minute); err != nil {
+		if err := set(ctx, s, g, []byte("v"+g), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Load the script on both shards.
-	if _, _, _, _, err := s.TakeLeases(ctx, keys, gs, "warm", time.Minute); err != nil {
+	if _, _, _, _, err := takeLeases(ctx, s, keys, gs, "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReleaseLeases(ctx, keys, "warm", "", nil); err != nil {
+	if err := releaseLeases(ctx, s, keys, "warm", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	var c counter
 	rdb.AddHook(&c)
-	taken, _, values, _, err := s.TakeLeases(ctx, keys, gs, "a", time.Minute)
+	taken, _, values, _, err := takeLeases(ctx, s, keys, gs, "a", time.Minute)
 	if err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
 	}
@@ -731,7 +724,7 @@ func TestLeasesRing(t *testing.T) {
 		t.Fatalf("leases per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
 	c.reset()
-	taken, left, values, _, err := s.TakeLeases(ctx, keys, gs, "b", time.Minute)
+	taken, left, values, _, err := takeLeases(ctx, s, keys, gs, "b", time.Minute)
 	if err != nil || slices.Contains(taken, true) || slices.ContainsFunc(left, func(d time.Duration) bool { return d <= 0 }) {
 		t.Fatalf("TakeLeases(b) = %v, %v, %v; want none taken, all with time left", taken, left, err)
 	}
@@ -779,10 +772,10 @@ func TestLeasesRing(t *testing.T) {
 	}
 	msgs := receive(ps, 10)
 	shards.reset()
-	if wrote, err := s.FillAndRelease(ctx, gs[fresh], nil, []byte("new"), time.Minute, keys[fresh], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
+	if wrote, err := fillAndRelease(ctx, s, gs[fresh], nil, []byte("new"), time.Minute, keys[fresh], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
 		t.Fatalf("FillAndRelease(absent) = %v, %v; want true, nil", wrote, err)
 	}
-	if wrote, err := s.FillAndRelease(ctx, gs[set], []byte("old"), []byte("new"), time.Minute, keys[set], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || wrote {
+	if wrote, err := fillAndRelease(ctx, s, gs[set], []byte("old"), []byte("new"), time.Minute, keys[set], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || wrote {
 		t.Fatalf("FillAndRelease(mismatch) = %v, %v; want false, nil", wrote, err)
 	}
 	if got, want := wait(t, msgs, 2), []string{"stored", "unstored"}; !slices.Equal(got, want) {
@@ -791,14 +784,14 @@ func TestLeasesRing(t *testing.T) {
 	if n := publishes(); n != 2 {
 		t.Errorf("two FillAndRelease of leases asked for sent %d PUBLISH, want 2", n)
 	}
-	if v, ok, err := s.Get(ctx, gs[fresh]); err != nil || string(v) != "new" {
+	if v, ok, err := get(ctx, s, gs[fresh]); err != nil || string(v) != "new" {
 		t.Errorf("Get(%s) = %q, %v, %v; want \"new\"", gs[fresh], v, ok, err)
 	}
-	if v, ok, err := s.Get(ctx, gs[set]); err != nil || string(v) != "v"+gs[set] {
+	if v, ok, err := get(ctx, s, gs[set]); err != nil || string(v) != "v"+gs[set] {
 		t.Errorf("Get(%s) = %q, %v, %v; want %q", gs[set], v, ok, err, "v"+gs[set])
 	}
 	for _, i := range []int{fresh, set} {
-		if _, ok, err := s.Get(ctx, keys[i]); err != nil || ok {
+		if _, ok, err := get(ctx, s, keys[i]); err != nil || ok {
 			t.Errorf("lease %s after FillAndRelease: found %v, %v; want released", keys[i], ok, err)
 		}
 	}
@@ -808,18 +801,18 @@ func TestLeasesRing(t *testing.T) {
 	for i := range 10 {
 		quietKeys = append(quietKeys, fmt.Sprint("q", i))
 	}
-	if taken, _, _, _, err := s.TakeLeases(ctx, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
+	if taken, _, _, _, err := takeLeases(ctx, s, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
 		t.Fatalf("TakeLeases(q) = %v, %v; want all taken", taken, err)
 	}
 	shards.reset()
-	if err := s.ReleaseLeases(ctx, quietKeys[:9], "q", "fills", []byte("not sent")); err != nil {
+	if err := releaseLeases(ctx, s, quietKeys[:9], "q", "fills", []byte("not sent")); err != nil {
 		t.Fatalf("ReleaseLeases(q): %v", err)
 	}
 	if n := publishes(); n != 0 {
 		t.Errorf("ReleaseLeases of leases not asked for sent %d PUBLISH, want none", n)
 	}
 	c.reset()
-	if wrote, err := s.FillAndRelease(ctx, "g:q9", nil, []byte("q"), time.Minute, quietKeys[9], "q", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
+	if wrote, err := fillAndRelease(ctx, s, "g:q9", nil, []byte("q"), time.Minute, quietKeys[9], "q", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
 		t.Fatalf("FillAndRelease(q9) = %v, %v; want true, nil", wrote, err)
 	}
 	if want := "commands [set evalsha], pipelines []"; c.String() != want {
@@ -837,7 +830,7 @@ func TestLeasesRing(t *testing.T) {
 
 	// The leases asked for: one PUBLISH, after the scripts.
 	shards.reset()
-	if err := s.ReleaseLeases(ctx, keys, "a", "fills", []byte("released")); err != nil {
+	if err := releaseLeases(ctx, s, keys, "a", "fills", []byte("released")); err != nil {
 		t.Fatalf("ReleaseLeases(a): %v", err)
 	}
 	if n := publishes(); n != 1 {
@@ -851,214 +844,124 @@ func TestLeasesRing(t *testing.T) {
 	}
 }
 
-// TestLeasesMatchDouble runs one history of lease calls on a Store and on
-// hybridtest.Remote and checks that they answer alike, mark alike, publish
-// alike (and stay silent alike) and leave the same keys.
-func TestLeasesMatchDouble(t *testing.T) {
+// TestLeasesHistory runs one history of lease calls on a Store and checks
+// what it answers, marks, publishes (and leaves unpublished) and leaves
+// against testdata/leases.golden: the history of hybridtest.Remote, the
+// test double of package hybrid, recorded while the Store was checked
+// against it.
+func TestLeasesHistory(t *testing.T) {
 	s, rdb, prefix := newStore(t)
-	bus := new(hybridtest.Bus)
-	t.Cleanup(func() { bus.Close() })
-	double := &hybridtest.Remote{Bus: bus}
+	ctx := t.Context()
 	const ttl = time.Minute
 	channel := prefix + "ch"
-	type sides struct {
-		l     hybrid.Leaser
-		put   func(key, value string)
-		get   func(key string) ([]byte, bool)
-		heard func() []string // the messages on channel since the last call
+	msgs := receive(subscribe(t, srv.Client(t), channel), 100)
+	// heard publishes "end" and returns the messages on channel before it.
+	heard := func() []string {
+		if err := rdb.Publish(ctx, channel, "end").Err(); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			m := wait(t, msgs, 1)[0]
+			if m == "end" {
+				return got
+			}
+			got = append(got, m)
+		}
 	}
-	run := func(x sides) []string {
-		ctx := t.Context()
-		var out []string
-		show := func(vs [][]byte) string {
-			var ss []string
-			for _, v := range vs {
-				if v == nil {
-					ss = append(ss, "nil")
-				} else {
-					ss = append(ss, fmt.Sprintf("%q", v))
-				}
+	var out []string
+	show := func(vs [][]byte) string {
+		var ss []string
+		for _, v := range vs {
+			if v == nil {
+				ss = append(ss, "nil")
+			} else {
+				ss = append(ss, fmt.Sprintf("%q", v))
 			}
-			return "[" + strings.Join(ss, " ") + "]"
 		}
-		take := func(token string, keys ...string) {
-			gs := make([]string, len(keys))
-			for i, k := range keys {
-				gs[i] = "v:" + k
-			}
-			taken, left, values, _, err := x.l.TakeLeases(ctx, keys, gs, token, ttl)
-			var leftOK []bool
-			for _, d := range left {
-				leftOK = append(leftOK, d > 0 && d <= ttl)
-			}
-			out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, values %s, %v", token, keys, taken, leftOK, show(values), err))
+		return "[" + strings.Join(ss, " ") + "]"
+	}
+	take := func(token string, keys ...string) {
+		gs := make([]string, len(keys))
+		for i, k := range keys {
+			gs[i] = "v:" + k
 		}
-		extend := func(token string, keys ...string) {
-			held, err := x.l.ExtendLeases(ctx, keys, token, ttl)
-			out = append(out, fmt.Sprintf("extend %s %q: %v, %v", token, keys, held, err))
+		taken, left, values, _, err := takeLeases(ctx, s, keys, gs, token, ttl)
+		var leftOK []bool
+		for _, d := range left {
+			leftOK = append(leftOK, d > 0 && d <= ttl)
 		}
-		release := func(token string, announce bool, keys ...string) {
-			ch := ""
-			if announce {
-				ch = channel
-			}
-			err := x.l.ReleaseLeases(ctx, keys, token, ch, []byte(fmt.Sprintf("released by %s %q", token, keys)))
-			out = append(out, fmt.Sprintf("release %s %q (announce %v): %v", token, keys, announce, err))
-			out = append(out, fmt.Sprintf("heard %q", x.heard()))
+		out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, values %s, %v", token, keys, taken, leftOK, show(values), err))
+	}
+	extend := func(token string, keys ...string) {
+		held, err := s.ExtendLeases(ctx, keys, token, ttl)
+		out = append(out, fmt.Sprintf("extend %s %q: %v, %v", token, keys, held, err))
+	}
+	release := func(token string, announce bool, keys ...string) {
+		ch := ""
+		if announce {
+			ch = channel
 		}
-		fill := func(token, key string, old []byte, value string, announce bool) {
-			ch := ""
-			if announce {
-				ch = channel
-			}
-			wrote, err := x.l.FillAndRelease(ctx, "v:"+key, old, []byte(value), ttl, key, token, ch,
-				[]byte("stored "+value), []byte("unstored "+value))
-			out = append(out, fmt.Sprintf("fill %s %s old %s with %q (announce %v): %v, %v", token, key, show([][]byte{old}), value, announce, wrote, err))
-			out = append(out, fmt.Sprintf("heard %q", x.heard()))
+		err := releaseLeases(ctx, s, keys, token, ch, []byte(fmt.Sprintf("released by %s %q", token, keys)))
+		out = append(out, fmt.Sprintf("release %s %q (announce %v): %v", token, keys, announce, err))
+		out = append(out, fmt.Sprintf("heard %q", heard()))
+	}
+	fill := func(token, key string, old []byte, value string, announce bool) {
+		ch := ""
+		if announce {
+			ch = channel
 		}
-		state := func() {
-			var live []string
-			for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
-				if v, ok := x.get(k); ok {
+		wrote, err := fillAndRelease(ctx, s, "v:"+key, old, []byte(value), ttl, key, token, ch,
+			[]byte("stored "+value), []byte("unstored "+value))
+		out = append(out, fmt.Sprintf("fill %s %s old %s with %q (announce %v): %v, %v", token, key, show([][]byte{old}), value, announce, wrote, err))
+		out = append(out, fmt.Sprintf("heard %q", heard()))
+	}
+	state := func() {
+		var live []string
+		for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+			for _, k := range []string{k, "v:" + k} {
+				if v, ok, err := get(ctx, s, k); err != nil {
+					t.Fatal(err)
+				} else if ok {
 					live = append(live, k+"="+string(v))
 				}
-				if v, ok := x.get("v:" + k); ok {
-					live = append(live, "v:"+k+"="+string(v))
-				}
 			}
-			out = append(out, fmt.Sprintf("live %q", live))
 		}
-		x.put("v:b", "B")
-		x.put("v:e", "")
-		take("t1", "a", "b", "c", "f", "g", "h")
-		take("t2", "b", "d")      // b asked for; d taken
-		take("t1", "a", "e", "a") // a found held, if by its own holder; e taken; a repeated
-		take("t3", "b")           // asked for again: still one mark
-		state()
-		extend("t1", "a", "b", "d", "missing", "c") // marked or not, t1's
-		extend("t2", "d")
-		state()
-		fill("t1", "a", nil, "A1", true)          // absent: written; asked for: announced
-		fill("t1", "b", nil, "B1", true)          // present: not written; asked for: announced
-		fill("t1", "c", []byte("X"), "C1", true)  // missing, old given: not written; not asked for: silent
-		fill("t2", "e", []byte{}, "E1", true)     // empty, old empty: written; another's lease stays: announced
-		fill("t1", "b", []byte("B"), "B2", true)  // old matches; lease gone already: announced
-		fill("t1", "b", []byte("B"), "B3", false) // no channel
-		fill("t1", "f", nil, "F1", true)          // absent: written; not asked for: silent
-		state()
-		take("t3", "a", "b", "d", "e", "g") // a, b taken; d, e, g asked for
-		state()
-		release("t1", true, "a", "d", "missing", "e") // none t1's but e (marked): announced once
-		state()
-		release("t3", true, "a", "a") // named twice, not asked for: silent
-		release("t1", true, "g", "h") // g asked for: announced
-		release("t2", false, "d")     // asked for, no channel: silent
-		take("t4", "h")
-		release("t4", true, "h") // not asked for: silent
-		release("t4", true)      // no keys: announced
-		state()
-		return out
+		out = append(out, fmt.Sprintf("live %q", live))
 	}
-	var fromBus []string
-	var mu sync.Mutex
-	unsub, err := bus.Subscribe(t.Context(), channel, func(m []byte) {
-		mu.Lock()
-		fromBus = append(fromBus, string(m))
-		mu.Unlock()
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(unsub)
-	// Each side's heard publishes "end" and returns what came before it.
-	want := run(sides{
-		l:   double,
-		put: func(k, v string) { double.Put(k, []byte(v), ttl) },
-		get: double.Peek,
-		heard: func() []string {
-			if err := bus.Publish(t.Context(), channel, []byte("end")); err != nil {
-				t.Fatal(err)
-			}
-			if err := bus.Flush(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			i := slices.Index(fromBus, "end")
-			if i < 0 {
-				t.Fatalf("hybridtest.Bus: \"end\" not heard after Flush; heard %q", fromBus)
-			}
-			got := slices.Clone(fromBus[:i])
-			fromBus = fromBus[i+1:]
-			return got
-		},
-	})
-	msgs := receive(subscribe(t, srv.Client(t), channel), 100)
-	got := run(sides{
-		l: s,
-		put: func(k, v string) {
-			if err := s.Set(t.Context(), k, []byte(v), ttl); err != nil {
-				t.Fatal(err)
-			}
-		},
-		get: func(k string) ([]byte, bool) {
-			v, ok, err := s.Get(t.Context(), k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return v, ok
-		},
-		heard: func() []string {
-			if err := rdb.Publish(t.Context(), channel, "end").Err(); err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for {
-				m := wait(t, msgs, 1)[0]
-				if m == "end" {
-					return got
-				}
-				got = append(got, m)
-			}
-		},
-	})
-	if len(got) != len(want) {
-		t.Fatalf("Store made %d steps, hybridtest.Remote %d", len(got), len(want))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("step %d: Store: %s; hybridtest.Remote: %s", i, got[i], want[i])
+	for k, v := range map[string]string{"v:b": "B", "v:e": ""} {
+		if err := set(ctx, s, k, []byte(v), ttl); err != nil {
+			t.Fatal(err)
 		}
 	}
-	// The history is about the marks and the messages: the double's (so
-	// the Store's) are these.
-	if !slices.Contains(want, `live ["a=t1*" "b=t1*" "v:b=B" "c=t1" "d=t2" "e=t1" "v:e=" "f=t1" "g=t1" "h=t1"]`) {
-		t.Errorf("hybridtest.Remote: no state with a and b marked, the others not")
-	}
-	var heard []string
-	for _, step := range want {
-		if strings.HasPrefix(step, "heard ") {
-			heard = append(heard, step)
-		}
-	}
-	wantHeard := []string{
-		`heard ["stored A1"]`,
-		`heard ["unstored B1"]`,
-		`heard []`, // fill of c, not asked for
-		`heard ["stored E1"]`,
-		`heard ["stored B2"]`,
-		`heard []`, // no channel
-		`heard []`, // fill of f, not asked for
-		`heard ["released by t1 [\"a\" \"d\" \"missing\" \"e\"]"]`,
-		`heard []`, // a named twice, not asked for
-		`heard ["released by t1 [\"g\" \"h\"]"]`,
-		`heard []`, // no channel
-		`heard []`, // h, not asked for
-		`heard ["released by t4 []"]`,
-	}
-	if !slices.Equal(heard, wantHeard) {
-		t.Errorf("hybridtest.Remote heard\n%s\nwant\n%s", strings.Join(heard, "\n"), strings.Join(wantHeard, "\n"))
-	}
+	take("t1", "a", "b", "c", "f", "g", "h")
+	take("t2", "b", "d")      // b asked for; d taken
+	take("t1", "a", "e", "a") // a found held, if by its own holder; e taken; a repeated
+	take("t3", "b")           // asked for again: still one mark
+	state()
+	extend("t1", "a", "b", "d", "missing", "c") // marked or not, t1's
+	extend("t2", "d")
+	state()
+	fill("t1", "a", nil, "A1", true)          // absent: written; asked for: announced
+	fill("t1", "b", nil, "B1", true)          // present: not written; asked for: announced
+	fill("t1", "c", []byte("X"), "C1", true)  // missing, old given: not written; not asked for: silent
+	fill("t2", "e", []byte{}, "E1", true)     // empty, old empty: written; another's lease stays: announced
+	fill("t1", "b", []byte("B"), "B2", true)  // old matches; lease gone already: announced
+	fill("t1", "b", []byte("B"), "B3", false) // no channel
+	fill("t1", "f", nil, "F1", true)          // absent: written; not asked for: silent
+	state()
+	take("t3", "a", "b", "d", "e", "g") // a, b taken; d, e, g asked for
+	state()
+	release("t1", true, "a", "d", "missing", "e") // none t1's but e (marked): announced once
+	state()
+	release("t3", true, "a", "a") // named twice, not asked for: silent
+	release("t1", true, "g", "h") // g asked for: announced
+	release("t2", false, "d")     // asked for, no channel: silent
+	take("t4", "h")
+	release("t4", true, "h") // not asked for: silent
+	release("t4", true)      // no keys: announced
+	state()
+	checkGolden(t, "testdata/leases.golden", out)
 }
 
 // checkTakeLeasesValues checks the values TakeLeases returns through s
@@ -1070,18 +973,18 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 	keys := []string{"l:0", "l:1", "l:2", "l:3", "l:4", "l:4", "l:5"}
 	gs := []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4", "v:5"}
 	for k, v := range map[string]string{"v:0": "zero", "v:1": "", "v:3": "three", "v:4": "four", "v:5": "five"} {
-		if err := s.Set(ctx, k, []byte(v), time.Minute); err != nil {
+		if err := set(ctx, s, k, []byte(v), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// l:3 is held by another; l:5 is a lease this token holds already.
-	if taken, _, _, _, err := s.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
+	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
 		t.Fatalf("TakeLeases(other) = %v, %v; want [true], nil", taken, err)
 	}
-	if taken, _, values, _, err := s.TakeLeases(ctx, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
+	if taken, _, values, _, err := takeLeases(ctx, s, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
 		t.Fatalf("TakeLeases(me, l:5) = %v, %q, %v; want [true], [\"five\"], nil", taken, values, err)
 	}
-	taken, left, values, _, err := s.TakeLeases(ctx, keys, gs, "me", time.Minute)
+	taken, left, values, _, err := takeLeases(ctx, s, keys, gs, "me", time.Minute)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
@@ -1114,7 +1017,7 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 		if got := holder(t, rdb, prefix+k); got != wantHolder {
 			t.Errorf("lease %s holds %q, want %q", k, got, wantHolder)
 		}
-		if v, _, err := s.Get(ctx, gs[i]); err != nil || (gs[i] != "v:2" && v == nil) || (gs[i] == "v:2" && v != nil) {
+		if v, _, err := get(ctx, s, gs[i]); err != nil || (gs[i] != "v:2" && v == nil) || (gs[i] == "v:2" && v != nil) {
 			t.Errorf("Get(%s) after the takes = %q, %v", gs[i], v, err)
 		}
 	}
@@ -1137,7 +1040,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
 		value := []byte(fmt.Sprint("value ", round))
-		taken, _, values, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "holder", time.Minute)
+		taken, _, values, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "holder", time.Minute)
 		if err != nil || !taken[0] || values[0] != nil {
 			t.Fatalf("round %d: holder's TakeLeases = %v, %q, %v; want [true], [nil], nil", round, taken, values, err)
 		}
@@ -1145,7 +1048,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 		filled := make(chan error, 1)
 		go func() {
 			<-start
-			wrote, err := s.FillAndRelease(ctx, key, nil, value, time.Minute, lease, "holder", "", nil, nil)
+			wrote, err := fillAndRelease(ctx, s, key, nil, value, time.Minute, lease, "holder", "", nil, nil)
 			if err == nil && !wrote {
 				err = errors.New("not written")
 			}
@@ -1154,7 +1057,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 		close(start)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			taken, _, values, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "taker", time.Minute)
+			taken, _, values, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "taker", time.Minute)
 			if err != nil {
 				t.Fatalf("round %d: taker's TakeLeases: %v", round, err)
 			}
@@ -1194,14 +1097,14 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 	const ttl = 10 * time.Second
 	take := func(token string, leases ...string) {
 		t.Helper()
-		taken, _, _, _, err := s.TakeLeases(ctx, leases, guards(leases), token, 20*time.Second)
+		taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), token, 20*time.Second)
 		if err != nil || slices.Contains(taken, false) {
 			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
 		}
 	}
 	set := func(key, value string) {
 		t.Helper()
-		if err := s.Set(ctx, key, []byte(value), time.Minute); err != nil {
+		if err := set(ctx, s, key, []byte(value), time.Minute); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1265,11 +1168,11 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 			ch = ""
 		}
 		stored, unstored := []byte("stored "+tt.name), []byte("unstored "+tt.name)
-		wrote, err := s.FillAndRelease(ctx, tt.key, tt.old, value, ttl, tt.lease, "me", ch, stored, unstored)
+		wrote, err := fillAndRelease(ctx, s, tt.key, tt.old, value, ttl, tt.lease, "me", ch, stored, unstored)
 		if err != nil || wrote != tt.wrote {
 			t.Errorf("%s: FillAndRelease = %v, %v; want %v, nil", tt.name, wrote, err, tt.wrote)
 		}
-		got, ok, err := s.Get(ctx, tt.key)
+		got, ok, err := get(ctx, s, tt.key)
 		if err != nil || ok != (tt.want != "") || string(got) != tt.want {
 			t.Errorf("%s: %s holds %q (found %v, %v); want %q", tt.name, tt.key, got, ok, err, tt.want)
 		}
@@ -1399,7 +1302,7 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 	want := make(map[string]bool) // the messages to hear
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
-		if taken, _, _, _, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
+		if taken, _, _, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
 			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, taken, err)
 		}
 		msg := "quiet " + key + " " + lease
@@ -1408,7 +1311,7 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 			msg = "filled " + key + " " + lease
 			want[msg] = true
 		}
-		if wrote, err := s.FillAndRelease(ctx, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, []byte(msg), []byte("unstored")); err != nil || !wrote {
+		if wrote, err := fillAndRelease(ctx, s, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, []byte(msg), []byte("unstored")); err != nil || !wrote {
 			t.Fatalf("round %d: FillAndRelease = %v, %v; want true, nil", round, wrote, err)
 		}
 	}
@@ -1436,5 +1339,65 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 	}
 	if len(want) > 0 {
 		t.Errorf("never heard %q", slices.Sorted(maps.Keys(want)))
+	}
+}
+
+// TestRingWriteBatch: with a Ring, the leases of a batch of writes are
+// released once the writes are done, and their messages published, in
+// order, on the channel's shard, where the Ring's subscribers listen.
+func TestRingWriteBatch(t *testing.T) {
+	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
+	rdb := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": m1.Addr(), "b": m2.Addr()}})
+	t.Cleanup(func() { rdb.Close() })
+	s := l2.New(rdb, l2.Options{Prefix: "p:"})
+	ctx := t.Context()
+	ps := rdb.Subscribe(ctx, "fills")
+	t.Cleanup(func() { ps.Close() })
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	msgs := receive(ps, 20)
+	const n = 10
+	var leases []string
+	var ws []tier.Write
+	var want []string
+	for i := range n {
+		leases = append(leases, fmt.Sprint("l", i))
+		ws = append(ws, tier.Write{Key: fmt.Sprint("k", i), Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent,
+			Lease: leases[i], Token: "a", Msg: []byte(fmt.Sprint("stored ", i)), Else: []byte(fmt.Sprint("unstored ", i))})
+		if i == 3 {
+			want = append(want, "unstored 3")
+		} else if i%2 == 0 {
+			want = append(want, fmt.Sprint("stored ", i))
+		}
+	}
+	if err := set(ctx, s, "k3", []byte("there"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), "a", time.Minute); err != nil || slices.Contains(taken, false) {
+		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	}
+	var asked []string
+	for i, l := range leases {
+		if i%2 == 0 || i == 3 {
+			asked = append(asked, l)
+		}
+	}
+	askFor(t, s, asked...)
+	stored, err := s.Write(ctx, ws, tier.Feed{Channel: "fills"})
+	if err != nil || slices.Contains(stored[:3], false) || stored[3] || slices.Contains(stored[4:], false) {
+		t.Fatalf("Write = %v, %v; want all stored but k3", stored, err)
+	}
+	if got := wait(t, msgs, len(want)); !slices.Equal(got, want) {
+		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	quiet(t, rdb, "", "fills", msgs, "Ring: leases not asked for")
+	for _, l := range leases {
+		if got := holder(t, rdb, "p:"+l); got != "" {
+			t.Errorf("%s holds %q, want it released", l, got)
+		}
+	}
+	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
+		t.Errorf("keys per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
 }

@@ -1,0 +1,264 @@
+package l2
+
+import "github.com/redis/go-redis/v9"
+
+// This file holds every Lua script of the Store (six), and the fragments
+// they share. Redis runs a script atomically: its reads and writes are one
+// step, which no other client's command interleaves.
+
+// A lease holds its holder's token, followed by '*' once someone who
+// wanted it found it held (takeScript marks it so). Its holder's release
+// announces then, and only then or when the lease is no longer its own:
+// no one else waits for a lease no one else asked for.
+
+// peekFragment defines peek(k, t): it reads the lease k and returns
+// whether someone may wait for it (it is not held under token t, or it is
+// marked), and whether it is held under t (marked or not), which its
+// release deletes. releaseFragment defines release(k, t), which does that
+// and returns 1 if someone may wait for the lease, else 0.
+const (
+	peekFragment = `local function peek(k, t)
+	local v = redis.call('GET', k)
+	return v ~= t, v == t or v == t .. '*'
+end
+`
+	releaseFragment = peekFragment + `local function release(k, t)
+	local waited, mine = peek(k, t)
+	if mine then
+		redis.call('DEL', k)
+	end
+	if waited then
+		return 1
+	end
+	return 0
+end
+`
+)
+
+// setFragment defines set(k, v, ttl): SET k v, with PX ttl unless ttl is
+// '0' (no expiry), or KEEPTTL if ttl is 'keep'.
+const setFragment = `local function set(k, v, ttl)
+	if ttl == 'keep' then
+		redis.call('SET', k, v, 'KEEPTTL')
+	elseif ttl == '0' then
+		redis.call('SET', k, v)
+	else
+		redis.call('SET', k, v, 'PX', ttl)
+	end
+end
+`
+
+// newerFragment defines newer(k, v, off): 2 if the key k holds v already,
+// 0 if it holds a value written after v's, else 1 (missing, or older).
+// Write times are 8 bytes big-endian at byte offset off; a value too short
+// to hold one counts as older (and v too short: any stored value does).
+// They are read into Lua numbers, exact up to 2^53 (Unix milliseconds
+// fit).
+const newerFragment = `local function newer(k, v, off)
+	local function stamp(s)
+		if #s < off + 8 then
+			return nil
+		end
+		local t = 0
+		for i = off + 1, off + 8 do
+			t = t * 256 + string.byte(s, i)
+		end
+		return t
+	end
+	local cur = redis.call('GET', k)
+	if cur == v then
+		return 2
+	end
+	local new = stamp(v)
+	if cur and new then
+		local old = stamp(cur)
+		if old and old > new then
+			return 0
+		end
+	end
+	return 1
+end
+`
+
+// writeScript makes one Write (see write.go for its arguments) in five
+// steps:
+//
+//  1. reads, writing nothing: the condition on KEYS[1] (ARGV[2]: 'always',
+//     'absent', 'equal' to ARGV[3], or 'newer' with write times at offset
+//     ARGV[3]), giving stored 1, 0, or 2 (newer: holds the value already);
+//     and the lease KEYS[2] (ARGV[9] '1') under token ARGV[10];
+//  2. picks the message: ARGV[6] if stored 1 and ARGV[5] is '1', ARGV[8]
+//     if stored 0 and ARGV[7] is '1', none if stored 2 or the lease is
+//     held under the token unmarked (no one waits);
+//  3. if a message goes out and ARGV[11] (the log's length) is not '0',
+//     XADD to the log, the last of KEYS, field m = ARGV[12];
+//  4. if stored is 1, SET KEYS[1] to ARGV[1] with ttl ARGV[4] (see set);
+//     then deletes the lease if it is held under the token;
+//  5. PUBLISHes the message on channel ARGV[13] unless it is empty,
+//     positioned at the log entry's id if one was added: byte 2, the id's
+//     length, the id, the message.
+//
+// It returns stored. A step that fails (a key of the wrong type) fails
+// the script; step 3 is the first that writes, so a log that is not a
+// stream writes nothing.
+var writeScript = redis.NewScript(peekFragment + setFragment + newerFragment + `
+local key, cond = KEYS[1], ARGV[2]
+local stored = 1
+if cond == 'absent' then
+	if redis.call('EXISTS', key) == 1 then
+		stored = 0
+	end
+elseif cond == 'equal' then
+	if redis.call('GET', key) ~= ARGV[3] then
+		stored = 0
+	end
+elseif cond == 'newer' then
+	stored = newer(key, ARGV[1], tonumber(ARGV[3]))
+end
+local leased, waited, mine = ARGV[9] == '1', true, false
+if leased then
+	waited, mine = peek(KEYS[2], ARGV[10])
+end
+local msg
+if stored == 1 and ARGV[5] == '1' then
+	msg = ARGV[6]
+elseif stored == 0 and ARGV[7] == '1' then
+	msg = ARGV[8]
+end
+if not waited then
+	msg = nil
+end
+if msg and ARGV[11] ~= '0' then
+	local id = redis.call('XADD', KEYS[#KEYS], 'MAXLEN', '~', ARGV[11], '*', 'm', ARGV[12])
+	msg = string.char(2, #id) .. id .. msg
+end
+if stored == 1 then
+	set(key, ARGV[1], ARGV[4])
+end
+if mine then
+	redis.call('DEL', KEYS[2])
+end
+if msg and ARGV[13] ~= '' then
+	redis.call('PUBLISH', ARGV[13], msg)
+end
+return stored
+`)
+
+// takeScript takes the lease KEYS[1] under token ARGV[1] for ARGV[2] ms
+// (SET NX PX). If it took it, it returns {1}, or, when KEYS[2] is given
+// (the key the lease guards), {1, what KEYS[2] holds right after the take}
+// (nil for nothing). Else it marks the lease as asked for (a '*' after its
+// token) and returns {0, the milliseconds it has left (at least 1), its
+// holder's token (without the mark)}. A lease that vanished between the
+// SET and the PTTL is tried once more; a key found without an expiry (no
+// lease a Store wrote) is given ARGV[2] ms, so that it cannot block its
+// key for ever.
+var takeScript = redis.NewScript(`
+for _ = 1, 2 do
+	if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+		if KEYS[2] then
+			return {1, redis.call('GET', KEYS[2])}
+		end
+		return {1}
+	end
+	local left = redis.call('PTTL', KEYS[1])
+	local endless = left == -1
+	if endless then
+		left = tonumber(ARGV[2])
+	end
+	if left >= 0 then
+		left = math.max(left, 1)
+		local v = redis.call('GET', KEYS[1])
+		local holder = v
+		if string.sub(v, -1) ~= '*' then
+			redis.call('SET', KEYS[1], v .. '*', 'PX', left)
+		else
+			holder = string.sub(v, 1, -2)
+			if endless then
+				redis.call('PEXPIRE', KEYS[1], left)
+			end
+		end
+		return {0, left, holder}
+	end
+end
+return {0, 1, ''}
+`)
+
+// extendScript sets the lifetime of the lease KEYS[1] to ARGV[2] ms if it
+// is held under token ARGV[1] (marked or not); it returns 1 if it was.
+var extendScript = redis.NewScript(peekFragment + `
+local _, mine = peek(KEYS[1], ARGV[1])
+if mine then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	return 1
+end
+return 0
+`)
+
+// releaseScript releases every lease of KEYS held under token ARGV[1]
+// (see release); then, if someone may wait for any of them and channel
+// ARGV[2] is not empty, it publishes ARGV[3] on it. It returns 1 if
+// someone may wait, else 0. KEYS must be distinct: a second release of
+// one would find it gone and announce.
+var releaseScript = redis.NewScript(releaseFragment + `
+local waited = 0
+for _, k in ipairs(KEYS) do
+	waited = math.max(waited, release(k, ARGV[1]))
+end
+if waited == 1 and ARGV[2] ~= '' then
+	redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return waited
+`)
+
+// openLogScript returns the id of the newest entry of the stream KEYS[1],
+// first adding a marker entry (field "open") if the stream is missing or
+// empty.
+var openLogScript = redis.NewScript(`
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last > 0 then
+	return last[1][1]
+end
+return redis.call('XADD', KEYS[1], '*', 'open', '')
+`)
+
+// readLogScript reads the stream KEYS[1]: {0} if it is missing, else {1,
+// id of its oldest entry ("" if empty), last-generated-id, length,
+// entries-added (-1 before Redis 7), {id, m, id, m, ...}}: up to ARGV[2]
+// entries with a field m, oldest first, from ARGV[1] ('-', or '(' and an
+// id for the entries after it). Other entries (markers) are skipped and
+// do not count. One script, so the figures and the entries are of one
+// moment.
+var readLogScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+	return {0}
+end
+local info = redis.call('XINFO', 'STREAM', KEYS[1])
+local f = {}
+for i = 1, #info, 2 do
+	f[info[i]] = info[i + 1]
+end
+local first = ''
+if type(f['first-entry']) == 'table' then
+	first = f['first-entry'][1]
+end
+local out = {}
+local start, want = ARGV[1], tonumber(ARGV[2])
+while want > 0 do
+	local page = redis.call('XRANGE', KEYS[1], start, '+', 'COUNT', want)
+	local kept = 0
+	for _, e in ipairs(page) do
+		if e[2][1] == 'm' then
+			out[#out + 1] = e[1]
+			out[#out + 1] = e[2][2]
+			kept = kept + 1
+		end
+	end
+	if #page < want then
+		break
+	end
+	want = want - kept
+	start = '(' .. page[#page][1]
+end
+return {1, first, f['last-generated-id'], f['length'], f['entries-added'] or -1, out}
+`)
