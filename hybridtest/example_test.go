@@ -4,39 +4,58 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
-	"log/slog"
-
 	"github.com/hybridcache/hybridcache/hybrid"
+	"log"
+
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 
-// A cache keeps answering from its loader and L1 while the shared tier is
-// down, and reports write failures.
+// A Remote fails every call while FailWith is set, and counts the calls.
 func ExampleRemote_FailWith() {
 	remote := new(hybridtest.Remote)
-	c, err := hybrid.New[string](hybrid.Options{
-		Namespace: "ns",
-		Remote:    remote,
-		Logger:    slog.New(slog.DiscardHandler), // the failures are expected here
-	})
+	ctx := context.Background()
+	down := errors.New("connection refused")
+	remote.FailWith(down)
+	_, err := remote.Get(ctx, []string{"a", "b"})
+	fmt.Println(errors.Is(err, down))
+	remote.FailWith(nil)
+	vs, err := remote.Get(ctx, []string{"a", "b"})
+	fmt.Println(vs, err)
+	c := remote.Calls()
+	fmt.Println("round trips:", c.Get, "keys read:", c.Read)
+	// Output:
+	// true
+	// [[] []] <nil>
+	// round trips: 2 keys read: 4
+}
+
+// A write announces on the Remote's Bus, in the same step: Msg if it
+// stored, Else if not.
+func ExampleRemote_Write() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	ctx := context.Background()
+	unsubscribe, err := bus.Subscribe(ctx, "news", func(msg []byte) { fmt.Printf("got %s\n", msg) }, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer unsubscribe()
 
-	down := errors.New("connection refused")
-	remote.FailWith(down)
-	ctx := context.Background()
-	v, err := c.GetOrCreate(ctx, "k", func(context.Context, string) (string, error) {
-		return "from the database", nil
-	})
-	fmt.Println(v, err)
-	err = c.Set(ctx, "k", "new")
-	fmt.Println(errors.Is(err, down))
+	feed := hybrid.Feed{Channel: "news"}
+	stored, err := remote.Write(ctx, []hybrid.Write{
+		{Key: "k", Value: []byte("v1"), If: hybrid.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
+		{Key: "k", Value: []byte("v2"), If: hybrid.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
+	}, feed)
+	_ = bus.Flush(ctx) // the messages have been delivered
+	fmt.Println(stored, err)
+	v, _ := remote.Peek("k")
+	fmt.Printf("k holds %s; %+v\n", v, remote.Calls())
 	// Output:
-	// from the database <nil>
-	// true
+	// got k filled
+	// got k was there
+	// [true false] <nil>
+	// k holds v1; {Get:0 Write:1 TakeLeases:0 ExtendLeases:0 ReleaseLeases:0 ReadLog:0 OpenLog:0 Read:0 Writes:2 Always:0 IfAbsent:2 IfEqual:0 IfNewer:0 Releasing:0 Written:1}
 }
 
 func ExampleBus() {

@@ -1,41 +1,48 @@
 package hybridtest
 
 import (
-	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
+	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"sync"
 	"time"
 )
 
-// Remote is an in-memory shared tier: a map of byte values with lifetimes,
-// and invalidation logs. It implements hybrid.Remote, hybrid.BatchRemote,
-// hybrid.CompareAndSetter, hybrid.Announcer, hybrid.Journal,
-// hybrid.Replacer, hybrid.NewerSetter, hybrid.NewerJournal and
-// hybrid.Leaser with the semantics of l2.Store over one Redis server. The
-// zero value is an empty store that is ready to use; set Bus and Now
-// before the first call. It is safe for concurrent use.
+// Remote is an in-memory shared tier: a map of byte values with
+// lifetimes, load leases and invalidation logs. It implements the shared
+// tier's contract (hybrid.Remote) with the semantics of l2.Store over one
+// Redis server, and TestRemote checks it. The zero value is an empty store
+// that is ready to use; set Bus, Now and NoLog before the first call. It
+// is safe for concurrent use.
 //
-// Every method, once its arguments pass their checks, in this order:
-// returns ctx.Err() if ctx is already done;
-// runs the BeforeGet hook (Get and GetMany, once per key); waits for the
-// latency set with SetLatency or for ctx to end; returns the error set with
-// FailWith; reads or writes; runs the AfterGet hook (Get and GetMany); and
-// counts its call (see Calls), failed or not, as it returns.
+// Every method of the contract, once its arguments pass their checks and
+// if it has anything to do (a key, a write), in this order: returns
+// ctx.Err() if ctx is already done; runs the BeforeGet hook (Get, once per
+// key); waits for the latency set with SetLatency or for ctx to end;
+// returns the error set with FailWith; reads or writes; runs the AfterGet
+// hook (Get, once per key); and counts its call (see Calls), failed or
+// not, as it returns. A call whose arguments fail their checks, or that
+// has nothing to do, returns at once and is not counted: it would make no
+// round trip to Redis either.
+//
+// Info reports a ReadBound of 0: a call honours its ctx while it waits
+// out its latency, but the Get hooks may hold a read for as long as a
+// test likes, whatever the ctx, so the Remote bounds nothing.
 type Remote struct {
-	// Bus receives the messages of SetAndPublish, SetPublishAndLog,
-	// DeleteAndPublish, ReplaceAndPublish, ReleaseLeases and
-	// FillAndRelease, in the order of their writes. nil: those methods fail
-	// (ReplaceAndPublish, ReleaseLeases and FillAndRelease only when given
-	// a channel).
+	// Bus receives the messages of Write and ReleaseLeases, in the order of
+	// their writes. nil: a call with a message to publish fails with
+	// ErrNoBus, and does nothing.
 	Bus *Bus
 
 	// Now returns the time that lifetimes are measured against, so a test
 	// can move time forward without sleeping. nil: time.Now.
 	Now func() time.Time
+
+	// NoLog makes the Remote keep no log, as l2.Store on Redis Cluster:
+	// Info().Log is false, and ReadLog, and Write given a write with Log
+	// set, fail with an error wrapping errors.ErrUnsupported.
+	NoLog bool
 
 	mu        sync.Mutex
 	items     map[string]item
@@ -48,35 +55,46 @@ type Remote struct {
 	journal   journal
 }
 
+var _ hybrid.Remote = (*Remote)(nil)
+
 type item struct {
 	value   []byte
 	expires time.Time // zero: never
 }
 
-// Calls counts the calls of each method of a Remote, failed ones included.
-// A call is counted when it returns.
+// Calls counts the calls made to a Remote, failed ones included (see
+// Remote for which calls count). A call is counted as it returns.
 type Calls struct {
-	Get, GetMany, Set, SetIfAbsent, SetManyIfAbsent, Delete int
-	SetAndPublish, DeleteAndPublish, CompareAndSet          int
-	SetPublishAndLog, OpenLog, ReadLog                      int
-	ReplaceAndPublish, SetIfNewerAndPublish                 int
-	SetIfNewerPublishAndLog                                 int
-	// One per call of the lease methods, however many keys it covers.
-	TakeLeases, ExtendLeases, ReleaseLeases int
-	FillAndRelease                          int
+	// Get, Write, TakeLeases, ExtendLeases, ReleaseLeases and ReadLog count
+	// the calls of each method, one per call however many keys or writes
+	// it covers: for Get and Write, one per round trip to the shared tier.
+	Get, Write, TakeLeases, ExtendLeases, ReleaseLeases, ReadLog int
+	// OpenLog counts the ReadLog calls that opened a log (after == "");
+	// ReadLog counts them too.
+	OpenLog int
+	// Read counts the keys that Get calls asked for.
+	Read int
+	// Writes counts the writes that Write calls were given; Always,
+	// IfAbsent, IfEqual and IfNewer count those of each Cond, and
+	// Releasing those that release a lease (Write.Lease set). Written
+	// counts the writes that Write reported stored.
+	Writes, Always, IfAbsent, IfEqual, IfNewer, Releasing, Written int
 }
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.Delete + c.SetAndPublish + c.DeleteAndPublish + c.CompareAndSet +
-		c.SetPublishAndLog + c.OpenLog + c.ReadLog + c.ReplaceAndPublish + c.SetIfNewerAndPublish +
-		c.SetIfNewerPublishAndLog + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases + c.FillAndRelease
+	return c.Get + c.Write + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases + c.ReadLog
 }
 
-// ErrNoBus is returned by SetAndPublish, SetPublishAndLog, DeleteAndPublish
-// and, given a channel, ReplaceAndPublish, ReleaseLeases and FillAndRelease
-// of a Remote whose Bus is nil. Check it with errors.Is.
+// ErrNoBus is returned by Write and ReleaseLeases of a Remote whose Bus is
+// nil when they have a message to publish. Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
+
+// Info describes r: no prefix, no read bound (see Remote), and a log
+// unless NoLog is set.
+func (r *Remote) Info() hybrid.RemoteInfo {
+	return hybrid.RemoteInfo{Log: !r.NoLog}
+}
 
 // FailWith makes every later call return err, until FailWith(nil).
 func (r *Remote) FailWith(err error) {
@@ -93,36 +111,24 @@ func (r *Remote) SetLatency(d time.Duration) {
 	r.latency = d
 }
 
-// SetBeforeGet sets a hook that Get, and GetMany for each of its keys, call
-// with the key before reading it (nil: none). The hook runs on the caller's
-// goroutine with no lock held, so it may block to hold a read in flight.
+// SetBeforeGet sets a hook that Get calls with each of its keys before
+// reading them (nil: none). The hook runs on the caller's goroutine with
+// no lock held, so it may block to hold a read in flight.
 func (r *Remote) SetBeforeGet(fn func(key string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.beforeGet = fn
 }
 
-// SetAfterGet sets a hook that Get, and GetMany for each of its keys, call
-// with the key after reading it and before returning (nil: none). Like the
-// BeforeGet hook it runs with no lock held and may block: it holds a read
-// that has already seen the stored value, so a test can change the value
-// while the old one is on its way back.
+// SetAfterGet sets a hook that Get calls with each of its keys after
+// reading them and before returning (nil: none). Like the BeforeGet hook
+// it runs with no lock held and may block: it holds a read that has
+// already seen the stored values, so a test can change a value while the
+// old one is on its way back.
 func (r *Remote) SetAfterGet(fn func(key string)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.afterGet = fn
-}
-
-// afterGetHook runs the AfterGet hook, if any, for keys.
-func (r *Remote) afterGetHook(keys ...string) {
-	r.mu.Lock()
-	hook := r.afterGet
-	r.mu.Unlock()
-	if hook != nil {
-		for _, k := range keys {
-			hook(k)
-		}
-	}
 }
 
 // Calls returns a snapshot of the call counts.
@@ -147,7 +153,10 @@ func (r *Remote) WaitCalls(ctx context.Context, done func(Calls) bool) error {
 			r.mu.Unlock()
 			return nil
 		}
-		ch := r.changedLocked()
+		if r.changed == nil {
+			r.changed = make(chan struct{})
+		}
+		ch := r.changed
 		r.mu.Unlock()
 		select {
 		case <-ch:
@@ -155,13 +164,6 @@ func (r *Remote) WaitCalls(ctx context.Context, done func(Calls) bool) error {
 			return ctx.Err()
 		}
 	}
-}
-
-func (r *Remote) changedLocked() chan struct{} {
-	if r.changed == nil {
-		r.changed = make(chan struct{})
-	}
-	return r.changed
 }
 
 // count records one call, made by inc, and wakes WaitCalls.
@@ -176,16 +178,15 @@ func (r *Remote) count(inc func(*Calls)) {
 }
 
 // begin runs the steps every call takes before touching the data: ctx, the
-// hook (for each key in keys, when get is true), latency and the injected
-// error.
-func (r *Remote) begin(ctx context.Context, get bool, keys ...string) error {
+// BeforeGet hook (for each of keys), latency and the injected error.
+func (r *Remote) begin(ctx context.Context, keys ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	hook, latency := r.beforeGet, r.latency
 	r.mu.Unlock()
-	if get && hook != nil {
+	if hook != nil {
 		for _, k := range keys {
 			hook(k)
 		}
@@ -231,7 +232,7 @@ func (r *Remote) setLocked(key string, value []byte, ttl time.Duration, now time
 	if r.items == nil {
 		r.items = make(map[string]item)
 	}
-	it := item{value: clone(value)}
+	it := item{value: stored(value)}
 	if ttl > 0 {
 		it.expires = now.Add(ttl)
 	}
@@ -246,88 +247,18 @@ func clone(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
-// Get returns a copy of key's value. A missing or expired key is ok ==
-// false with a nil error.
-func (r *Remote) Get(ctx context.Context, key string) (value []byte, ok bool, err error) {
-	defer r.count(func(c *Calls) { c.Get++ })
-	if err := r.begin(ctx, true, key); err != nil {
-		return nil, false, err
-	}
-	r.mu.Lock()
-	v, ok := r.getLocked(key, r.now())
-	v = clone(v)
-	r.mu.Unlock()
-	r.afterGetHook(key)
-	return v, ok, nil
-}
+// stored returns a copy of b as Redis stores it: nil becomes empty, so
+// that a stored value is never nil.
+func stored(b []byte) []byte { return append([]byte{}, b...) }
 
-// Set stores a copy of value under key for ttl; a ttl of zero or less
-// stores it without expiry.
-func (r *Remote) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
-	defer r.count(func(c *Calls) { c.Set++ })
-	if err := r.begin(ctx, false); err != nil {
-		return err
+// Get returns a copy of the value of each of keys, in order, nil for a
+// missing or expired key, as one read. With no keys it returns at once.
+func (r *Remote) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if len(keys) == 0 {
+		return [][]byte{}, nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.setLocked(key, value, ttl, r.now())
-	return nil
-}
-
-// SetIfAbsent stores a copy of value under key for ttl, as Set does, only
-// if key holds no live value (SET NX), and reports whether it did.
-func (r *Remote) SetIfAbsent(ctx context.Context, key string, value []byte, ttl time.Duration) (stored bool, err error) {
-	defer r.count(func(c *Calls) { c.SetIfAbsent++ })
-	if err := r.begin(ctx, false); err != nil {
-		return false, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	if _, ok := r.getLocked(key, now); ok {
-		return false, nil
-	}
-	r.setLocked(key, value, ttl, now)
-	return true, nil
-}
-
-// CompareAndSet stores value under key for ttl only if key holds exactly
-// old (a missing or expired key holds nothing, which no old matches), and
-// reports whether it stored.
-func (r *Remote) CompareAndSet(ctx context.Context, key string, old, value []byte, ttl time.Duration) (stored bool, err error) {
-	defer r.count(func(c *Calls) { c.CompareAndSet++ })
-	if err := r.begin(ctx, false); err != nil {
-		return false, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	if cur, ok := r.getLocked(key, now); !ok || !bytes.Equal(cur, old) {
-		return false, nil
-	}
-	r.setLocked(key, value, ttl, now)
-	return true, nil
-}
-
-// Delete removes keys; missing keys are not an error.
-func (r *Remote) Delete(ctx context.Context, keys ...string) error {
-	defer r.count(func(c *Calls) { c.Delete++ })
-	if err := r.begin(ctx, false); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, k := range keys {
-		delete(r.items, k)
-	}
-	return nil
-}
-
-// GetMany returns one slot per key, in order: a copy of the value, or nil
-// for a missing or expired key.
-func (r *Remote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
-	defer r.count(func(c *Calls) { c.GetMany++ })
-	if err := r.begin(ctx, true, keys...); err != nil {
+	defer r.count(func(c *Calls) { c.Get++; c.Read += len(keys) })
+	if err := r.begin(ctx, keys...); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -335,178 +266,23 @@ func (r *Remote) GetMany(ctx context.Context, keys []string) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
 		if v, ok := r.getLocked(k, now); ok {
-			out[i] = clone(v)
-			if out[i] == nil {
-				out[i] = []byte{}
-			}
+			out[i] = stored(v)
 		}
 	}
+	hook := r.afterGet
 	r.mu.Unlock()
-	r.afterGetHook(keys...)
+	if hook != nil {
+		for _, k := range keys {
+			hook(k)
+		}
+	}
 	return out, nil
 }
 
-// SetManyIfAbsent stores keys[i] = values[i] for ttls[i], as SetIfAbsent
-// does, all in one step, and reports for each key whether it stored it. The
-// three slices must have the same length; of a key named twice, only the
-// first can be stored.
-func (r *Remote) SetManyIfAbsent(ctx context.Context, keys []string, values [][]byte, ttls []time.Duration) (stored []bool, err error) {
-	defer r.count(func(c *Calls) { c.SetManyIfAbsent++ })
-	if len(values) != len(keys) || len(ttls) != len(keys) {
-		return nil, fmt.Errorf("hybridtest: set many if absent: lengths differ: %d keys, %d values, %d ttls", len(keys), len(values), len(ttls))
-	}
-	if err := r.begin(ctx, false); err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	stored = make([]bool, len(keys))
-	for i, k := range keys {
-		if _, ok := r.getLocked(k, now); ok {
-			continue
-		}
-		r.setLocked(k, values[i], ttls[i], now)
-		stored[i] = true
-	}
-	return stored, nil
-}
-
-// SetAndPublish stores value under key, as Set does, and publishes msg on
-// channel of r.Bus, as one step: no other call of r runs between the two,
-// so messages leave in the order of the writes. When the publish fails,
-// nothing is written.
-func (r *Remote) SetAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte) error {
-	defer r.count(func(c *Calls) { c.SetAndPublish++ })
-	if r.Bus == nil {
-		return ErrNoBus
-	}
-	if err := r.begin(ctx, false); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.Bus.Publish(ctx, channel, msg); err != nil {
-		return err
-	}
-	r.setLocked(key, value, ttl, r.now())
-	return nil
-}
-
-// SetIfNewerAndPublish stores value under key for ttl, as Set does, only
-// if key holds nothing or a value whose write time (8 bytes big-endian at
-// byte offset stampOffset; a value too short to hold one counts as older)
-// is not newer than value's, and then publishes msg on channel of r.Bus
-// (nothing when channel is empty), as one step (see SetAndPublish). stored
-// is true when it wrote, and when key already held exactly value (then
-// nothing is written or published); false when key holds a newer value.
-// It is l2.Store's SetIfNewerAndPublish.
-func (r *Remote) SetIfNewerAndPublish(ctx context.Context, key string, value []byte, ttl time.Duration, channel string, msg []byte, stampOffset int) (stored bool, err error) {
-	defer r.count(func(c *Calls) { c.SetIfNewerAndPublish++ })
-	if stampOffset < 0 {
-		return false, fmt.Errorf("hybridtest: set if newer %q: negative stamp offset %d", key, stampOffset)
-	}
-	if r.Bus == nil && channel != "" {
-		return false, ErrNoBus
-	}
-	if err := r.begin(ctx, false); err != nil {
-		return false, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	now := r.now()
-	switch r.newerLocked(key, value, stampOffset, now) {
-	case holdsValue:
-		return true, nil
-	case holdsNewer:
-		return false, nil
-	}
-	if channel != "" {
-		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
-			return false, err
-		}
-	}
-	r.setLocked(key, value, ttl, now)
-	return true, nil
-}
-
-// What key holds, as SetIfNewerAndPublish sees it.
-const (
-	holdsOlder = iota // nothing, or a value not written after the new one
-	holdsValue        // the new value itself
-	holdsNewer        // a value written after the new one
-)
-
-// newerLocked compares what key holds with value, by their write times at
-// offset off (8 bytes big-endian; a value too short counts as older).
-func (r *Remote) newerLocked(key string, value []byte, off int, now time.Time) int {
-	cur, ok := r.getLocked(key, now)
-	if !ok {
-		return holdsOlder
-	}
-	if bytes.Equal(cur, value) {
-		return holdsValue
-	}
-	if len(cur) < off+8 || len(value) < off+8 {
-		return holdsOlder
-	}
-	if binary.BigEndian.Uint64(cur[off:]) > binary.BigEndian.Uint64(value[off:]) {
-		return holdsNewer
-	}
-	return holdsOlder
-}
-
-// ReplaceAndPublish stores value under key only if key holds exactly old (a
-// missing or expired key holds nothing, which no old matches), keeping the
-// lifetime key has left, and publishes msg on channel of r.Bus whether or
-// not it replaced (nothing when channel is empty), as one step (see
-// SetAndPublish). It reports whether it replaced.
-func (r *Remote) ReplaceAndPublish(ctx context.Context, key string, old, value []byte, channel string, msg []byte) (replaced bool, err error) {
-	defer r.count(func(c *Calls) { c.ReplaceAndPublish++ })
-	if r.Bus == nil && channel != "" {
-		return false, ErrNoBus
-	}
-	if err := r.begin(ctx, false); err != nil {
-		return false, err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if channel != "" {
-		if err := r.Bus.Publish(ctx, channel, msg); err != nil {
-			return false, err
-		}
-	}
-	cur, ok := r.getLocked(key, r.now())
-	if !ok || !bytes.Equal(cur, old) {
-		return false, nil
-	}
-	it := r.items[key]
-	it.value = clone(value)
-	r.items[key] = it
-	return true, nil
-}
-
-// DeleteAndPublish removes key and publishes msg on channel of r.Bus, as
-// one step (see SetAndPublish).
-func (r *Remote) DeleteAndPublish(ctx context.Context, key string, channel string, msg []byte) error {
-	defer r.count(func(c *Calls) { c.DeleteAndPublish++ })
-	if r.Bus == nil {
-		return ErrNoBus
-	}
-	if err := r.begin(ctx, false); err != nil {
-		return err
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.Bus.Publish(ctx, channel, msg); err != nil {
-		return err
-	}
-	delete(r.items, key)
-	return nil
-}
-
 // Peek returns a copy of key's value, as Get does, without counting a call,
-// running the hook, waiting or failing. Tests use it to look at the store.
+// running the hooks, waiting or failing. Tests use it to look at the
+// store; a lease shows as its holder's token, followed by '*' once a taker
+// found it held.
 func (r *Remote) Peek(key string) (value []byte, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -514,19 +290,19 @@ func (r *Remote) Peek(key string) (value []byte, ok bool) {
 	if !ok {
 		return nil, false
 	}
-	return clone(v), true
+	return stored(v), true
 }
 
-// Put stores a copy of value under key for ttl, as Set does, without
-// counting a call, waiting or failing. Tests use it to plant a value, such
-// as a corrupt one.
+// Put stores a copy of value under key for ttl (<= 0: no expiry), as a
+// write with Always does, without counting a call, waiting, failing or
+// publishing. Tests use it to plant a value, such as a corrupt one.
 func (r *Remote) Put(key string, value []byte, ttl time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.setLocked(key, value, ttl, r.now())
 }
 
-// Keys returns the live keys, sorted.
+// Keys returns the live keys, leases included, sorted.
 func (r *Remote) Keys() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -541,5 +317,5 @@ func (r *Remote) Keys() []string {
 	return keys
 }
 
-// Len returns the number of live keys.
+// Len returns the number of live keys, leases included.
 func (r *Remote) Len() int { return len(r.Keys()) }

@@ -1,0 +1,31 @@
+package hybridtest_test
+
+import (
+	"testing"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridtest"
+	"go.uber.org/goleak"
+)
+
+var _ hybrid.Bus = (*hybridtest.Bus)(nil)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// openRemote returns a fresh Remote on a fresh Bus, with or without a log.
+func openRemote(noLog bool) func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
+	return func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
+		bus := new(hybridtest.Bus)
+		t.Cleanup(func() { bus.Close() })
+		return &hybridtest.Remote{Bus: bus, NoLog: noLog}, bus
+	}
+}
+
+func TestConformance(t *testing.T) {
+	hybridtest.TestRemote(t, openRemote(false))
+}
+
+// TestConformanceNoLog: the Remote as on Redis Cluster, without a log.
+func TestConformanceNoLog(t *testing.T) {
+	hybridtest.TestRemote(t, openRemote(true))
+}

@@ -1,0 +1,288 @@
+package hybridtest
+
+import (
+	"encoding/binary"
+	"fmt"
+	"github.com/hybridcache/hybridcache/hybrid"
+	"slices"
+	"sync"
+	"time"
+)
+
+// This file holds the suite's checks of Info, Get and Write.
+
+func checkInfo(e *env) {
+	a, b := e.r.Info(), e.r.Info()
+	if a.ReadBound < 0 {
+		e.t.Errorf("Info().ReadBound is %v, want 0 (no bound) or more", a.ReadBound)
+	}
+	if a.Prefix != b.Prefix || a.Log != b.Log || a.ReadBound != b.ReadBound {
+		e.t.Errorf("Info() changed between calls: %+v, then %+v", a, b)
+	}
+}
+
+// checkGet: values in the order of the keys, nil for a miss, an empty
+// value apart from a miss, a key named twice read twice.
+func checkGet(e *env) {
+	bin := []byte{0, 0xff, '\n', 0, 'x'}
+	e.put("a", raw("1"), longTTL)
+	e.put("b", raw("2"), longTTL)
+	e.put("empty", []byte{}, longTTL)
+	e.put("bin", bin, longTTL)
+	keys := []string{"b", "missing", "a", "b", "empty", "bin", "missing"}
+	want := [][]byte{raw("2"), nil, raw("1"), raw("2"), {}, bin, nil}
+	got := e.get(keys...)
+	for i := range want {
+		if !same(got[i], want[i]) {
+			e.t.Errorf("Get(%q) = %s, want %s", keys, showAll(got), showAll(want))
+			break
+		}
+	}
+}
+
+// checkEmptyInput: a call with no keys or writes is no error.
+func checkEmptyInput(e *env) {
+	e.listen()
+	for _, keys := range [][]string{nil, {}} {
+		if vs, err := e.r.Get(e.ctx, keys); err != nil || len(vs) != 0 {
+			e.t.Errorf("Get(%#v) = %q, %v; want no values, nil", keys, vs, err)
+		}
+		if held, err := e.r.ExtendLeases(e.ctx, keys, "tok", time.Second); err != nil || len(held) != 0 {
+			e.t.Errorf("ExtendLeases(%#v) = %v, %v; want no results, nil", keys, held, err)
+		}
+		if ls, err := e.r.TakeLeases(e.ctx, keys, keys, "tok", time.Second); err != nil || len(ls) != 0 {
+			e.t.Errorf("TakeLeases(%#v) = %+v, %v; want no results, nil", keys, ls, err)
+		}
+		if err := e.r.ReleaseLeases(e.ctx, keys, "tok", raw("released"), e.feed); err != nil {
+			e.t.Errorf("ReleaseLeases(%#v): %v", keys, err)
+		}
+	}
+	for _, ws := range [][]hybrid.Write{nil, {}} {
+		if stored, err := e.r.Write(e.ctx, ws, e.feed); err != nil || len(stored) != 0 {
+			e.t.Errorf("Write(%#v) = %v, %v; want no results, nil", ws, stored, err)
+		}
+	}
+	e.expectMsgs("k", "ReleaseLeases of no leases")
+}
+
+func checkAlways(e *env) {
+	st := e.write(
+		hybrid.Write{Key: "k", Value: raw("1"), TTL: longTTL},
+		hybrid.Write{Key: "nil", Value: nil, TTL: longTTL},
+	)
+	e.expectStored("Always over nothing", st, true, true)
+	e.expect("k", raw("1"))
+	e.expect("nil", []byte{})
+	st = e.write(hybrid.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: hybrid.Always})
+	e.expectStored("Always over a value", st, true)
+	e.expect("k", raw("2"))
+}
+
+func checkIfAbsent(e *env) {
+	st := e.write(hybrid.Write{Key: "k", Value: raw("1"), TTL: longTTL, If: hybrid.IfAbsent})
+	e.expectStored("IfAbsent over nothing", st, true)
+	e.expect("k", raw("1"))
+	st = e.write(hybrid.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: hybrid.IfAbsent})
+	e.expectStored("IfAbsent over a value", st, false)
+	e.expect("k", raw("1"))
+	e.put("empty", []byte{}, longTTL)
+	st = e.write(hybrid.Write{Key: "empty", Value: raw("3"), TTL: longTTL, If: hybrid.IfAbsent})
+	e.expectStored("IfAbsent over an empty value", st, false)
+	e.expect("empty", []byte{})
+}
+
+func checkIfEqual(e *env) {
+	e.put("k", raw("old"), longTTL)
+	e.put("empty", []byte{}, longTTL)
+	e.put("empty2", []byte{}, longTTL)
+	for _, c := range []struct {
+		what, key string
+		old       []byte
+		stored    bool
+		holds     []byte
+	}{
+		{"IfEqual with another Old", "k", raw("other"), false, raw("old")},
+		{"IfEqual with a prefix of the value as Old", "k", raw("ol"), false, raw("old")},
+		{"IfEqual with a longer Old", "k", raw("older"), false, raw("old")},
+		{"IfEqual with the value as Old", "k", raw("old"), true, raw("new")},
+		{"IfEqual over nothing, Old nil", "missing", nil, false, nil},
+		{"IfEqual over nothing, Old empty", "missing", []byte{}, false, nil},
+		{"IfEqual over an empty value, Old empty", "empty", []byte{}, true, raw("new")},
+		{"IfEqual over an empty value, Old nil", "empty2", nil, true, raw("new")},
+	} {
+		st := e.write(hybrid.Write{Key: c.key, Value: raw("new"), TTL: longTTL, If: hybrid.IfEqual, Old: c.old})
+		e.expectStored(c.what, st, c.stored)
+		e.expect(c.key, c.holds)
+	}
+}
+
+// msgOf returns s as a message, nil for "".
+func msgOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// stamped returns head, then at as 8 bytes big-endian, then tail.
+func stamped(head string, at uint64, tail string) []byte {
+	return append(binary.BigEndian.AppendUint64([]byte(head), at), tail...)
+}
+
+func checkIfNewer(e *env) {
+	e.listen()
+	newer := func(key string, value []byte, at int, msg, els string) bool {
+		e.t.Helper()
+		w := hybrid.Write{Key: key, Value: value, TTL: longTTL, If: hybrid.IfNewer, StampAt: at, Msg: msgOf(msg), Else: msgOf(els)}
+		return e.write(w)[0]
+	}
+	for _, c := range []struct {
+		what   string
+		value  []byte
+		stored bool
+		holds  []byte
+	}{
+		{"over nothing", stamped("hdr", 10, "a"), true, stamped("hdr", 10, "a")},
+		{"over an older value", stamped("hdr", 20, "b"), true, stamped("hdr", 20, "b")},
+		{"over a newer value", stamped("hdr", 15, "c"), false, stamped("hdr", 20, "b")},
+		{"over the same value", stamped("hdr", 20, "b"), true, stamped("hdr", 20, "b")},
+		{"over a value of the same write time", stamped("hdr", 20, "d"), true, stamped("hdr", 20, "d")},
+		{"over a value older by its high bytes", stamped("hdr", 0x100, "e"), true, stamped("hdr", 0x100, "e")},
+		{"over a value newer by its high bytes", stamped("hdr", 0xff, "f"), false, stamped("hdr", 0x100, "e")},
+	} {
+		if got := newer("k", c.value, 3, "stored "+c.what, "unstored "+c.what); got != c.stored {
+			e.t.Errorf("IfNewer %s: stored %v, want %v", c.what, got, c.stored)
+		}
+		e.expect("k", c.holds)
+	}
+	e.expectMsgs("k", "IfNewer", "stored over nothing", "stored over an older value", "unstored over a newer value",
+		"stored over a value of the same write time", "stored over a value older by its high bytes",
+		"unstored over a value newer by its high bytes")
+
+	e.put("short", raw("hdr1234"), longTTL)
+	if !newer("short", stamped("hdr", 1, ""), 3, "", "") {
+		e.t.Error("IfNewer over a value too short to hold a write time: not stored")
+	}
+	e.expect("short", stamped("hdr", 1, ""))
+	e.put("z", stamped("", 5, ""), longTTL)
+	if newer("z", stamped("", 4, ""), 0, "", "") {
+		e.t.Error("IfNewer at offset 0 over a newer value: stored")
+	}
+	if !newer("z", stamped("", 6, "x"), 0, "", "") {
+		e.t.Error("IfNewer at offset 0 over an older value: not stored")
+	}
+	e.expect("z", stamped("", 6, "x"))
+}
+
+// checkTTL: a lifetime expires, none (0 or less) does not.
+func checkTTL(e *env) {
+	start := time.Now()
+	st := e.write(
+		hybrid.Write{Key: "short", Value: raw("s"), TTL: shortTTL},
+		hybrid.Write{Key: "zero", Value: raw("z"), TTL: 0},
+		hybrid.Write{Key: "negative", Value: raw("n"), TTL: -time.Second},
+	)
+	e.expectStored("writes with lifetimes", st, true, true, true)
+	e.expires("short", start, shortTTL)
+	e.expect("zero", raw("z"))
+	e.expect("negative", raw("n"))
+}
+
+// checkKeepTTL: IfEqual with KeepTTL keeps the lifetime the key had left,
+// whatever TTL says; without, it sets TTL.
+func checkKeepTTL(e *env) {
+	start := time.Now()
+	e.put("kept", raw("v1"), shortTTL)
+	e.put("forever", raw("f1"), 0)
+	e.put("reset", raw("r1"), shortTTL)
+	st := e.write(
+		hybrid.Write{Key: "kept", If: hybrid.IfEqual, Old: raw("v1"), Value: raw("v2"), KeepTTL: true},
+		hybrid.Write{Key: "forever", If: hybrid.IfEqual, Old: raw("f1"), Value: raw("f2"), KeepTTL: true, TTL: shortTTL / 3},
+		hybrid.Write{Key: "reset", If: hybrid.IfEqual, Old: raw("r1"), Value: raw("r2")},
+	)
+	if since := time.Since(start); since >= shortTTL && !st[0] {
+		e.t.Skipf("the writes took %v, longer than the lifetime %v of what they replace", since, shortTTL)
+	}
+	e.expectStored("IfEqual with and without KeepTTL", st, true, true, true)
+	e.expect("kept", raw("v2"))
+	e.expires("kept", start, shortTTL)
+	e.expect("forever", raw("f2"))
+	e.expect("reset", raw("r2"))
+}
+
+// checkMsgElse: Msg goes out if the write stored, Else if not, nothing for
+// nil, in the order of the writes.
+func checkMsgElse(e *env) {
+	e.listen()
+	st := e.write(
+		hybrid.Write{Key: "k", Value: raw("v1"), If: hybrid.IfAbsent, Msg: raw("m1"), Else: raw("e1")},
+		hybrid.Write{Key: "k", Value: raw("v2"), If: hybrid.IfAbsent, Msg: raw("m2"), Else: raw("e2")},
+		hybrid.Write{Key: "k", Value: raw("v3"), If: hybrid.IfAbsent, Msg: raw("m3")},
+		hybrid.Write{Key: "k", Value: raw("v4"), Else: raw("e4")},
+		hybrid.Write{Key: "k", Value: raw("v5"), If: hybrid.IfEqual, Old: raw("v4"), Msg: raw("m5"), Else: raw("e5")},
+		hybrid.Write{Key: "k", Value: raw("v6"), If: hybrid.IfEqual, Old: raw("v4"), Msg: raw("m6"), Else: raw("e6")},
+	)
+	e.expectStored("writes with messages", st, true, false, false, true, true, false)
+	e.expect("k", raw("v5"))
+	e.expectMsgs("k", "writes with messages", "m1", "e2", "m5", "e6")
+}
+
+// checkOrder: whatever the interleaving of writers of one key, its
+// messages come in the order of its writes, so the last one names what it
+// holds.
+func checkOrder(e *env) {
+	e.listen()
+	const writers, writes = 4, 25
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range writes {
+				v := raw(fmt.Sprintf("%d-%d", w, i))
+				if _, err := e.r.Write(e.ctx, []hybrid.Write{{Key: "k", Value: v, TTL: longTTL, Msg: v}}, e.feed); err != nil {
+					e.t.Errorf("Write: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if e.t.Failed() {
+		return
+	}
+	msgs := e.receive(writers * writes)
+	e.expect("k", raw(msgs[len(msgs)-1]))
+	e.expectMsgs("k", "after the writes") // and none more
+}
+
+// checkBatch: a batch of mixed writes, over several keys, reports each
+// write's result, and each write announces as it would alone.
+func checkBatch(e *env) {
+	e.listen()
+	e.put("b", raw("old"), longTTL)
+	e.put("d", raw("old"), longTTL)
+	e.put("e", stamped("", 20, ""), longTTL)
+	ws := []hybrid.Write{
+		{Key: "a", Value: raw("1")},
+		{Key: "b", Value: raw("2"), If: hybrid.IfAbsent},
+		{Key: "c", Value: raw("3"), If: hybrid.IfAbsent},
+		{Key: "d", Value: raw("4"), If: hybrid.IfEqual, Old: raw("wrong")},
+		{Key: "d", Value: raw("5"), If: hybrid.IfEqual, Old: raw("old")},
+		{Key: "e", Value: stamped("", 10, ""), If: hybrid.IfNewer},
+		{Key: "f", Value: stamped("", 30, ""), If: hybrid.IfNewer},
+	}
+	for i := range ws {
+		ws[i].TTL = longTTL
+		ws[i].Msg, ws[i].Else = raw(fmt.Sprint("stored ", i)), raw(fmt.Sprint("unstored ", i))
+	}
+	st := e.write(ws...)
+	e.expectStored("a batch of mixed writes", st, true, false, true, false, true, false, true)
+	want := map[string][]byte{"a": raw("1"), "b": raw("old"), "c": raw("3"), "d": raw("5"), "e": stamped("", 20, ""), "f": stamped("", 30, "")}
+	for k, v := range want {
+		e.expect(k, v)
+	}
+	got := e.receive(len(ws)) // keys on several nodes: in any order
+	slices.Sort(got)
+	if w := []string{"stored 0", "stored 2", "stored 4", "stored 6", "unstored 1", "unstored 3", "unstored 5"}; !slices.Equal(got, w) {
+		e.t.Errorf("a batch of mixed writes published %q, want %q", got, w)
+	}
+}

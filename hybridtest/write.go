@@ -1,0 +1,184 @@
+package hybridtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"github.com/hybridcache/hybridcache/hybrid"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
+
+// This file holds Write, the one write of a Remote, with the semantics of
+// l2.Store's over one Redis server.
+
+// Write makes each write of ws, in order, each as one step with its
+// message, log entry and lease release (no other call of r runs within a
+// step; other calls may run between two), and reports which stored their
+// value. It is l2.Store's Write over one Redis server. For each write:
+//
+//   - If decides whether it stores: Always does; IfAbsent where the key
+//     holds no live value; IfEqual where it holds exactly Old (an empty
+//     Old, nil included, matches an empty value, never a missing key);
+//     IfNewer where it holds nothing, or a value whose write time (8 bytes
+//     big-endian at offset StampAt; a value too short counts as older) is
+//     not after Value's. IfNewer also reports stored, writing and
+//     publishing nothing, where the key holds exactly Value.
+//   - A stored value lives for TTL (<= 0: no expiry), or, with KeepTTL,
+//     for the lifetime the key had left.
+//   - Msg goes out if the write stored, Else if not (nil: nothing), on
+//     f.Channel (empty: nothing goes out); with Lease set, only if someone
+//     may wait for the lease (a taker found it held, or it is not held
+//     under Token). With Log set, a message that goes out first appends
+//     Log to the log f.Log, trimmed to exactly f.LogLen entries (Redis
+//     trims to about that many), and goes out positioned at the new entry
+//     (see message.Positioned). Positions are "<n>-0", n counting up from
+//     1 across all the logs of r, so that a log dropped with DropLog and
+//     created again gets newer positions, as a Redis stream does after a
+//     restart.
+//   - Lease, if set, is then deleted if it is still held under Token,
+//     whether or not the write stored.
+//
+// When a message is due and r.Bus is nil or its Publish fails, that write
+// is not made, and Write returns the error with what the writes before it
+// stored. Each write is checked before any is made: an unknown Cond,
+// KeepTTL without IfEqual, a negative StampAt with IfNewer, Lease without
+// Token, or Log set without f.Log or with f.LogLen below 1 fails the call
+// (Log on a Remote with NoLog fails it with an error wrapping
+// errors.ErrUnsupported). With no writes it returns at once.
+func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+	if len(ws) == 0 {
+		return []bool{}, nil
+	}
+	for i, w := range ws {
+		if err := r.checkWrite(w, f); err != nil {
+			return nil, fmt.Errorf("hybridtest: write %d of %d (%q): %w", i, len(ws), w.Key, err)
+		}
+	}
+	stored := make([]bool, len(ws))
+	defer r.count(func(c *Calls) {
+		c.Write++
+		c.Writes += len(ws)
+		for i, w := range ws {
+			switch w.If {
+			case hybrid.Always:
+				c.Always++
+			case hybrid.IfAbsent:
+				c.IfAbsent++
+			case hybrid.IfEqual:
+				c.IfEqual++
+			case hybrid.IfNewer:
+				c.IfNewer++
+			}
+			if w.Lease != "" {
+				c.Releasing++
+			}
+			if stored[i] {
+				c.Written++
+			}
+		}
+	})
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	for i, w := range ws {
+		ok, err := r.write(ctx, w, f)
+		if err != nil {
+			return stored, fmt.Errorf("hybridtest: write %d of %d (%q): %w", i, len(ws), w.Key, err)
+		}
+		stored[i] = ok
+	}
+	return stored, nil
+}
+
+// checkWrite returns what is wrong with w, given f.
+func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
+	switch {
+	case w.If > hybrid.IfNewer:
+		return fmt.Errorf("unknown condition %d", w.If)
+	case w.KeepTTL && w.If != hybrid.IfEqual:
+		return errors.New("KeepTTL without IfEqual")
+	case w.If == hybrid.IfNewer && w.StampAt < 0:
+		return fmt.Errorf("negative StampAt %d", w.StampAt)
+	case w.Lease != "" && w.Token == "":
+		return fmt.Errorf("lease %q without a token", w.Lease)
+	case w.Log == nil:
+		return nil
+	case r.NoLog:
+		return fmt.Errorf("a log entry: the Remote keeps no log: %w", errors.ErrUnsupported)
+	case f.Log == "":
+		return errors.New("a log entry without Feed.Log")
+	case f.LogLen < 1:
+		return fmt.Errorf("a log entry with Feed.LogLen %d, want at least 1", f.LogLen)
+	}
+	return nil
+}
+
+// write makes w as one step and reports whether it stored.
+func (r *Remote) write(ctx context.Context, w hybrid.Write, f hybrid.Feed) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	cur, ok := r.getLocked(w.Key, now)
+	var write, found bool
+	switch w.If {
+	case hybrid.Always:
+		write = true
+	case hybrid.IfAbsent:
+		write = !ok
+	case hybrid.IfEqual:
+		write = ok && bytes.Equal(cur, w.Old)
+	case hybrid.IfNewer:
+		found = ok && bytes.Equal(cur, w.Value)
+		write = !found && (!ok || !newer(cur, w.Value, w.StampAt))
+	}
+	msg := w.Else
+	if write || found {
+		msg = w.Msg
+	}
+	if found || (w.Lease != "" && !r.waitedLocked(w.Lease, w.Token, now)) {
+		msg = nil
+	}
+	if msg != nil && f.Channel != "" {
+		if r.Bus == nil {
+			return false, ErrNoBus
+		}
+		if w.Log != nil {
+			msg = message.Positioned(pos(r.journal.seq+1), msg)
+		}
+		if err := r.Bus.Publish(ctx, f.Channel, msg); err != nil {
+			return false, err
+		}
+		if w.Log != nil {
+			l := r.journal.logLocked(f.Log, true)
+			r.journal.appendLocked(l, w.Log, false)
+			l.trim(f.LogLen)
+		}
+	}
+	switch {
+	case write && w.KeepTTL:
+		it := r.items[w.Key]
+		it.value = stored(w.Value)
+		r.items[w.Key] = it
+	case write:
+		r.setLocked(w.Key, w.Value, w.TTL, now)
+	}
+	if w.Lease != "" {
+		if v, ok := r.getLocked(w.Lease, now); ok && heldBy(v, w.Token) {
+			delete(r.items, w.Lease)
+		}
+	}
+	return write || found, nil
+}
+
+// newer reports whether cur was written after value, by their write times
+// at offset off (8 bytes big-endian). A stored value too short to hold one
+// counts as older, and so does any stored value when value is too short.
+func newer(cur, value []byte, off int) bool {
+	if len(cur) < off+8 || len(value) < off+8 {
+		return false
+	}
+	return binary.BigEndian.Uint64(cur[off:]) > binary.BigEndian.Uint64(value[off:])
+}
