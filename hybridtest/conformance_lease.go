@@ -2,8 +2,9 @@ package hybridtest
 
 import (
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's checks of leases: TakeLeases, ExtendLeases,

@@ -3,11 +3,11 @@ package hybridtest
 import (
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 

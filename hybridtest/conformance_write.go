@@ -3,10 +3,11 @@ package hybridtest
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's checks of Info, Get and Write.

@@ -3,11 +3,11 @@ package hybridtest_test
 import (
 	"bytes"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"sync"
 	"testing"
 
+	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 	"github.com/hybridcache/hybridcache/internal/message"
 )

@@ -5,9 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"strings"
 	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the load leases of a Remote (TakeLeases, ExtendLeases,

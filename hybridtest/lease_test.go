@@ -3,11 +3,11 @@ package hybridtest_test
 import (
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 

@@ -3,10 +3,11 @@ package hybridtest
 import (
 	"context"
 	"errors"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // Remote is an in-memory shared tier: a map of byte values with

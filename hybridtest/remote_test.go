@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 

@@ -6,8 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/hybrid"
 
+	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
