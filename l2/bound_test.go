@@ -283,8 +283,8 @@ func TestBoundStalledServer(t *testing.T) {
 	if got := bounded.Info().ReadBound; got != timeout {
 		t.Errorf("ReadBound with ContextTimeoutEnabled: got %v, want %v", got, timeout)
 	}
-	if got := unbounded.Info().ReadBound; got != 0 {
-		t.Errorf("ReadBound without ContextTimeoutEnabled: got %v, want 0", got)
+	if got := unbounded.Info().ReadBound; got != clientRead {
+		t.Errorf("ReadBound without ContextTimeoutEnabled: got %v, want the client's ReadTimeout %v", got, clientRead)
 	}
 
 	t.Cleanup(func() { _ = own.Signal(syscall.SIGCONT) })
@@ -327,8 +327,11 @@ type withoutOptions struct{ redis.UniversalClient }
 type embeddedClient struct{ *redis.Client }
 
 // TestReadBound: Info().ReadBound is Options.ReadTimeout for every kind of
-// client that applies ctx deadlines to its sockets, and 0 otherwise, with
-// one line of Advice unless the Store was asked for no bound.
+// client that applies ctx deadlines to its sockets; else the client's own
+// socket ReadTimeout (5 seconds by default), with one line of Advice when
+// that is longer; 0 with a line of Advice when the client has none, or its
+// options cannot be seen; and 0 without advice when the Store was asked for
+// no bound.
 func TestReadBound(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	addr := deadAddr(t) // never dialled
@@ -348,43 +351,43 @@ func TestReadBound(t *testing.T) {
 		o.Addrs = map[string]string{"a": addr}
 		return closing(redis.NewRing(&o))
 	}
+	const def = 5 * time.Second // go-redis's default ReadTimeout
 	tests := []struct {
-		name string
-		rdb  redis.UniversalClient
-		o    l2.Options
-		want time.Duration
+		name   string
+		rdb    redis.UniversalClient
+		o      l2.Options
+		want   time.Duration
+		advice bool
 	}{
-		{"Client", client(redis.Options{}), l2.Options{ReadTimeout: timeout}, 0},
-		{"Client ContextTimeoutEnabled", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"Client ContextTimeoutEnabled, default ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{}, 250 * time.Millisecond},
-		{"Client ContextTimeoutEnabled, no ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: -1}, 0},
-		{"Client ContextTimeoutEnabled, no client timeout", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"Client ContextTimeoutEnabled, no read deadlines", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
-		{"Client ContextTimeoutEnabled, no write deadlines", client(redis.Options{ContextTimeoutEnabled: true, WriteTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
-		{"embedded Client", embeddedClient{client(redis.Options{ContextTimeoutEnabled: true}).(*redis.Client)}, l2.Options{ReadTimeout: timeout}, timeout},
-		{"UniversalClient", closing(redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true})), l2.Options{ReadTimeout: timeout}, timeout},
-		{"hidden options", withoutOptions{client(redis.Options{ContextTimeoutEnabled: true})}, l2.Options{ReadTimeout: timeout}, 0},
-		{"ClusterClient", cluster(redis.ClusterOptions{}), l2.Options{ReadTimeout: timeout}, 0},
-		{"ClusterClient ContextTimeoutEnabled", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"ClusterClient ContextTimeoutEnabled, no client timeout", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"ClusterClient ContextTimeoutEnabled, no read deadlines", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
-		{"embedded ClusterClient", embedded{cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}).(*redis.ClusterClient)}, l2.Options{ReadTimeout: timeout}, timeout},
-		{"Ring", ring(redis.RingOptions{}), l2.Options{ReadTimeout: timeout}, 0},
-		{"Ring ContextTimeoutEnabled", ring(redis.RingOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"Ring ContextTimeoutEnabled, no client timeout", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout},
-		{"Ring ContextTimeoutEnabled, no read deadlines", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0},
+		{"Client", client(redis.Options{}), l2.Options{ReadTimeout: timeout}, def, true},
+		{"Client, shorter ReadTimeout", client(redis.Options{ReadTimeout: 100 * time.Millisecond}), l2.Options{ReadTimeout: timeout}, 100 * time.Millisecond, false},
+		{"Client, no ReadTimeout", client(redis.Options{ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, 0, true},
+		{"Client ContextTimeoutEnabled", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"Client ContextTimeoutEnabled, default ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{}, 250 * time.Millisecond, false},
+		{"Client ContextTimeoutEnabled, no ReadTimeout", client(redis.Options{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: -1}, 0, false},
+		{"Client ContextTimeoutEnabled, no client timeout", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -1, WriteTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"Client ContextTimeoutEnabled, no read deadlines", client(redis.Options{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0, true},
+		{"Client ContextTimeoutEnabled, no write deadlines", client(redis.Options{ContextTimeoutEnabled: true, WriteTimeout: -2}), l2.Options{ReadTimeout: timeout}, def, true},
+		{"embedded Client", embeddedClient{client(redis.Options{ContextTimeoutEnabled: true}).(*redis.Client)}, l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"UniversalClient", closing(redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true})), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"hidden options", withoutOptions{client(redis.Options{ContextTimeoutEnabled: true})}, l2.Options{ReadTimeout: timeout}, 0, true},
+		{"ClusterClient", cluster(redis.ClusterOptions{}), l2.Options{ReadTimeout: timeout}, def, true},
+		{"ClusterClient ContextTimeoutEnabled", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"ClusterClient ContextTimeoutEnabled, no client timeout", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"ClusterClient ContextTimeoutEnabled, no read deadlines", cluster(redis.ClusterOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0, true},
+		{"embedded ClusterClient", embedded{cluster(redis.ClusterOptions{ContextTimeoutEnabled: true}).(*redis.ClusterClient)}, l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"Ring", ring(redis.RingOptions{}), l2.Options{ReadTimeout: timeout}, def, true},
+		{"Ring ContextTimeoutEnabled", ring(redis.RingOptions{ContextTimeoutEnabled: true}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"Ring ContextTimeoutEnabled, no client timeout", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -1}), l2.Options{ReadTimeout: timeout}, timeout, false},
+		{"Ring ContextTimeoutEnabled, no read deadlines", ring(redis.RingOptions{ContextTimeoutEnabled: true, ReadTimeout: -2}), l2.Options{ReadTimeout: timeout}, 0, true},
 	}
 	for _, tt := range tests {
 		info := l2.New(tt.rdb, tt.o).Info()
 		if info.ReadBound != tt.want {
 			t.Errorf("%s (%T): Info().ReadBound = %v, want %v", tt.name, tt.rdb, info.ReadBound, tt.want)
 		}
-		wantAdvice := 0
-		if tt.want == 0 && tt.o.ReadTimeout >= 0 {
-			wantAdvice = 1
-		}
-		if len(info.Advice) != wantAdvice || (wantAdvice == 1 && !strings.Contains(info.Advice[0], "not bounded")) {
-			t.Errorf("%s (%T): Info().Advice = %q, want %d line saying reads are not bounded", tt.name, tt.rdb, info.Advice, wantAdvice)
+		if got := len(info.Advice) == 1 && strings.Contains(info.Advice[0], "ContextTimeoutEnabled"); got != tt.advice || len(info.Advice) > 1 {
+			t.Errorf("%s (%T): Info().Advice = %q, want a line naming ContextTimeoutEnabled: %v", tt.name, tt.rdb, info.Advice, tt.advice)
 		}
 		for _, a := range info.Advice {
 			t.Logf("%s: advice: %s", tt.name, a)

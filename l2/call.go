@@ -67,38 +67,39 @@ func bound(d, def time.Duration) time.Duration {
 	return d
 }
 
-// socketDeadlines returns "" if rdb applies ctx deadlines to its socket
-// reads and writes (built with ContextTimeoutEnabled, and without socket
-// deadlines switched off), else what to change so that it does. It reads
-// the options of a *redis.Client, *redis.ClusterClient or *redis.Ring, also
-// one embedded in another type.
-func socketDeadlines(rdb redis.UniversalClient) string {
-	const advice = "build the client with ContextTimeoutEnabled: true"
-	var on, off bool // ContextTimeoutEnabled; socket deadlines switched off
+// socketDeadlines says how rdb bounds its socket reads: ctx is true if it
+// applies ctx deadlines to them (built with ContextTimeoutEnabled, and
+// without socket deadlines switched off); own is its own read timeout
+// (its ReadTimeout, 5 seconds by default; 0: none). It reads the options
+// of a *redis.Client, *redis.ClusterClient or *redis.Ring, also one
+// embedded in another type; known is false for any other client.
+func socketDeadlines(rdb redis.UniversalClient) (ctx bool, own time.Duration, known bool) {
+	const def = 5 * time.Second // go-redis's default ReadTimeout
 	switch c := rdb.(type) {
 	case interface{ Options() *redis.Options }:
-		// NewClient has turned -2 (no socket deadlines) into -1, and -1
-		// (no timeout) into 0.
+		// NewClient has turned 0 into the default, -1 (no timeout) into 0
+		// and -2 (no socket deadlines) into -1.
 		o := c.Options()
-		on, off = o.ContextTimeoutEnabled, o.ReadTimeout < 0 || o.WriteTimeout < 0
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0, max(o.ReadTimeout, 0), true
 	case interface{ Options() *redis.ClusterOptions }:
-		// NewClusterClient has turned -1 into 0; -2 is left as is.
+		// NewClusterClient has turned 0 into the default and -1 into 0; -2
+		// is left as is.
 		o := c.Options()
-		on, off = o.ContextTimeoutEnabled, o.ReadTimeout < 0 || o.WriteTimeout < 0
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0, max(o.ReadTimeout, 0), true
 	case interface{ Options() *redis.RingOptions }:
-		// A Ring keeps the options as given: -1 is no timeout, -2 none.
+		// A Ring keeps the options as given: 0 is the default, -1 no
+		// timeout, -2 no socket deadlines.
 		o := c.Options()
-		on, off = o.ContextTimeoutEnabled, o.ReadTimeout < -1 || o.WriteTimeout < -1
-	default:
-		return fmt.Sprintf("l2 cannot see the options of a %T; %s", rdb, advice)
+		own := o.ReadTimeout
+		switch {
+		case own == 0:
+			own = def
+		case own < 0:
+			own = 0
+		}
+		return o.ContextTimeoutEnabled && o.ReadTimeout >= -1 && o.WriteTimeout >= -1, own, true
 	}
-	switch {
-	case !on:
-		return advice
-	case off:
-		return "the client's ReadTimeout or WriteTimeout is -2 (no socket deadlines)"
-	}
-	return ""
+	return false, 0, false
 }
 
 // timeout is one of the Store's bounds on a call: d (0: none). Calls that

@@ -101,8 +101,9 @@
 // deadline ends waits for a dial, a pooled connection or a retry, but it
 // reaches the socket only if the client is built with ContextTimeoutEnabled:
 // true; without it a call to a stalled server waits for the client's own
-// ReadTimeout (5 s by default). Info().ReadBound is ReadTimeout only when
-// it holds, else 0, with a line of Info().Advice. The Store does not read
+// ReadTimeout (5 s by default). Info().ReadBound is the bound that holds:
+// ReadTimeout, else the client's own ReadTimeout (with a line of
+// Info().Advice when that is longer), else 0. The Store does not read
 // through a (*redis.Client).WithTimeout clone, which would bound the socket
 // whatever the options: in go-redis v9.23 such a clone runs none of the
 // hooks added to the client (tracing, metrics), and would miss those added

@@ -196,16 +196,13 @@ func (s *Store) ExtendLeases(ctx context.Context, keys []string, token string, t
 // NOTE: when an error is returned, some leases may have been released, and
 // the message may have been published.
 func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f tier.Feed) error {
-	if len(keys) == 0 && f.Channel == "" {
-		return nil
+	if len(keys) == 0 {
+		return nil // no lease: no one waits, nothing to say
 	}
 	// A lease named twice is released once: its second release would find
 	// it gone, as if someone else had taken it, and announce.
 	keys = distinct(keys)
 	return call(ctx, s.write, about("release", "leases", keys), func(ctx context.Context) error {
-		if len(keys) == 0 {
-			return s.rdb.Publish(ctx, f.Channel, msg).Err()
-		}
 		if s.topo == single {
 			// One script for every lease: the release and, if any was
 			// waited for, the message, in one atomic step.

@@ -2,6 +2,7 @@ package l2
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,30 +109,42 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		topo:   topologyOf(rdb),
 	}
 	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single}
-	switch why := socketDeadlines(rdb); {
-	case s.read.d == 0: // the caller asked for no bound
-	case why == "":
-		s.info.ReadBound = s.read.d
-	default:
-		s.info.Advice = []string{"l2: reads are not bounded by Options.ReadTimeout (a stalled server holds one for the client's own ReadTimeout): " + why}
-	}
+	s.info.ReadBound, s.info.Advice = readBound(rdb, s.read.d)
 	return s
 }
 
-// Info describes the Store: Options.Prefix; as ReadBound, the longest a
-// Get can block, Options.ReadTimeout when the client applies ctx deadlines
-// to its sockets (built with ContextTimeoutEnabled, and socket timeouts
-// not -2), else 0, with a line of Advice saying what to set (none when
-// Options.ReadTimeout is negative: no bound was asked for); and whether it
-// keeps a log (on one server or a Sentinel-managed primary only).
-//
-// New finds the client's options once, from a *redis.Client,
-// *redis.ClusterClient or *redis.Ring, also one embedded in another type;
-// with any other client ReadBound is 0.
+// Info describes the Store: Options.Prefix; whether it keeps a log (on
+// one server or a Sentinel-managed primary only); and, as ReadBound, the
+// longest a Get can block (see readBound), with a line of Advice when that
+// is not Options.ReadTimeout.
 func (s *Store) Info() tier.Info {
 	info := s.info
 	info.Advice = append([]string(nil), s.info.Advice...)
 	return info
+}
+
+// readBound returns how long a Get can block on rdb whatever its ctx, when
+// the Store asks for read (Options.ReadTimeout; 0: no bound asked), and
+// advice when that is longer than read: read when ctx deadlines reach the
+// client's sockets (ContextTimeoutEnabled), else the client's own
+// ReadTimeout, its socket deadline (go-redis's default: 5 seconds), or 0
+// when the client has none.
+func readBound(rdb redis.UniversalClient, read time.Duration) (time.Duration, []string) {
+	if read == 0 {
+		return 0, nil
+	}
+	ctx, own, known := socketDeadlines(rdb)
+	switch {
+	case ctx:
+		return read, nil
+	case !known:
+		return 0, []string{fmt.Sprintf("l2: the options of a %T are unknown, so reads are taken as unbounded (each read is handed to a worker goroutine); build the client with ContextTimeoutEnabled: true and pass it to l2.New as it is", rdb)}
+	case own == 0:
+		return 0, []string{"l2: the client has no ReadTimeout, so a read of a stalled server can block for ever; set its ReadTimeout, and ContextTimeoutEnabled: true to bound reads by l2.Options.ReadTimeout"}
+	case own <= read:
+		return own, nil
+	}
+	return own, []string{fmt.Sprintf("l2: reads are bounded by the client's ReadTimeout (%v), not l2.Options.ReadTimeout (%v): a read of a stalled server can keep a caller that long; build the client with ContextTimeoutEnabled: true", own, read)}
 }
 
 // topologyOf tells a cluster or ring client from a single-node one, also
