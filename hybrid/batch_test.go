@@ -52,11 +52,11 @@ func TestGetOrCreateManyWithDoubles(t *testing.T) {
 		}
 		s.waitWrites(t, writes(before)+1)
 		after := s.remote.Calls()
-		if n := after.GetMany - before.GetMany; n != 1 {
-			t.Errorf("GetMany calls: got %d, want 1", n)
+		if n := after.Get - before.Get; n != 1 {
+			t.Errorf("Get calls: got %d, want 1", n)
 		}
-		if n := after.SetManyIfAbsent - before.SetManyIfAbsent; n != 1 {
-			t.Errorf("SetManyIfAbsent calls: got %d, want 1", n)
+		if n := after.Write - before.Write; n != 1 {
+			t.Errorf("Write calls: got %d, want 1", n)
 		}
 		if n := after.Get - before.Get; n != 0 {
 			t.Errorf("single Gets: got %d, want 0", n)

@@ -48,8 +48,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		if st.L1.Misses != 1 || st.L2.Misses != 1 || st.Load.Calls != 1 || st.L1.Hits != 0 || st.L2.Hits != 0 || st.L1.Entries != 1 {
 			t.Errorf("Stats after a full miss: got %+v, want L1.Misses 1, L2.Misses 1, Load.Calls 1, L1.Entries 1", st)
 		}
-		if c := s.remote.Calls(); c.Get != 1 || c.SetIfAbsent != 1 {
-			t.Errorf("Remote calls after a full miss: got %+v, want 1 Get and 1 SetIfAbsent", c)
+		if c := s.remote.Calls(); c.Get != 1 || c.IfAbsent != 1 {
+			t.Errorf("Remote calls after a full miss: got %+v, want 1 Get and 1 IfAbsent write", c)
 		}
 
 		// L1 hit.
@@ -79,8 +79,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		}
 		// b's hit read the clear record too, once: a Clear may have made the
 		// value a miss (see TestClearRecordReadOncePerInstance).
-		if c := s.remote.Calls(); c.Get != 3 || c.SetIfAbsent != 1 || c.Total() != 4 {
-			t.Errorf("Remote calls: got %+v, want 3 Gets (a miss, a hit, the clear record) and 1 SetIfAbsent", c)
+		if c := s.remote.Calls(); c.Get != 3 || c.IfAbsent != 1 || c.Total() != 4 {
+			t.Errorf("Remote calls: got %+v, want 3 Gets (a miss, a hit, the clear record) and 1 IfAbsent write", c)
 		}
 	})
 }

@@ -1240,17 +1240,21 @@ func testSecrets(t *testing.T, sc secretScenario, ro *redis.Options) {
 
 	// The store on its own.
 	store := l2.New(rdb, l2.Options{ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-	_, _, err := store.Get(ctx, "k")
+	_, err := store.Get(ctx, []string{"k"})
 	keep(err)
 	if !sc.cause(err) {
 		t.Fatalf("l2 Get: got %v, want the scenario's failure", err)
 	}
-	keep(store.Set(ctx, "k", []byte("v"), time.Minute))
-	_, err = store.GetMany(ctx, []string{"a", "b"})
+	_, err = store.Get(ctx, []string{"a", "b"})
 	keep(err)
-	keep(store.SetAndPublish(ctx, "k", []byte("v"), time.Minute, "ch", []byte("m")))
-	_, err = store.CompareAndSet(ctx, "k", []byte("v"), []byte("w"), time.Minute)
-	keep(err)
+	for _, w := range []hybrid.Write{
+		{Key: "k", Value: []byte("v"), TTL: time.Minute},
+		{Key: "k", Value: []byte("v"), TTL: time.Minute, Msg: []byte("m")},
+		{Key: "k", Value: []byte("w"), TTL: time.Minute, If: hybrid.IfEqual, Old: []byte("v")},
+	} {
+		_, err = store.Write(ctx, []hybrid.Write{w}, hybrid.Feed{Channel: "ch"})
+		keep(err)
+	}
 
 	// The bus: Subscribe cannot succeed; the Bus logs its reconnect attempts.
 	bus := invalidate.New(rdb, invalidate.Options{Logger: logger, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond})

@@ -200,8 +200,8 @@ func TestOversizedValue(t *testing.T) {
 	if st := c.Stats(); st.Load.Oversized != 2 {
 		t.Errorf("Stats.Load.Oversized: got %d, want 2", st.Load.Oversized)
 	}
-	if c := s.remote.Calls(); c.SetIfAbsent != 0 {
-		t.Errorf("SetIfAbsent calls: got %d, want 0", c.SetIfAbsent)
+	if c := s.remote.Calls(); c.IfAbsent != 0 {
+		t.Errorf("IfAbsent writes: got %d, want 0", c.IfAbsent)
 	}
 }
 

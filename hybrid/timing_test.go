@@ -254,7 +254,7 @@ func TestEagerRefreshFindsNewerValue(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(6 * time.Second) // past half the lifetime
 		// Written behind the cache's back, as by a peer whose message is late.
-		if err := s.remote.Set(ctx, testNS+":k", envelopeOf(t, "peer", 10*time.Second), 10*time.Second); err != nil {
+		if _, err := s.remote.Write(ctx, []hybrid.Write{{Key: testNS + ":k", Value: envelopeOf(t, "peer", 10*time.Second), TTL: 10 * time.Second}}, hybrid.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v1" {

@@ -159,7 +159,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		}
 		if i == 0 {
 			// The fill writes to the shared tier after it answers.
-			if err := remote.WaitCalls(ctx, func(c hybridtest.Calls) bool { return c.SetIfAbsent == 1 }); err != nil {
+			if err := remote.WaitCalls(ctx, func(c hybridtest.Calls) bool { return c.IfAbsent == 1 }); err != nil {
 				t.Fatal(err)
 			}
 		}
