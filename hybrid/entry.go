@@ -87,8 +87,8 @@ func WithLoadTimeout(d time.Duration) EntryOption {
 func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
 
 // WithLoadLease sets Options.LoadLease for a fill this call starts: 0
-// turns the lease off for it. On a cache whose Remote is not a Leaser, or
-// that has no Bus, a lease is refused with an error.
+// turns the lease off for it. On a cache without a Remote or a Bus, a lease
+// is refused with an error.
 func WithLoadLease(d time.Duration) EntryOption {
 	return EntryOption{kind: kindLoadLease, d: d}
 }

@@ -422,7 +422,13 @@ func testLeaderReadOnStoppedRedis(t *testing.T, ctxTimeouts bool) {
 	if !own.Owned() {
 		srv.NeedOwned(t) // miniredis or HYBRID_REDIS_ADDR: no process to stop
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: own.Addr, ContextTimeoutEnabled: ctxTimeouts, MaxRetries: -1})
+	// Without ContextTimeoutEnabled, the client's own ReadTimeout bounds
+	// the socket, and so the Store's reads.
+	ro := &redis.Options{Addr: own.Addr, ContextTimeoutEnabled: ctxTimeouts, MaxRetries: -1}
+	if !ctxTimeouts {
+		ro.ReadTimeout = bound
+	}
+	rdb := redis.NewClient(ro)
 	t.Cleanup(func() { rdb.Close() })
 	so := l2.Options{ReadTimeout: bound, WriteTimeout: bound}
 	ns := redistest.Prefix(t)

@@ -732,8 +732,8 @@ func goGet(in *instance, key string, load func(context.Context, string) (string,
 }
 
 // invalidationModes are the two ways peers learn of a Set: without a Secret
-// they drop their copy; with one (and an Announcer, which l2.Store is) the
-// message carries the value and peers holding the key swap it in.
+// they drop their copy; with one the message carries the value and peers
+// holding the key swap it in.
 var invalidationModes = []struct {
 	name   string
 	secret []byte

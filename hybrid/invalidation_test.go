@@ -31,26 +31,21 @@ import (
 )
 
 // TestInvalidationSet: a Set on A reaches B and C, which held the key. With
-// a Secret and an Announcer they swap the new value in without reading the
-// shared tier; otherwise they drop it and read it again when asked.
+// a Secret they swap the new value in without reading the shared tier;
+// without one they drop it and read it again when asked.
 func TestInvalidationSet(t *testing.T) {
 	tests := []struct {
-		name      string
-		secret    []byte
-		announcer bool
-		swap      bool
+		name   string
+		secret []byte
+		swap   bool
 	}{
-		{"secret and announcer swap", []byte("s3cret"), true, true},
-		{"no secret drops", nil, true, false},
-		{"no announcer drops", []byte("s3cret"), false, false},
+		{"secret swaps", []byte("s3cret"), true},
+		{"no secret drops", nil, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSharedTier(t)
 			o := hybrid.Options{Secret: tt.secret}
-			if !tt.announcer {
-				o.Remote = struct{ hybrid.Remote }{s.remote}
-			}
 			p := newPeers(t, s, 3, o)
 			a, b, c := p[0], p[1], p[2]
 
@@ -316,22 +311,17 @@ func TestBusLossKeepsL1(t *testing.T) {
 // instance stop, every instance serves what the shared tier holds.
 func TestConvergence(t *testing.T) {
 	tests := []struct {
-		name      string
-		secret    []byte
-		announcer bool
+		name   string
+		secret []byte
 	}{
-		{"drop", nil, true},
-		{"swap", []byte("s3cret"), true},
-		{"write then publish", []byte("s3cret"), false},
+		{"drop", nil},
+		{"swap", []byte("s3cret")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSharedTier(t)
 				o := hybrid.Options{Secret: tt.secret}
-				if !tt.announcer {
-					o.Remote = struct{ hybrid.Remote }{s.remote}
-				}
 				p := newPeers(t, s, 3, o)
 				keys := []string{"a", "b", "c"}
 				var wg sync.WaitGroup

@@ -171,7 +171,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 }
 
 // releaseLeases releases h, if it holds keys, and tells the instances
-// waiting for one of them (the Leaser announces only if one asked) how the
+// waiting for one of them (the Remote announces only if one asked) how the
 // load went: for the keys it stored, their stored values
 // (vals[i] for h.keys[i], nil: read it from the shared tier), or its load
 // error. A fill ended by Close tells them nothing but that the lease is
@@ -206,7 +206,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	// still wanted, for at most what the lease had left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.life+time.Second)
 	defer cancel()
-	// Not counted in Published: the Leaser announces only when another
+	// Not counted in Published: the Remote announces only when another
 	// instance asked for one of the leases.
 	c.call(ctx, OpLeaseRelease, leaseName(h.keys), func(ctx context.Context) error {
 		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, Feed{Channel: c.feed.Channel})

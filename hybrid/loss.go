@@ -16,7 +16,7 @@ import (
 // keeps L1 (an entry served for LossGrace during the loss is re-read from
 // the shared tier, and served as it is only when that cannot be reached),
 // and once the bus is back it replays the messages it missed from the
-// shared tier's log (a Journal), flushing L1 only when the log cannot cover
+// shared tier's log (Remote.ReadLog), flushing L1 only when the log cannot cover
 // the gap. Options.StrictLoss flushes L1 on every loss instead, and reads
 // through to the shared tier while the bus is down.
 

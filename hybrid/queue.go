@@ -16,7 +16,7 @@ import (
 // Delete, DeleteByTag or Clear that fails because the shared tier cannot
 // be reached is queued, newest per key, and replayed in order by a
 // goroutine of the cache once the shared tier answers again. A replay
-// writes only over an older value (see NewerSetter), so that it never
+// writes only over an older value (Cond IfNewer), so that it never
 // overwrites a write another instance made meanwhile, and is harmless when
 // the original write landed after all (a timed-out write may have).
 

@@ -26,13 +26,13 @@ import (
 // TestRemoteDown checks that reads degrade to load and L1 while the Remote
 // fails, and that writes report the failure.
 func TestRemoteDown(t *testing.T) {
-	for _, announce := range []bool{true, false} {
-		t.Run("announcer="+strconv.FormatBool(announce), func(t *testing.T) {
+	for _, secret := range []bool{true, false} {
+		t.Run("secret="+strconv.FormatBool(secret), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSharedTier(t)
 				o := s.options()
-				if !announce {
-					o.Remote = struct{ hybrid.Remote }{s.remote} // hides Announcer
+				if secret {
+					o.Secret = []byte("s3cret")
 				}
 				c := newTestCache[string](t, o)
 				ctx := context.Background()
@@ -887,8 +887,8 @@ func TestFaultLatency(t *testing.T) {
 // scripts, the bus, and what go-redis sends when it connects.
 var cacheCommands = []string{
 	"+get", "+set", "+mget", // l2.Store
-	"+evalsha", "+eval", // SetAndPublish, CompareAndSet (EVAL after NOSCRIPT)
-	"+xadd", "+xrevrange", "+xrange", "+xinfo|stream", "+exists", // the invalidation log (Journal)
+	"+evalsha", "+eval", // its scripts (EVAL after NOSCRIPT)
+	"+xadd", "+xrevrange", "+xrange", "+xinfo|stream", "+exists", // the invalidation log
 	"+publish", "+subscribe", "+unsubscribe", "+ping", // invalidate.Bus
 	"+hello", "+auth", "+client|setname", // go-redis's connection set-up
 }

@@ -248,9 +248,10 @@ func (s *Store) run(ctx context.Context, n int, queue func(c redis.Cmdable) (cmd
 }
 
 // exec sends the commands of pipe, if not nil (else the one command was
-// sent when it was made), and returns a failure that no server sent (the
-// network, ctx), which may have left the commands without an error of
-// their own.
+// sent when it was made), and returns a failure that left the commands
+// without an error of their own: the network, ctx, or a server's refusal
+// of the connection itself (a wrong password, with no command answered).
+// A server's reply to a command is that command's error.
 func exec(ctx context.Context, pipe redis.Pipeliner, cmds []redis.Cmder) error {
 	var err error
 	if pipe != nil {
@@ -259,10 +260,18 @@ func exec(ctx context.Context, pipe redis.Pipeliner, cmds []redis.Cmder) error {
 		err = cmds[0].Err()
 	}
 	var re redis.Error
-	if err != nil && !errors.As(err, &re) && !errors.Is(err, redis.Nil) {
+	switch {
+	case err == nil || errors.Is(err, redis.Nil):
+		return nil
+	case !errors.As(err, &re):
 		return err
 	}
-	return nil
+	for _, c := range cmds {
+		if c.Err() != nil && !errors.Is(c.Err(), redis.Nil) {
+			return nil // answered command by command
+		}
+	}
+	return err
 }
 
 // evalEach runs sc once per element (n in all), the i-th with keys(i) (full
