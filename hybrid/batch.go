@@ -110,7 +110,8 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 		if out == nil {
 			out = make(map[string]V, len(keys))
 		}
-		vals, _, _ := c.readRemoteMany(ctx, misses, c.tokens(misses), &c.def)
+		vals := make([]found[V], len(misses))
+		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, &c.def)
 		for i, key := range misses {
 			if vals[i].st == readHit && !vals[i].it.absent {
 				out[key] = vals[i].it.v

@@ -36,6 +36,9 @@ type fill[V any] struct {
 	// of their own.
 	key1  [1]string
 	call1 [1]*flight.Call[V]
+	tok1  [1]token
+	val1  [1]found[V]
+	idx1  [1]int
 }
 
 // newFill returns the fill of one key.
@@ -122,12 +125,20 @@ func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (cont
 // the calls of the keys it found live (or remembered absent).
 func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	f.read = true
-	f.toks = c.tokens(f.keys)
-	f.vals, f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, &f.e)
+	if len(f.keys) == 1 {
+		f.tok1[0], f.val1[0] = c.vers.token(f.keys[0]), found[V]{}
+		f.toks, f.vals = f.tok1[:], f.val1[:]
+	} else {
+		f.toks, f.vals = c.tokens(f.keys), make([]found[V], len(f.keys))
+	}
+	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e)
 	if f.cut {
 		return
 	}
 	f.missIdx = f.missIdx[:0]
+	if len(f.keys) == 1 {
+		f.missIdx = f.idx1[:0] // no allocation for a key that misses
+	}
 	hits := 0
 	for i := range f.keys {
 		if f.vals[i].st == readHit {
@@ -139,8 +150,8 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	if hits == 0 {
 		return
 	}
-	if hits == len(f.keys) {
-		c.flights.FinishMany(f.keys, f.calls, all(len(f.keys)), f.result)
+	if hits == 1 && len(f.keys) == 1 {
+		c.flights.FinishMany(f.keys, f.calls, f.idx1[:], f.result)
 		return
 	}
 	c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)

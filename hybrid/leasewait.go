@@ -196,7 +196,8 @@ func (r *leaseRun[V]) check(ctx context.Context, unsure []int, news []leaseNews)
 // first.
 func (r *leaseRun[V]) readChanged(ctx context.Context, idx []int) bool {
 	ask := pick(r.keys, idx)
-	res, _, cut := r.c.readRemoteMany(ctx, ask, r.c.tokens(ask), r.e)
+	res := make([]found[V], len(ask))
+	_, cut := r.c.readRemoteMany(ctx, ask, r.c.tokens(ask), res, r.e)
 	if cut {
 		return false
 	}

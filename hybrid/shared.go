@@ -169,8 +169,8 @@ func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []Write) ([
 
 // readRemote is readRemoteMany for one key.
 func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *policy) (item[V], readState) {
-	res, _, cut := c.readRemoteMany(ctx, []string{key}, []token{tok}, p)
-	if cut {
+	var res [1]found[V]
+	if _, cut := c.readRemoteMany(ctx, []string{key}, []token{tok}, res[:], p); cut {
 		return item[V]{}, readCut
 	}
 	return res[0].it, res[0].st
@@ -226,26 +226,26 @@ type found[V any] struct {
 }
 
 // readRemoteMany reads keys from the shared tier in one call, storing hits
-// in L1 under their tokens. replace holds, by key, the stored bytes a fill
-// is to replace: a value that did not decode, is stale, or is a tombstone.
-// cut reports that the caller's ctx ended before the shared tier answered;
-// then nothing was found.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, p *policy) (res []found[V], replace map[string][]byte, cut bool) {
-	res = make([]found[V], len(keys))
+// in L1 under their tokens, and puts what it found in res (zero, one per
+// key). replace holds, by key, the stored bytes a fill is to replace: a
+// value that did not decode, is stale, or is a tombstone. cut reports that
+// the caller's ctx ended before the shared tier answered; then nothing was
+// found.
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
 	if c.remote == nil {
-		return res, nil, false
+		return nil, false
 	}
 	op, name := readOp(keys)
 	vals, err := c.get(ctx, op, name, c.prefixed(keys))
 	if errors.Is(err, errCallerDone) {
-		return res, nil, true
+		return nil, true
 	}
 	if err != nil {
 		c.readFailed(err)
 		for i := range res {
 			res[i].st = readDown
 		}
-		return res, nil, false
+		return nil, false
 	}
 	lb := c.local.Batch()
 	defer lb.Done()
@@ -263,7 +263,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			replace[keys[i]] = b
 		}
 	}
-	return res, replace, false
+	return replace, false
 }
 
 // fillWrite is a loaded value that a fill writes back to the shared tier

@@ -253,7 +253,8 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	ctx, cancel := c.fillContext(caller, e.loadTimeout)
 	defer cancel()
 
-	vals, _, _ := c.readRemoteMany(ctx, keys, c.tokens(keys), &e)
+	vals := make([]found[V], len(keys))
+	c.readRemoteMany(ctx, keys, c.tokens(keys), vals, &e)
 	var done, todo []int
 	for i := range keys {
 		if refreshed(vals[i].it, vals[i].st, held[i]) {
