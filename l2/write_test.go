@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/l2"
 )
 
 // Tests of Write batches: what goes as a plain command and what as the
@@ -207,5 +211,28 @@ func TestWriteIfNewerReleases(t *testing.T) {
 	}
 	if v, _, _ := get(ctx, s, "k"); !bytes.Equal(v, stamped(20, "c")) {
 		t.Errorf("k holds %x, want %x", v, stamped(20, "c"))
+	}
+}
+
+// TestWriteRefusedConnection: a server that refuses the connection itself
+// (a wrong password: no command is answered) fails the call, one write or
+// a batch, rather than reporting the writes not stored.
+func TestWriteRefusedConnection(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "no-such-user-" + redistest.Prefix(t), Password: "wrong", MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	s := l2.New(rdb, l2.Options{})
+	ctx := t.Context()
+	for _, ws := range [][]tier.Write{
+		{{Key: "a", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent}},
+		{{Key: "a", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent}, {Key: "b", Value: []byte("v"), TTL: time.Minute}},
+	} {
+		if stored, err := s.Write(ctx, ws, tier.Feed{}); err == nil {
+			t.Errorf("Write of %d on a refused connection: stored %v, nil error; want an error", len(ws), stored)
+		}
+	}
+	for _, keys := range [][]string{{"a"}, {"a", "b"}} {
+		if vals, err := s.Get(ctx, keys); err == nil {
+			t.Errorf("Get of %d on a refused connection: %q, nil error; want an error", len(keys), vals)
+		}
 	}
 }
