@@ -199,8 +199,11 @@ func TestEagerRefresh(t *testing.T) {
 		if v, _ := s.stored(t, "k"); v != "v2" {
 			t.Errorf("shared tier: got %q, want the refreshed v2", v)
 		}
-		if st := c.Stats(); st.Load.Refreshes != 1 {
-			t.Errorf("Load.Refreshes: got %d, want 1", st.Load.Refreshes)
+		// A hit that read the old entry just before the refresh stored v2
+		// and ended may start a second refresh, which finds v2 in the
+		// shared tier and loads nothing (the loads above say so).
+		if st := c.Stats(); st.Load.Refreshes < 1 || st.Load.Refreshes > 2 {
+			t.Errorf("Load.Refreshes: got %d, want 1 (or 2, see above)", st.Load.Refreshes)
 		}
 	})
 }
