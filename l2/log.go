@@ -1,13 +1,11 @@
 package l2
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
+	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/tier"
 )
 
@@ -74,7 +72,7 @@ func (s *Store) ReadLog(ctx context.Context, log, after string, max int) (tier.L
 	case max < 0:
 		return tier.LogPage{}, sub.fail(fmt.Errorf("max %d, want at least 0", max))
 	}
-	if _, _, ok := parseID(after); !ok {
+	if !message.ValidPosition(after) {
 		return tier.LogPage{}, sub.fail(fmt.Errorf("position %q is not a stream id", after))
 	}
 	var st logState
@@ -109,10 +107,10 @@ func (st logState) complete(after string) bool {
 		return false
 	case after == "" || after == "0-0": // every entry ever appended comes after it
 		return st.added >= 0 && st.added == st.length
-	case compareIDs(after, st.last) > 0:
+	case message.ComparePositions(after, st.last) > 0:
 		return false
 	}
-	return after == st.last || (st.first != "" && compareIDs(st.first, after) <= 0)
+	return after == st.last || (st.first != "" && message.ComparePositions(st.first, after) <= 0)
 }
 
 // parseLogState reads the reply of readLogScript.
@@ -153,54 +151,4 @@ func parseLogState(res []any) (logState, error) {
 		st.entries = append(st.entries, []byte(m))
 	}
 	return st, nil
-}
-
-// compareIDs compares two stream ids as internal/message.ComparePositions
-// does (a leaf package, l2 keeps its own copy; a test checks they agree):
-// valid ids by number, any other string before every valid id, and two
-// such strings bytewise.
-func compareIDs(a, b string) int {
-	ams, aseq, aok := parseID(a)
-	bms, bseq, bok := parseID(b)
-	switch {
-	case aok && bok:
-		if c := cmp.Compare(ams, bms); c != 0 {
-			return c
-		}
-		return cmp.Compare(aseq, bseq)
-	case aok:
-		return +1
-	case bok:
-		return -1
-	}
-	return strings.Compare(a, b)
-}
-
-// parseID splits a stream id "<ms>-<seq>", as Redis writes it (decimal, no
-// sign or leading zero, below 2^64), into its two numbers.
-func parseID(s string) (ms, seq uint64, ok bool) {
-	l, r, found := strings.Cut(s, "-")
-	if !found {
-		return 0, 0, false
-	}
-	if ms, ok = parseUint(l); !ok {
-		return 0, 0, false
-	}
-	if seq, ok = parseUint(r); !ok {
-		return 0, 0, false
-	}
-	return ms, seq, true
-}
-
-func parseUint(s string) (uint64, bool) {
-	if s == "" || (s[0] == '0' && len(s) > 1) {
-		return 0, false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	return n, err == nil
 }

@@ -33,6 +33,13 @@ func ComparePositions(a, b string) int {
 	return strings.Compare(a, b)
 }
 
+// ValidPosition reports whether s is a position in the form Redis writes
+// (see ComparePositions).
+func ValidPosition(s string) bool {
+	_, _, ok := parsePosition(s)
+	return ok
+}
+
 // parsePosition splits a valid stream id into its two numbers.
 func parsePosition(s string) (ms, seq uint64, ok bool) {
 	l, r, found := strings.Cut(s, "-")
