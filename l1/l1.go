@@ -32,9 +32,9 @@ type Options struct {
 	// its size bound or its expiry (not when it is deleted or replaced).
 	// It runs on the goroutine of a write (the upkeep that follows a Set,
 	// Replace or Delete runs there, and so does the upkeep that reads asked
-	// for since the last write) or, if no write comes within Resolution, on
-	// one of the cache's own; after Close, on the goroutine of any call. It
-	// must not call the cache.
+	// for since the last write), of a Get that hits while upkeep is queued,
+	// or, if neither comes within Resolution, on one of the cache's own;
+	// after Close, on the goroutine of any call. It must not call the cache.
 	OnEvict func(key string, expired bool)
 }
 
@@ -134,6 +134,12 @@ func (c *Cache[V]) Get(key string) (V, bool) {
 		return zero, false
 	}
 	c.count(&c.hits)
+	if c.tasks.queued.Load() > 0 {
+		// Otter asked for its upkeep, most likely because this read filled
+		// its read buffer: until the upkeep runs, it drops the reads that
+		// find the buffer full, and with them what its policy learns.
+		c.tasks.runNow()
+	}
 	return s.v, true
 }
 
