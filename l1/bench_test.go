@@ -158,3 +158,44 @@ func BenchmarkSetDelete(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkGetWriting is BenchmarkGet with one read in 64 followed by a
+// write of its key (as a fill or an invalidation would): the hits of a
+// cache that writes run the upkeep otter asks for (see hitUpkeep), those of
+// BenchmarkGet, whose cache has stopped writing, leave it to the timer.
+// ns/op is per read.
+func BenchmarkGetWriting(b *testing.B) {
+	keys := benchKeyNames()
+	c := newBenchL1(b, keys)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := keys[i&(benchKeys-1)]
+		if _, ok := c.Get(k); !ok {
+			b.Fatal("miss")
+		}
+		if i&63 == 0 {
+			c.Set(k, benchItem{v: &keys[0]}, 100, time.Hour)
+		}
+		i++
+	}
+}
+
+// BenchmarkOtterFair_GetIfPresentWriting is BenchmarkGetWriting on the fair
+// baseline, whose upkeep runs on goroutines of its own.
+func BenchmarkOtterFair_GetIfPresentWriting(b *testing.B) {
+	keys := benchKeyNames()
+	c := newBenchOtter(b, keys)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := keys[i&(benchKeys-1)]
+		if _, ok := c.GetIfPresent(k); !ok {
+			b.Fatal("miss")
+		}
+		if i&63 == 0 {
+			c.Set(k, benchItem{v: &keys[0]})
+		}
+		i++
+	}
+}

@@ -8,10 +8,16 @@ import (
 // counter is a striped counter: concurrent adds land on different cache
 // lines, so counting hits does not make cores fight over one word.
 type counter struct {
-	stripes [counterStripes]struct {
-		n atomic.Uint64
-		_ [56]byte // pad to a 64-byte cache line
-	}
+	stripes [counterStripes]stripe
+}
+
+type stripe struct {
+	n atomic.Uint64
+	// For the hits counter, Cache.Get's note of the last write it saw:
+	// the cache's write count then, and n then (see Cache.hitUpkeep). They
+	// share the line a hit writes anyway.
+	writes, since atomic.Uint64
+	_             [40]byte // pad to a 64-byte cache line
 }
 
 const (
@@ -19,7 +25,8 @@ const (
 	stripeBits     = 3 // log2(counterStripes)
 )
 
-// count adds one to n, on the stripe of the calling goroutine.
+// count adds one to n, on the stripe of the calling goroutine, and returns
+// the stripe and its new count.
 //
 // The stripe comes from the address of a local variable: goroutines have
 // separate stacks, so concurrent callers tend to pick different stripes, at
@@ -34,10 +41,11 @@ const (
 // inlined into Get wherever Get is instantiated: the compiler does not
 // inline this package's plain functions into a Get instantiated from
 // generic code in another package, such as the hybrid cache.
-func (c *Cache[V]) count(n *counter) {
+func (c *Cache[V]) count(n *counter) (*stripe, uint64) {
 	var local byte
 	h := uint64(uintptr(unsafe.Pointer(&local))>>11) * 0x9e3779b97f4a7c15
-	n.stripes[h>>(64-stripeBits)].n.Add(1)
+	s := &n.stripes[h>>(64-stripeBits)]
+	return s, s.n.Add(1)
 }
 
 func (c *counter) load() uint64 {

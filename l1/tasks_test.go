@@ -69,3 +69,44 @@ func TestTasksClose(t *testing.T) {
 		ts.close()
 	}
 }
+
+// TestHitRunsQueueWhileWriting: a hit runs what is queued while its cache
+// writes, leaves it to the next write once the cache has not written for
+// hitWindow hits, and runs it again after a write.
+func TestHitRunsQueueWhileWriting(t *testing.T) {
+	c, err := New[int](Options{MaxWeight: 1 << 20, Resolution: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ran := 0 // written by tasks run on this goroutine only
+	hit := func(queue bool) {
+		t.Helper()
+		if queue {
+			c.tasks.submit(func() { ran++ })
+		}
+		if _, ok := c.Get("k"); !ok {
+			t.Fatal("miss")
+		}
+	}
+	c.Set("k", 1, 1, time.Hour)
+	hit(true)
+	if ran != 1 {
+		t.Fatalf("hit after a write: %d tasks ran, want 1", ran)
+	}
+	for range hitWindow {
+		hit(false)
+	}
+	hit(true)
+	if ran != 1 {
+		t.Errorf("hit %d hits after the last write: %d tasks ran, want 1 (left for the next write)", hitWindow, ran)
+	}
+	c.Set("k", 2, 1, time.Hour)
+	if ran != 2 {
+		t.Errorf("after the write: %d tasks ran, want 2", ran)
+	}
+	hit(true)
+	if ran != 3 {
+		t.Errorf("hit after the write: %d tasks ran, want 3", ran)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package l1_test
+
+const raceEnabled = false
