@@ -33,6 +33,7 @@ type env struct {
 	rng      *rand.Rand
 	records  *recordData
 	notes    []string // things noticed during the run, printed at the end
+	traces   []string // trace files of scenario 10
 }
 
 func (e *env) newClient() *redis.Client {

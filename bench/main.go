@@ -54,6 +54,7 @@ var scenarios = []scenario{
 	{7, "semantics", scenarioSemantics},
 	{8, "outages", scenarioOutage},
 	{9, "fleet cold start", scenarioFleet},
+	{10, "production traces", scenarioTrace},
 }
 
 func main() { os.Exit(run()) }
@@ -66,6 +67,7 @@ func run() (code int) {
 	runs := flag.Int("runs", 0, "runs per figure (default 5, or 3 with -quick)")
 	only := flag.String("only", "", "comma-separated scenario numbers to run (default: all)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	traces := flag.String("traces", "traces/orm-busy.trace.xz,traces/web07.trace.xz", "comma-separated trace files for scenario 10 (format: traces/README.md)")
 	flag.Parse()
 
 	start := time.Now()
@@ -93,7 +95,7 @@ func run() (code int) {
 		}
 	}()
 
-	e := &env{quick: *quick, progress: os.Stderr, rng: mrand.New(mrand.NewPCG(1, 2))}
+	e := &env{quick: *quick, progress: os.Stderr, rng: mrand.New(mrand.NewPCG(1, 2)), traces: strings.Split(*traces, ",")}
 	e.reps = pick(e, 3, 5)
 	if *runs > 0 {
 		e.reps = *runs
