@@ -205,7 +205,10 @@ func checkKeepTTL(e *env) {
 		e.t.Skipf("the writes took %v, longer than the lifetime %v of what they replace", since, shortTTL)
 	}
 	e.expectStored("IfEqual with and without KeepTTL", st, true, true, true)
-	e.expect("kept", raw("v2"))
+	// "kept" may be gone already on a slow machine: it kept its lifetime.
+	if got := e.get("kept")[0]; !same(got, raw("v2")) && (got != nil || time.Since(start) < shortTTL) {
+		e.t.Errorf("%q holds %s, want %s", "kept", show(got), show(raw("v2")))
+	}
 	e.expires("kept", start, shortTTL)
 	e.expect("forever", raw("f2"))
 	e.expect("reset", raw("r2"))
