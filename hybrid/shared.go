@@ -22,10 +22,13 @@ type shared struct {
 	// feed is where writes announce: the bus channel (none without a Bus)
 	// and the log (none when the Remote keeps none, or ReplayLogLen < 0).
 	feed Feed
+	// atomicBatch: a batch announced as a whole is atomic with its message
+	// (RemoteInfo.AtomicBatch), which may then carry the values.
+	atomicBatch bool
 }
 
 func resolveShared(o *Options, logKey string) shared {
-	s := shared{remote: o.Remote, readBound: max(o.info.ReadBound, 0)}
+	s := shared{remote: o.Remote, readBound: max(o.info.ReadBound, 0), atomicBatch: o.info.AtomicBatch}
 	if o.Remote == nil || o.Bus == nil {
 		return s
 	}
@@ -156,9 +159,14 @@ func (c *Cache[V]) get(ctx context.Context, op Op, name string, rkeys []string) 
 
 // write makes ws in one call, as op about name.
 func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []Write) ([]bool, error) {
+	return c.writeFeed(ctx, op, name, ws, c.feed)
+}
+
+// writeFeed is write announcing on f.
+func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []Write, f Feed) ([]bool, error) {
 	var stored []bool
 	err := c.call(ctx, op, name, func(ctx context.Context) (err error) {
-		stored, err = c.remote.Write(ctx, ws, c.feed)
+		stored, err = c.remote.Write(ctx, ws, f)
 		if err == nil && len(stored) != len(ws) {
 			err = fmt.Errorf("hybrid: Remote.Write returned %d results for %d writes", len(stored), len(ws))
 		}
@@ -234,6 +242,10 @@ type found[V any] struct {
 func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
 	if c.remote == nil {
 		return nil, false
+	}
+	if p.skip&SkipRemoteRead != 0 {
+		c.skipped(SkipRemoteRead, len(keys))
+		return nil, false // each a miss
 	}
 	op, name := readOp(keys)
 	vals, err := c.get(ctx, op, name, c.prefixed(keys))
@@ -371,6 +383,47 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op Op, name, rkey string
 	}
 	if msg != nil {
 		c.n.published.Add(1)
+	}
+	return nil
+}
+
+// writeQuiet makes w's write to the shared tier unannounced (SkipAnnounce).
+func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
+	if c.remote == nil {
+		return nil
+	}
+	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life}}); err != nil {
+		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
+	}
+	return nil
+}
+
+// announceKeys tells other instances that keys changed (op: a set or a
+// delete) here only, not in the shared tier (SkipRemoteWrite): a plain
+// publish of a message that names them without values, not logged, so
+// that they drop their copies. With SkipAnnounce in skip, or without a
+// Bus, it tells no one.
+func (c *Cache[V]) announceKeys(ctx context.Context, op Op, keys []string, skip Skip) error {
+	if c.bus == nil {
+		return nil
+	}
+	if skip&SkipAnnounce != 0 {
+		c.skipped(SkipAnnounce, len(keys))
+		return nil
+	}
+	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: keys}
+	if op == OpDelete || op == OpDeleteMany {
+		m.Op = message.OpDelete
+	}
+	if c.feed.Channel != "" {
+		c.echo.sentMany(keys)
+	}
+	if err := c.publish(ctx, m); err != nil {
+		name := ""
+		if len(keys) == 1 {
+			name = keys[0]
+		}
+		return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
 	}
 	return nil
 }
