@@ -255,7 +255,8 @@ func (c *Cache[V]) inlined(bs [][]byte) []byte {
 // and err, which keys are written or queued (kept), and the error to
 // return: each key not reported stored is queued as a write of its own
 // (see enqueue) when QueueWrites and err allow, and the error wraps
-// ErrQueued when every one was.
+// ErrQueued when there were some and every one was (when every key was
+// written, err is the announcement's, returned as it is).
 func (c *Cache[V]) failedMany(b *writeBatch[V], stored []bool, err error, skip Skip) (kept []bool, _ error) {
 	kept = make([]bool, len(b.keys))
 	if err == nil {
@@ -264,12 +265,13 @@ func (c *Cache[V]) failedMany(b *writeBatch[V], stored []bool, err error, skip S
 		}
 		return kept, nil
 	}
-	queued := true
+	queued, unwritten := true, false
 	for i, key := range b.keys {
 		if i < len(stored) && stored[i] {
 			kept[i] = true
 			continue
 		}
+		unwritten = true
 		var v []byte
 		if !b.del() {
 			v = b.bs[i]
@@ -279,7 +281,7 @@ func (c *Cache[V]) failedMany(b *writeBatch[V], stored []bool, err error, skip S
 		kept[i] = errors.Is(c.enqueue(w, err), ErrQueued)
 		queued = queued && kept[i]
 	}
-	if queued {
+	if queued && unwritten {
 		return kept, fmt.Errorf("%w: %w", ErrQueued, err)
 	}
 	return kept, err

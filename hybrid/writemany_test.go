@@ -324,3 +324,35 @@ func TestWriteManyRefusesBadKeys(t *testing.T) {
 		t.Errorf("SetMany with a cancelled ctx: got %v, want context.Canceled", err)
 	}
 }
+
+// TestSetManyAnnounceFails: a batch whose writes are made but whose message
+// cannot go out returns the error, unqueued (nothing is left to replay),
+// and keeps the written values in L1 here.
+func TestSetManyAnnounceFails(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 10
+	c := newTestCache[string](t, o)
+	errBus := errors.New("bus down")
+	s.bus.FailWith(errBus)
+	err := c.SetMany(ctx, map[string]string{"a": "1", "b": "2"})
+	if !errors.Is(err, errBus) || errors.Is(err, hybrid.ErrQueued) {
+		t.Errorf("SetMany with the bus failing: got %v, want %v, not queued", err, errBus)
+	}
+	if q := c.Stats().Queue.Queued; q != 0 {
+		t.Errorf("Queue.Queued %d, want 0", q)
+	}
+	s.bus.FailWith(nil)
+	for k, want := range map[string]string{"a": "1", "b": "2"} {
+		if v, ok := s.stored(t, k); v != want || !ok {
+			t.Errorf("shared tier: %s = %q, %v; want %s", k, v, ok, want)
+		}
+		if v, err := c.GetOrCreate(ctx, k, neverLoad(t)); v != want || err != nil {
+			t.Errorf("GetOrCreate(%s) = %q, %v; want %s", k, v, err, want)
+		}
+	}
+	if calls := s.remote.Calls(); calls.Get != 0 {
+		t.Errorf("%d reads of the shared tier, want 0: L1 keeps what was written", calls.Get)
+	}
+}
