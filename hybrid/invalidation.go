@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -34,6 +35,36 @@ func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 		return err
 	}
 	c.n.published.Add(1)
+	return nil
+}
+
+// announceKeys tells other instances that keys changed (op: a set or a
+// delete) here only, not in the shared tier (SkipRemoteWrite): a plain
+// publish of a message that names them without values, not logged, so
+// that they drop their copies. With SkipAnnounce in skip, or without a
+// Bus, it tells no one.
+func (c *Cache[V]) announceKeys(ctx context.Context, op Op, keys []string, skip Skip) error {
+	if c.bus == nil {
+		return nil
+	}
+	if skip&SkipAnnounce != 0 {
+		c.skipped(SkipAnnounce, len(keys))
+		return nil
+	}
+	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: keys}
+	if op == OpDelete || op == OpDeleteMany {
+		m.Op = message.OpDelete
+	}
+	if c.feed.Channel != "" {
+		c.echo.sentMany(keys)
+	}
+	if err := c.publish(ctx, m); err != nil {
+		name := ""
+		if len(keys) == 1 {
+			name = keys[0]
+		}
+		return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
+	}
 	return nil
 }
 

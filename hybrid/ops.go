@@ -1,6 +1,10 @@
 package hybrid
 
-import "github.com/hybridcache/hybridcache/internal/message"
+import (
+	"strconv"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
 
 // Op names a call the cache makes: a load, or a call to the shared tier or
 // the bus. Tracer.Start and Events.L2Error get one; so does
@@ -83,4 +87,12 @@ func changeOf(m *message.Message) Op {
 		return OpDeleteTag
 	}
 	return OpClear
+}
+
+// about names a call about name (a key or tag; none for a Clear) in errors.
+func about(op Op, name string) string {
+	if name == "" {
+		return string(op)
+	}
+	return string(op) + " " + strconv.Quote(name)
 }

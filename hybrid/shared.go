@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -22,13 +21,10 @@ type shared struct {
 	// feed is where writes announce: the bus channel (none without a Bus)
 	// and the log (none when the Remote keeps none, or ReplayLogLen < 0).
 	feed Feed
-	// atomicBatch: a batch announced as a whole is atomic with its message
-	// (RemoteInfo.AtomicBatch), which may then carry the values.
-	atomicBatch bool
 }
 
 func resolveShared(o *Options, logKey string) shared {
-	s := shared{remote: o.Remote, readBound: max(o.info.ReadBound, 0), atomicBatch: o.info.AtomicBatch}
+	s := shared{remote: o.Remote, readBound: max(o.info.ReadBound, 0)}
 	if o.Remote == nil || o.Bus == nil {
 		return s
 	}
@@ -385,55 +381,6 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op Op, name, rkey string
 		c.n.published.Add(1)
 	}
 	return nil
-}
-
-// writeQuiet makes w's write to the shared tier unannounced (SkipAnnounce).
-func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
-	if c.remote == nil {
-		return nil
-	}
-	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life}}); err != nil {
-		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
-	}
-	return nil
-}
-
-// announceKeys tells other instances that keys changed (op: a set or a
-// delete) here only, not in the shared tier (SkipRemoteWrite): a plain
-// publish of a message that names them without values, not logged, so
-// that they drop their copies. With SkipAnnounce in skip, or without a
-// Bus, it tells no one.
-func (c *Cache[V]) announceKeys(ctx context.Context, op Op, keys []string, skip Skip) error {
-	if c.bus == nil {
-		return nil
-	}
-	if skip&SkipAnnounce != 0 {
-		c.skipped(SkipAnnounce, len(keys))
-		return nil
-	}
-	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: keys}
-	if op == OpDelete || op == OpDeleteMany {
-		m.Op = message.OpDelete
-	}
-	if c.feed.Channel != "" {
-		c.echo.sentMany(keys)
-	}
-	if err := c.publish(ctx, m); err != nil {
-		name := ""
-		if len(keys) == 1 {
-			name = keys[0]
-		}
-		return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
-	}
-	return nil
-}
-
-// about names a call about name (a key or tag; none for a Clear) in errors.
-func about(op Op, name string) string {
-	if name == "" {
-		return string(op)
-	}
-	return string(op) + " " + strconv.Quote(name)
 }
 
 // readRecord reads the shared-tier key rkey as it is stored: one of the

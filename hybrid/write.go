@@ -108,6 +108,17 @@ func (c *Cache[V]) pendingOf(key string, b []byte, life time.Duration, skip Skip
 	return w
 }
 
+// writeQuiet makes w's write to the shared tier unannounced (SkipAnnounce).
+func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
+	if c.remote == nil {
+		return nil
+	}
+	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life}}); err != nil {
+		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
+	}
+	return nil
+}
+
 // Delete removes key from both tiers and tells other instances to drop it.
 // L1 drops it even when the shared tier fails, whose error is returned
 // (wrapping ErrQueued when Options.QueueWrites queued the delete). It takes

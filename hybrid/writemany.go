@@ -202,7 +202,7 @@ func (c *Cache[V]) writeShared(ctx context.Context, b *writeBatch[V], skip Skip)
 		m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: b.keys}
 		if b.del() {
 			m.Op = message.OpDelete
-		} else if len(c.o.Secret) > 0 && (len(b.keys) == 1 || c.atomicBatch) {
+		} else if len(c.o.Secret) > 0 && (len(b.keys) == 1 || c.o.info.AtomicBatch) {
 			m.Value = c.inlined(b.bs)
 		}
 		msg, entry := c.announced(m)
