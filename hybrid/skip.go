@@ -28,8 +28,10 @@ const (
 	// (an entry L1 holds for the key stays as it is); a Set or SetMany
 	// writes the shared tier and announces as usual, and drops the key from
 	// L1 here, so that the next read here reads the new value from the
-	// shared tier (read-your-writes holds through it). Delete refuses it:
-	// the deleted value would stay here.
+	// shared tier (read-your-writes holds through it). A write queued for
+	// replay (QueueWrites) is kept in L1 all the same: until its replay, no
+	// other tier holds it. Delete refuses it: the deleted value would stay
+	// here.
 	SkipL1Write
 	// SkipRemoteRead makes GetOrCreate, GetOrCreateMany and Get leave the
 	// shared tier unread: on an L1 miss, GetOrCreate loads, and Get misses.

@@ -403,3 +403,34 @@ func TestSkipL1HitAllocs(t *testing.T) {
 		t.Errorf("Get L1 hit: %v allocations, want 0", n)
 	}
 }
+
+// TestSkipL1WriteQueued: a Set or SetMany with SkipL1Write that is queued
+// for replay keeps its value in L1 all the same: no other tier holds it
+// until the replay.
+func TestSkipL1WriteQueued(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 10
+	c := newTestCache[string](t, o)
+	s.remote.FailWith(errDown)
+	noL1 := skip(hybrid.SkipL1Write)
+	if err := c.Set(ctx, "a", "1", noL1); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("Set: got %v, want ErrQueued", err)
+	}
+	if err := c.SetMany(ctx, map[string]string{"b": "2", "c": "3"}, noL1); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("SetMany: got %v, want ErrQueued", err)
+	}
+	for k, want := range map[string]string{"a": "1", "b": "2", "c": "3"} {
+		if v, ok := getString(t, c, k); v != want || !ok {
+			t.Errorf("Get(%s) while queued: %q, %v; want %s, its own write", k, v, ok, want)
+		}
+	}
+	s.remote.FailWith(nil)
+	waitQueue(t, c, 3, 0)
+	for k, want := range map[string]string{"a": "1", "b": "2", "c": "3"} {
+		if v, ok := s.stored(t, k); v != want || !ok {
+			t.Errorf("shared tier after the replay: %s = %q, %v; want %s", k, v, ok, want)
+		}
+	}
+}

@@ -57,6 +57,9 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	// tok means a newer change may exist, so we drop instead of store; a
 	// bus loss meanwhile does not (see ownWrite).
 	tok, ok := c.vers.ownWrite(tok, lost)
+	if err != nil {
+		e = queuedPolicy(e) // queued: L1 is the only place that holds v
+	}
 	if !ok {
 		c.local.Delete(key)
 	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {

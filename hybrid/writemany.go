@@ -145,8 +145,8 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 	shared := c.remote != nil && e.skip&SkipRemoteWrite == 0
 	kept := make([]bool, len(b.keys)) // written, or queued for replay
 	var err error
+	var stored []bool
 	if shared {
-		var stored []bool
 		stored, err = c.writeShared(ctx, b, e.skip)
 		kept, err = c.failedMany(b, stored, err, e.skip)
 	} else {
@@ -159,8 +159,12 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 	ok := c.vers.ownWriteMany(toks, lost)
 	lb := c.local.Batch()
 	for i, key := range b.keys {
+		p := e
+		if shared && err != nil && kept[i] && (i >= len(stored) || !stored[i]) {
+			p = queuedPolicy(e) // queued: L1 is the only place that holds it
+		}
 		if b.del() || !kept[i] || !ok[i] ||
-			!c.storeLocal(lb, key, tagged(item[V]{v: b.vs[i]}, e.tags), c.size(b.bs[i]), b.localTTLs[i], toks[i], e) {
+			!c.storeLocal(lb, key, tagged(item[V]{v: b.vs[i]}, e.tags), c.size(b.bs[i]), b.localTTLs[i], toks[i], p) {
 			c.local.Delete(key)
 		}
 		c.flights.Forget(key)
@@ -183,6 +187,18 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 		return err
 	}
 	return nil
+}
+
+// queuedPolicy is e for the L1 store of a write queued for replay
+// (QueueWrites), which L1 keeps even under SkipL1Write: until its replay,
+// no other tier holds it.
+func queuedPolicy(e *policy) *policy {
+	if e.skip&SkipL1Write == 0 {
+		return e
+	}
+	p := *e
+	p.skip &^= SkipL1Write
+	return &p
 }
 
 // writeShared makes b's writes in one call to the shared tier, announced
