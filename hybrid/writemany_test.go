@@ -356,3 +356,36 @@ func TestSetManyAnnounceFails(t *testing.T) {
 		t.Errorf("%d reads of the shared tier, want 0: L1 keeps what was written", calls.Get)
 	}
 }
+
+// TestWriteManyBreaker: with the breaker open, a batch makes no call to the
+// shared tier and returns ErrUnavailable; its keys leave L1 (a SetMany's
+// new values are not kept: nothing holds them), as a Set's.
+func TestWriteManyBreaker(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.BreakerThreshold, o.BreakerOpenFor = 1, time.Minute
+	c := newTestCache[string](t, o)
+	set(t, c, "a", "old")
+	s.remote.FailWith(errDown)
+	if err := c.SetMany(ctx, map[string]string{"a": "1", "b": "2"}); !errors.Is(err, errDown) {
+		t.Fatalf("SetMany: got %v, want %v", err, errDown)
+	}
+	s.remote.FailWith(nil)
+	writes := s.remote.Calls().Write
+	if err := c.SetMany(ctx, map[string]string{"a": "1"}); !errors.Is(err, hybrid.ErrUnavailable) {
+		t.Errorf("SetMany with the breaker open: got %v, want ErrUnavailable", err)
+	}
+	if err := c.DeleteMany(ctx, []string{"a", "b"}); !errors.Is(err, hybrid.ErrUnavailable) {
+		t.Errorf("DeleteMany with the breaker open: got %v, want ErrUnavailable", err)
+	}
+	if got := s.remote.Calls().Write - writes; got != 0 {
+		t.Errorf("%d Write calls with the breaker open, want 0", got)
+	}
+	if v, ok := getString(t, c, "a"); ok {
+		t.Errorf("Get(a) after failed batches: %q, want a miss (the breaker keeps the read away too)", v)
+	}
+	if st := c.Stats(); st.L2.Skipped < 2 || st.L2.BreakerOpens != 1 {
+		t.Errorf("L2.Skipped %d, L2.BreakerOpens %d; want at least 2, and 1", st.L2.Skipped, st.L2.BreakerOpens)
+	}
+}
