@@ -42,12 +42,15 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	if load == nil {
 		return nil, errors.New("hybrid: GetOrCreateMany: nil load function")
 	}
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.policyFor(&skipGetOrCreateMany, opts)
 	if err != nil {
 		return nil, err
 	}
+	if e.skip&SkipL1Read != 0 {
+		c.skipped(SkipL1Read, len(keys))
+	}
 	var due pastDue[V]
-	out, misses, badKey := c.localMany(keys, false, &due)
+	out, misses, badKey := c.localMany(keys, false, e.skip&SkipL1Read != 0, &due)
 	if len(due.refresh) > 0 {
 		c.refreshMany(ctx, due.refresh, due.held, loader[V]{many: load}, e)
 	}
@@ -96,22 +99,31 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 
 // GetMany returns the values for keys found in L1 or, in one round trip, in
 // the shared tier, without loading. Missing keys are absent from the map.
-// Shared-tier failures count as misses, as with Get.
-func (c *Cache[V]) GetMany(ctx context.Context, keys []string) (map[string]V, error) {
-	return c.outMany(c.getMany(ctx, keys))
+// Shared-tier failures count as misses, as with Get. It takes no option
+// but WithSkip, as Get does.
+func (c *Cache[V]) GetMany(ctx context.Context, keys []string, opts ...EntryOption) (map[string]V, error) {
+	return c.outMany(c.getMany(ctx, keys, opts))
 }
 
-func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, error) {
+func (c *Cache[V]) getMany(ctx context.Context, keys []string, opts []EntryOption) (map[string]V, error) {
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
-	out, misses, badKey := c.localMany(keys, true, nil)
+	skip, err := c.onlySkip(&skipGetMany, opts)
+	if err != nil {
+		return nil, err
+	}
+	p := &c.def
+	if skip != 0 {
+		p = c.skipping(skip, len(keys))
+	}
+	out, misses, badKey := c.localMany(keys, true, skip&SkipL1Read != 0, nil)
 	if len(misses) > 0 {
 		if out == nil {
 			out = make(map[string]V, len(keys))
 		}
 		vals := make([]found[V], len(misses))
-		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, &c.def)
+		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, p)
 		for i, key := range misses {
 			if vals[i].st == readHit && !vals[i].it.absent {
 				out[key] = vals[i].it.v
@@ -136,10 +148,11 @@ type pastDue[V any] struct {
 
 // localMany answers what it can from L1 and returns the valid keys it
 // could not, and an error for the keys checkKey refuses. With distinct, a key
-// repeated in keys is returned once. out is nil when L1 held none of keys
-// and some are to be read. due, if not nil, gets what was due (see
-// pastDue); else entries due for a refresh are served as they are.
-func (c *Cache[V]) localMany(keys []string, distinct bool, due *pastDue[V]) (out map[string]V, misses []string, badKey error) {
+// repeated in keys is returned once. With noL1 (SkipL1Read), it looks up
+// nothing. out is nil when L1 held none of keys and some are to be read.
+// due, if not nil, gets what was due (see pastDue); else entries due for a
+// refresh are served as they are.
+func (c *Cache[V]) localMany(keys []string, distinct, noL1 bool, due *pastDue[V]) (out map[string]V, misses []string, badKey error) {
 	var badKeys []error
 	var seen map[string]struct{}
 	for i, key := range keys {
@@ -147,7 +160,7 @@ func (c *Cache[V]) localMany(keys []string, distinct bool, due *pastDue[V]) (out
 			badKeys = append(badKeys, fmt.Errorf("hybrid: batch: %w", err))
 			continue
 		}
-		if it, ok := c.local.Get(key); ok {
+		if it, ok := c.lookup(key, noL1); ok {
 			if c.live(it) && (!c.held(it) || c.heldServable() || c.queued(key)) {
 				if due != nil && it.t != nil && !it.absent && c.local.Now() >= it.t.due {
 					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
@@ -186,6 +199,14 @@ func (c *Cache[V]) localMany(keys []string, distinct bool, due *pastDue[V]) (out
 		out = make(map[string]V)
 	}
 	return out, misses, dedupe(badKeys)
+}
+
+// lookup is L1's Get of key, or a miss without a look with noL1.
+func (c *Cache[V]) lookup(key string, noL1 bool) (item[V], bool) {
+	if noL1 {
+		return item[V]{}, false
+	}
+	return c.local.Get(key)
 }
 
 func (c *Cache[V]) checkBatch(ctx context.Context) error {

@@ -33,7 +33,10 @@
 // any one caller, who leaves with ctx.Err() when its ctx ends. A fill stores
 // nothing in L1 if its key was invalidated meanwhile, and never writes back
 // over a newer write. Set and Delete write the shared tier, announce the
-// change and then update L1, so the same instance reads its own writes.
+// change and then update L1, so the same instance reads its own writes;
+// SetMany and DeleteMany do the same for many keys with one call to the
+// shared tier and one message. WithSkip leaves a tier or the announcement
+// out of one call (see Skip).
 //
 // When Redis is slow or down, reads fall back to L1 and load within the
 // store's time bound, and writes return the error. When the bus is lost, L1

@@ -22,6 +22,7 @@ import (
 // with fail-safe on: without it, nothing is kept past TTL.
 type EntryOption struct {
 	kind entryKind
+	skip Skip
 	d    time.Duration
 	f    float64
 	s    []string
@@ -41,6 +42,7 @@ const (
 	kindEagerRefresh
 	kindTags
 	kindLoadLease
+	kindSkip
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -110,6 +112,7 @@ type policy struct {
 	eager            float64
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
+	skip             Skip // the steps the call leaves out (WithSkip)
 }
 
 // timed reports whether values written under e need a schedule in L1.
@@ -136,7 +139,7 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 	if len(opts) == 0 {
 		return e, nil
 	}
-	localSet := false
+	localSet, leaseSet := false, false
 	for _, opt := range opts {
 		if err := opt.check(); err != nil {
 			return e, err
@@ -166,10 +169,20 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 					return e, errors.New("hybrid: entry option: a load lease needs a Remote and a Bus")
 				}
 			}
-			e.lease = opt.d
+			e.lease, leaseSet = opt.d, opt.d > 0
+		case kindSkip:
+			e.skip |= opt.skip
 		case kindTags:
 			e.tags = append(e.tags[:len(e.tags):len(e.tags)], opt.s...)
 		}
+	}
+	if e.skip&(SkipRemoteRead|SkipRemoteWrite) != 0 {
+		// A lease coordinates a fleet's loads through the shared tier,
+		// which the call leaves out.
+		if leaseSet {
+			return e, fmt.Errorf("hybrid: entry option: a load lease with %v", e.skip&(SkipRemoteRead|SkipRemoteWrite))
+		}
+		e.lease = 0
 	}
 	if len(e.tags) > maxTags {
 		return e, fmt.Errorf("hybrid: entry option: %d tags, at most %d", len(e.tags), maxTags)
@@ -204,6 +217,10 @@ func (opt EntryOption) check() error {
 	case kindTTLJitter, kindEagerRefresh:
 		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {
 			return fmt.Errorf("hybrid: entry option: fraction %v is outside [0, 1)", opt.f)
+		}
+	case kindSkip:
+		if opt.skip == 0 || opt.skip&^skipAll != 0 {
+			return fmt.Errorf("hybrid: entry option: WithSkip(%v): no known step", opt.skip)
 		}
 	case kindTags:
 		for _, tag := range opt.s {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -313,4 +314,56 @@ func ExampleOptions_loadLease() {
 	fmt.Println("loads across 3 instances:", loads.Load())
 	// Output:
 	// loads across 3 instances: 1
+}
+
+func ExampleCache_SetMany() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	users, err := hybrid.New[User](hybrid.Options{Namespace: "users", Remote: remote, Bus: bus, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer users.Close()
+
+	ctx := context.Background()
+	err = users.SetMany(ctx, map[string]User{"1": {ID: "1", Name: "Ada"}, "2": {ID: "2", Name: "Alan"}})
+	fmt.Println(err, remote.Keys())
+	fmt.Println("one write call:", remote.Calls().Write)
+	err = users.DeleteMany(ctx, []string{"1", ""})
+	fmt.Println(errors.Is(err, hybrid.ErrEmptyKey)) // refused whole: nothing deleted
+	// Output:
+	// <nil> [users:1 users:2]
+	// one write call: 1
+	// true
+}
+
+func ExampleWithSkip() {
+	bus := new(hybridtest.Bus)
+	defer bus.Close()
+	remote := &hybridtest.Remote{Bus: bus}
+	o := hybrid.Options{Namespace: "users", Remote: remote, Bus: bus, Logger: slog.New(slog.DiscardHandler)}
+	a, _ := hybrid.New[string](o)
+	defer a.Close()
+	b, _ := hybrid.New[string](o)
+	defer b.Close()
+
+	ctx := context.Background()
+	_ = a.Set(ctx, "42", "Ada")
+	_ = bus.Flush(ctx)
+	v, _, _ := b.Get(ctx, "42") // now in b's L1
+	fmt.Println(v)
+
+	// Written to Redis, but not announced: b keeps its copy until its
+	// LocalTTL ends, unless it reads past its L1.
+	_ = a.Set(ctx, "42", "Ada Lovelace", hybrid.WithSkip(hybrid.SkipAnnounce))
+	_ = bus.Flush(ctx)
+	v, _, _ = b.Get(ctx, "42")
+	fmt.Println(v)
+	v, _, _ = b.Get(ctx, "42", hybrid.WithSkip(hybrid.SkipL1Read))
+	fmt.Println(v)
+	// Output:
+	// Ada
+	// Ada
+	// Ada Lovelace
 }

@@ -317,6 +317,12 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		}
 		return f.result(i)
 	})
+	if e.skip&SkipRemoteWrite != 0 && h == nil { // no lease under it
+		if c.remote != nil {
+			c.skipped(SkipRemoteWrite, len(fws))
+		}
+		return
+	}
 	c.storeLoaded(ctx, fws, loaded, h)
 }
 

@@ -29,7 +29,21 @@ import (
 // When load returns an error wrapping ErrNotFound and Options.NegativeTTL is
 // set, the absence is remembered in both tiers for that long: later calls
 // return ErrNotFound without calling load.
+//
+// WithSkip leaves out L1 here or the shared tier, for reads and writes
+// (see Skip); GetOrCreate refuses SkipAnnounce (it announces nothing).
 func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts ...EntryOption) (V, error) {
+	var skip Skip
+	if len(opts) > 0 {
+		var err error
+		if skip, err = c.skipOf(&skipGetOrCreate, opts); err != nil {
+			var zero V
+			return zero, err
+		}
+	}
+	if skip&SkipL1Read != 0 {
+		return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+	}
 	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
 		if c.held(it) {
 			if it, ok = c.checkHeld(ctx, key, it); !ok {
@@ -58,9 +72,12 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	if load == nil {
 		return zero, errors.New("hybrid: GetOrCreate: nil load function")
 	}
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.policyFor(&skipGetOrCreate, opts)
 	if err != nil {
 		return zero, err
+	}
+	if e.skip&SkipL1Read != 0 {
+		c.skipped(SkipL1Read, 1)
 	}
 	call, leader := c.flights.Join(key)
 	if leader {
@@ -77,24 +94,37 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
-// misses (see Stats) and are not returned.
-func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
-		if c.held(it) {
-			if it, ok = c.checkHeld(ctx, key, it); !ok {
-				return v, false, ctx.Err()
+// misses (see Stats) and are not returned. It takes no option but
+// WithSkip, which may leave out L1 here or the shared tier (see Skip).
+func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v V, ok bool, err error) {
+	var skip Skip
+	if len(opts) > 0 {
+		if skip, err = c.onlySkip(&skipGet, opts); err != nil {
+			return v, false, err
+		}
+	}
+	if skip&SkipL1Read == 0 {
+		if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
+			if c.held(it) {
+				if it, ok = c.checkHeld(ctx, key, it); !ok {
+					return v, false, ctx.Err()
+				}
 			}
+			if c.copy != nil && !it.absent {
+				v, err = c.copy(it.v)
+				return v, err == nil, err
+			}
+			return it.v, !it.absent, nil
 		}
-		if c.copy != nil && !it.absent {
-			v, err = c.copy(it.v)
-			return v, err == nil, err
-		}
-		return it.v, !it.absent, nil
 	}
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	p := &c.def
+	if skip != 0 {
+		p = c.skipping(skip, 1)
+	}
+	it, st := c.readRemote(ctx, key, c.vers.token(key), p)
 	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err

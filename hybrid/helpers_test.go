@@ -334,6 +334,8 @@ type countingRemote struct {
 	recordGets                                       atomic.Int64
 	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
 	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
+	writeCalls, writeKeys                            atomic.Int64 // every Write call, and the writes they carried
+	batchMsgs                                        atomic.Int64 // Write calls announced as a whole (Feed.Msg)
 
 	// afterGet, when set, runs after the Store's Get returned, once per
 	// key, and before the cache sees the result.
@@ -383,6 +385,11 @@ func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, erro
 // (IfAbsent) or a plain Set.
 func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
 	defer r.count(ws)
+	defer r.writeCalls.Add(1)
+	defer r.writeKeys.Add(int64(len(ws)))
+	if f.Msg != nil {
+		defer r.batchMsgs.Add(1)
+	}
 	for _, w := range ws {
 		if w.If == hybrid.IfNewer {
 			if fn := r.beforeNewer.Load(); fn != nil {

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -34,6 +35,36 @@ func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
 		return err
 	}
 	c.n.published.Add(1)
+	return nil
+}
+
+// announceKeys tells other instances that keys changed (op: a set or a
+// delete) here only, not in the shared tier (SkipRemoteWrite): a plain
+// publish of a message that names them without values, not logged, so
+// that they drop their copies. With SkipAnnounce in skip, or without a
+// Bus, it tells no one.
+func (c *Cache[V]) announceKeys(ctx context.Context, op Op, keys []string, skip Skip) error {
+	if c.bus == nil {
+		return nil
+	}
+	if skip&SkipAnnounce != 0 {
+		c.skipped(SkipAnnounce, len(keys))
+		return nil
+	}
+	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: keys}
+	if op == OpDelete || op == OpDeleteMany {
+		m.Op = message.OpDelete
+	}
+	if c.feed.Channel != "" {
+		c.echo.sentMany(keys)
+	}
+	if err := c.publish(ctx, m); err != nil {
+		name := ""
+		if len(keys) == 1 {
+			name = keys[0]
+		}
+		return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
+	}
 	return nil
 }
 
@@ -104,7 +135,7 @@ func (c *Cache[V]) admit(m message.Message) bool {
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
 		if keysOnly && m.Op != message.OpFilled && c.remote != nil {
-			c.echo.back(m.Keys[0], m.Position) // a tag's message names no key we wrote
+			c.echo.backMany(m.Keys, m.Position) // a tag's message names no key we wrote
 		}
 		c.noteApplied(m)
 		return false
@@ -129,16 +160,38 @@ func (c *Cache[V]) apply(m message.Message) {
 		c.local.Clear()
 		c.leases.postAll()
 	case message.OpSet, message.OpDelete:
+		var one [1][]byte
+		vals := c.carried(m, one[:0])
 		for i, key := range m.Keys {
 			tok := c.vers.bumpToken(key)
 			c.flights.Forget(key)
 			c.leases.post(key, leaseNews{}) // a fill waiting for a lease reads it
-			if i == 0 && m.Value != nil && c.echo.settled(key) && c.swap(key, m.Value, tok) {
+			if vals != nil && vals[i] != nil && c.echo.settled(key) && c.swap(key, vals[i], tok) {
 				continue
 			}
 			c.local.Delete(key)
 		}
 	}
+}
+
+// carried returns the values a set message m carries, one per key (nil for
+// a key whose value it does not carry), or nil when it carries none: the
+// envelope itself for one key, packed by message.PackValues for more (a
+// SetMany's). Values that do not unpack are dropped with their keys. one
+// is room for the value of one key.
+func (c *Cache[V]) carried(m message.Message, one [][]byte) [][]byte {
+	switch {
+	case m.Op != message.OpSet || m.Value == nil:
+		return nil
+	case len(m.Keys) == 1:
+		return append(one, m.Value)
+	}
+	vals, err := message.UnpackValues(m.Value, len(m.Keys))
+	if err != nil {
+		c.n.decodeErrors.Add(1)
+		return nil
+	}
+	return vals
 }
 
 // onTagMessage applies another instance's DeleteByTag or Clear (which

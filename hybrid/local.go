@@ -15,11 +15,16 @@ const entryOverhead = 64
 
 // storeLocal puts it in L1 for ttl, scheduled as p says, unless key
 // changed since tok was taken; as part of lb, or alone if lb is nil. size
-// is what the value adds to L1 (see size). The check runs under the lock of
+// is what the value adds to L1 (see size); p.skip's SkipL1Write stores
+// nothing. The check runs under the lock of
 // key's L1 entry, and every change bumps the versions before it touches the
 // entry, so no change can slip in between the check and the store. It
 // reports whether it stored.
 func (c *Cache[V]) storeLocal(lb *l1.Batch[item[V]], key string, it item[V], size int, ttl time.Duration, tok token, p *policy) bool {
+	if p.skip&SkipL1Write != 0 {
+		c.skipped(SkipL1Write, 1)
+		return false
+	}
 	it, ttl = c.stamp(it, size, ttl, p)
 	w := weight(key, size)
 	valid := func() bool { return c.vers.valid(tok) }

@@ -1,6 +1,10 @@
 package hybrid
 
-import "github.com/hybridcache/hybridcache/internal/message"
+import (
+	"strconv"
+
+	"github.com/hybridcache/hybridcache/internal/message"
+)
 
 // Op names a call the cache makes: a load, or a call to the shared tier or
 // the bus. Tracer.Start and Events.L2Error get one; so does
@@ -20,7 +24,7 @@ const (
 	OpGetClear Op = "get_clear" // a read of the record of the last Clear, to judge a value
 
 	OpSet       Op = "set"        // Set's write, or a fill's write-back of one key
-	OpSetMany   Op = "set_many"   // a batch fill's write-back
+	OpSetMany   Op = "set_many"   // SetMany's write, or a batch fill's write-back
 	OpDelete    Op = "delete"     // Delete's write of a tombstone
 	OpExpire    Op = "expire"     // Expire's rewrite of a value as stale
 	OpDeleteTag Op = "delete_tag" // DeleteByTag's write of the tag's record
@@ -39,6 +43,8 @@ const (
 	OpReplayDelete    Op = "replay_delete"     // the replay of a queued Delete
 	OpReplayDeleteTag Op = "replay_delete_tag" // the replay of a queued DeleteByTag
 	OpReplayClear     Op = "replay_clear"      // the replay of a queued Clear
+
+	OpDeleteMany Op = "delete_many" // DeleteMany's write of tombstones
 )
 
 // readOp is the op of a fill's read of keys, and the key it is about.
@@ -81,4 +87,12 @@ func changeOf(m *message.Message) Op {
 		return OpDeleteTag
 	}
 	return OpClear
+}
+
+// about names a call about name (a key or tag; none for a Clear) in errors.
+func about(op Op, name string) string {
+	if name == "" {
+		return string(op)
+	}
+	return string(op) + " " + strconv.Quote(name)
 }

@@ -30,6 +30,8 @@ type pendingWrite struct {
 	life time.Duration
 	m    message.Message
 	own  bool // a write of key name, whose message comes back (see echoes)
+	// quiet: the write goes unannounced (SkipAnnounce), replayed too.
+	quiet bool
 	// stamp is the offset of the write time in b (8 bytes big-endian):
 	// stampEnvelope or stampRecord.
 	stamp int
@@ -284,7 +286,10 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 		// still replaces the older value, for a moment.
 		life = max(life-time.Since(w.at), time.Millisecond)
 	}
-	msg, entry := c.announced(w.m)
+	var msg, entry []byte
+	if !w.quiet {
+		msg, entry = c.announced(w.m)
+	}
 	if w.own && msg != nil {
 		c.echo.sent(w.name)
 	}

@@ -26,9 +26,11 @@ type Remote interface {
 
 	// Write makes each write of ws, in order, announcing on f, in one
 	// round trip (per node) where it can; each write is atomic with its
-	// message, log entry and lease release, the batch is not. stored[i]
-	// reports whether ws[i] stored its value. After an error, the writes
-	// it reports stored were made; the others may have been.
+	// message, log entry and lease release, the batch is not, but for a
+	// batch announced as a whole by f.Msg where Info().AtomicBatch holds
+	// (see Feed). stored[i] reports whether ws[i] stored its value. After
+	// an error, the writes it reports stored were made; the others may
+	// have been.
 	Write(ctx context.Context, ws []Write, f Feed) (stored []bool, err error)
 
 	// TakeLeases takes a lease under token for ttl (at least 1ms) on each

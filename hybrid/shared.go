@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -156,9 +155,14 @@ func (c *Cache[V]) get(ctx context.Context, op Op, name string, rkeys []string) 
 
 // write makes ws in one call, as op about name.
 func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []Write) ([]bool, error) {
+	return c.writeFeed(ctx, op, name, ws, c.feed)
+}
+
+// writeFeed is write announcing on f.
+func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []Write, f Feed) ([]bool, error) {
 	var stored []bool
 	err := c.call(ctx, op, name, func(ctx context.Context) (err error) {
-		stored, err = c.remote.Write(ctx, ws, c.feed)
+		stored, err = c.remote.Write(ctx, ws, f)
 		if err == nil && len(stored) != len(ws) {
 			err = fmt.Errorf("hybrid: Remote.Write returned %d results for %d writes", len(stored), len(ws))
 		}
@@ -234,6 +238,10 @@ type found[V any] struct {
 func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
 	if c.remote == nil {
 		return nil, false
+	}
+	if p.skip&SkipRemoteRead != 0 {
+		c.skipped(SkipRemoteRead, len(keys))
+		return nil, false // each a miss
 	}
 	op, name := readOp(keys)
 	vals, err := c.get(ctx, op, name, c.prefixed(keys))
@@ -373,14 +381,6 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, op Op, name, rkey string
 		c.n.published.Add(1)
 	}
 	return nil
-}
-
-// about names a call about name (a key or tag; none for a Clear) in errors.
-func about(op Op, name string) string {
-	if name == "" {
-		return string(op)
-	}
-	return string(op) + " " + strconv.Quote(name)
 }
 
 // readRecord reads the shared-tier key rkey as it is stored: one of the

@@ -18,6 +18,7 @@ type Stats struct {
 	Bus           BusStats          // bus losses and how they ended
 	Queue         QueueStats        // the queue of failed writes (Options.QueueWrites)
 	Leases        LeaseStats        // load leases (Options.LoadLease)
+	Skipped       SkipStats         // steps calls left out (WithSkip)
 }
 
 // L1Stats counts the in-process tier.
@@ -102,6 +103,16 @@ type LeaseStats struct {
 	Skipped   uint64 // keys loaded without a lease because the shared tier could not be asked
 }
 
+// SkipStats counts, key by key, the steps that calls left out by their
+// flags (WithSkip).
+type SkipStats struct {
+	L1Reads      uint64 // keys not looked up in L1 (SkipL1Read)
+	L1Writes     uint64 // values not stored in L1 (SkipL1Write)
+	RemoteReads  uint64 // keys not read from the shared tier (SkipRemoteRead)
+	RemoteWrites uint64 // values and deletes not written to the shared tier (SkipRemoteWrite)
+	Announces    uint64 // changed keys not announced to other instances (SkipAnnounce)
+}
+
 type counters struct {
 	l2Hits, l2Misses, loads, loadErrors, l2Errors, decodeErrors, oversized, encodeErrors atomic.Uint64
 	evictions, expirations                                                               atomic.Uint64
@@ -117,6 +128,8 @@ type counters struct {
 	queueDroppedOnClose                                       atomic.Uint64
 	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
 	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
+	skipL1Reads, skipL1Writes, skipRemoteReads                atomic.Uint64
+	skipRemoteWrites, skipAnnounces                           atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -189,6 +202,13 @@ func (c *Cache[V]) Stats() Stats {
 			TakenOver: c.n.leasesTakenOver.Load(),
 			TimedOut:  c.n.leasesTimedOut.Load(),
 			Skipped:   c.n.leasesSkipped.Load(),
+		},
+		Skipped: SkipStats{
+			L1Reads:      c.n.skipL1Reads.Load(),
+			L1Writes:     c.n.skipL1Writes.Load(),
+			RemoteReads:  c.n.skipRemoteReads.Load(),
+			RemoteWrites: c.n.skipRemoteWrites.Load(),
+			Announces:    c.n.skipAnnounces.Load(),
 		},
 	}
 }

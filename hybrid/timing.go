@@ -293,7 +293,13 @@ func refreshed[V any](it item[V], st readState, held item[V]) bool {
 }
 
 // setRefreshed writes and announces v, the result of a refresh, like Set.
+// Under SkipRemoteWrite, v is kept here only, unannounced, as a fill's.
 func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy) {
+	if e.skip&SkipRemoteWrite != 0 {
+		p := *e
+		p.skip |= SkipAnnounce
+		e = &p
+	}
 	if err := c.set(ctx, key, v, e); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}

@@ -95,6 +95,40 @@ func (v *versions) ownWrite(t token, lost uint64) (token, bool) {
 	return token{slot: t.slot, gen: gen, seq: seq}, ok
 }
 
+// bumpMany is bumpToken for each of keys, bumping each slot once: keys of
+// one slot share its token.
+func (v *versions) bumpMany(keys []string) []token {
+	toks := make([]token, len(keys))
+	first := make(map[uint32]int, len(keys))
+	for i, key := range keys {
+		s := v.of(key)
+		if j, ok := first[s]; ok {
+			toks[i] = toks[j]
+			continue
+		}
+		first[s] = i
+		toks[i] = v.bumpToken(key)
+	}
+	return toks
+}
+
+// ownWriteMany is ownWrite for tokens from bumpMany, bumping each slot once
+// again: toks[i] becomes the new token of key i, and ok[i] reports whether
+// it is valid.
+func (v *versions) ownWriteMany(toks []token, lost uint64) (ok []bool) {
+	ok = make([]bool, len(toks))
+	done := make(map[uint32]int, len(toks))
+	for i, t := range toks {
+		if j, seen := done[t.slot]; seen {
+			toks[i], ok[i] = toks[j], ok[j]
+			continue
+		}
+		done[t.slot] = i
+		toks[i], ok[i] = v.ownWrite(t, lost)
+	}
+	return ok
+}
+
 // echoes counts, per slot, this instance's announced writes whose message
 // has not come back yet. While one is outstanding, a value carried by a
 // peer's message may be older than ours, so it is dropped, not swapped in.
@@ -113,17 +147,56 @@ type echoes struct {
 }
 
 // sent records an announced write of key about to start.
-func (e *echoes) sent(key string) {
-	s := &e.s[e.of(key)]
+func (e *echoes) sent(key string) { e.sentSlot(e.of(key)) }
+
+// sentMany is sent for a message that names keys: each slot counts it once.
+func (e *echoes) sentMany(keys []string) {
+	if len(keys) == 1 {
+		e.sent(keys[0])
+		return
+	}
+	for _, s := range e.distinct(keys) {
+		e.sentSlot(s)
+	}
+}
+
+func (e *echoes) sentSlot(i uint32) {
+	s := &e.s[i]
 	s.since.Store(time.Now().UnixNano())
 	s.pending.Add(1)
+}
+
+// backMany is back for a message that names keys: each slot counts it once.
+func (e *echoes) backMany(keys []string, pos string) {
+	if len(keys) == 1 {
+		e.back(keys[0], pos)
+		return
+	}
+	for _, s := range e.distinct(keys) {
+		e.backSlot(s, pos)
+	}
+}
+
+// distinct returns the slots of keys, each once.
+func (e *echoes) distinct(keys []string) []uint32 {
+	out := make([]uint32, 0, len(keys))
+	seen := make(map[uint32]bool, len(keys))
+	for _, key := range keys {
+		if s := e.of(key); !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // back records that the message of one of our writes of key came back, at
 // the log position pos ("": the write was not logged). A position not after
 // the newest counted for key's slot was counted already.
-func (e *echoes) back(key, pos string) {
-	i := e.of(key)
+func (e *echoes) back(key, pos string) { e.backSlot(e.of(key), pos) }
+
+// backSlot is back for slot i.
+func (e *echoes) backSlot(i uint32, pos string) {
 	if pos != "" {
 		e.mu.Lock()
 		seen := message.ComparePositions(pos, e.last[i]) <= 0

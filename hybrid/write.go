@@ -17,12 +17,13 @@ import (
 // Set returns nil, every Get on this instance sees v until it is changed
 // again or expires. Errors from the shared tier or the bus are returned;
 // with Options.QueueWrites, one wrapping ErrQueued says the write was
-// queued for replay, and this instance sees v meanwhile.
+// queued for replay, and this instance sees v meanwhile. WithSkip leaves
+// out L1 here, the shared tier or the announcement (see Skip).
 func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption) error {
 	if err := c.check(ctx, key); err != nil {
 		return err
 	}
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.policyFor(&skipSet, opts)
 	if err != nil {
 		return err
 	}
@@ -41,11 +42,14 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	}
 	lost := c.vers.losses.Load()
 	tok := c.vers.bumpToken(key)
-	err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl))
-	if err != nil && !errors.Is(err, ErrQueued) {
-		c.vers.bump(key)
-		c.local.Delete(key)
-		return err
+	here := e.skip&SkipRemoteWrite != 0 && c.remote != nil // L1 only
+	if !here {
+		err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl), e.skip)
+		if err != nil && !errors.Is(err, ErrQueued) {
+			c.vers.bump(key)
+			c.local.Delete(key)
+			return err
+		}
 	}
 	// Written, or queued for replay: either way L1 here holds the value.
 	// Bump again: a fill that read the old value before our write must not
@@ -53,6 +57,9 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	// tok means a newer change may exist, so we drop instead of store; a
 	// bus loss meanwhile does not (see ownWrite).
 	tok, ok := c.vers.ownWrite(tok, lost)
+	if err != nil {
+		e = queuedPolicy(e) // queued: L1 is the only place that holds v
+	}
 	if !ok {
 		c.local.Delete(key)
 	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
@@ -62,13 +69,28 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	// it. Forgotten after L1 holds the new value, so that no caller in
 	// between, finding the old entry due for a refresh, starts another.
 	c.flights.Forget(key)
+	if here {
+		c.skipped(SkipRemoteWrite, 1)
+		return c.announceKeys(ctx, OpSet, []string{key}, e.skip)
+	}
 	return err
 }
 
 // writeAndAnnounce writes b (nil: delete) to the shared tier for life and
-// announces it. A write that fails is queued when Options.QueueWrites
-// says so (see enqueue).
-func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration) error {
+// announces it, unless skip has SkipAnnounce. A write that fails is queued
+// when Options.QueueWrites says so (see enqueue).
+func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, life time.Duration, skip Skip) error {
+	w := c.pendingOf(key, b, life, skip)
+	if w.quiet {
+		return c.enqueue(w, c.writeQuiet(ctx, w))
+	}
+	return c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
+}
+
+// pendingOf returns the write of b (nil: delete) under key for life, and
+// its announcement (none with SkipAnnounce in skip), as a Set or Delete
+// of this instance makes it.
+func (c *Cache[V]) pendingOf(key string, b []byte, life time.Duration, skip Skip) *pendingWrite {
 	w := &pendingWrite{op: OpSet, name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
 		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}}
 	if b == nil {
@@ -80,22 +102,53 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, l
 	} else if c.remote != nil && len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
 		w.m.Value = b
 	}
-	return c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
+	if skip&SkipAnnounce != 0 {
+		w.quiet = true
+		if c.bus != nil {
+			c.skipped(SkipAnnounce, 1)
+		}
+	}
+	return w
+}
+
+// writeQuiet makes w's write to the shared tier unannounced (SkipAnnounce).
+func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
+	if c.remote == nil {
+		return nil
+	}
+	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life}}); err != nil {
+		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
+	}
+	return nil
 }
 
 // Delete removes key from both tiers and tells other instances to drop it.
 // L1 drops it even when the shared tier fails, whose error is returned
-// (wrapping ErrQueued when Options.QueueWrites queued the delete).
-func (c *Cache[V]) Delete(ctx context.Context, key string) error {
+// (wrapping ErrQueued when Options.QueueWrites queued the delete). It takes
+// no option but WithSkip, which may leave out the shared tier (the key is
+// dropped from L1 only, here and, when announced, everywhere) or the
+// announcement (see Skip).
+func (c *Cache[V]) Delete(ctx context.Context, key string, opts ...EntryOption) error {
 	if err := c.check(ctx, key); err != nil {
 		return err
 	}
-	err := c.writeAndAnnounce(ctx, key, nil, 0)
+	skip, err := c.onlySkip(&skipDelete, opts)
+	if err != nil {
+		return err
+	}
+	here := skip&SkipRemoteWrite != 0 && c.remote != nil // L1 only
+	if !here {
+		err = c.writeAndAnnounce(ctx, key, nil, 0, skip)
+	}
 	// After the shared tier: a fill that read the old value meanwhile must
 	// not store it, and later callers must not join it.
 	c.vers.bump(key)
 	c.flights.Forget(key)
 	c.local.Delete(key)
+	if here {
+		c.skipped(SkipRemoteWrite, 1)
+		return c.announceKeys(ctx, OpDelete, []string{key}, skip)
+	}
 	return err
 }
 

@@ -90,6 +90,9 @@ func conformance() []group {
 			{"MsgElse", checkMsgElse},
 			{"Order", checkOrder},
 			{"Batch", checkBatch},
+			{"BatchMsg", checkBatchMsg},
+			{"BatchLog", checkBatchLog},
+			{"BatchAtomic", checkBatchAtomic},
 		}},
 		{"Log", []check{
 			{"Open", checkLogOpen},

@@ -12,12 +12,13 @@ var _ hybrid.Bus = (*hybridtest.Bus)(nil)
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// openRemote returns a fresh Remote on a fresh Bus, with or without a log.
+// openRemote returns a fresh Remote on a fresh Bus, with a log and atomic
+// announced batches, or without either (as on Redis Cluster).
 func openRemote(noLog bool) func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
 	return func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
 		bus := new(hybridtest.Bus)
 		t.Cleanup(func() { bus.Close() })
-		return &hybridtest.Remote{Bus: bus, NoLog: noLog}, bus
+		return &hybridtest.Remote{Bus: bus, NoLog: noLog, SplitBatch: noLog}, bus
 	}
 }
 
@@ -25,7 +26,8 @@ func TestConformance(t *testing.T) {
 	hybridtest.TestRemote(t, openRemote(false))
 }
 
-// TestConformanceNoLog: the Remote as on Redis Cluster, without a log.
+// TestConformanceNoLog: the Remote as on Redis Cluster, without a log or
+// atomic announced batches.
 func TestConformanceNoLog(t *testing.T) {
 	hybridtest.TestRemote(t, openRemote(true))
 }

@@ -234,6 +234,48 @@ var mutants = map[string]struct {
 		}
 		return st, err
 	}}},
+	"BatchMsgSilent": {"Write/BatchMsg", mutant{writes: func(m *mutant, ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+		f.Msg = nil
+		return m.Remote.Write(ctx, ws, f)
+	}}},
+	"BatchMsgTwice": {"Write/BatchMsg", mutant{writes: func(m *mutant, ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+		st, err := m.Remote.Write(ctx, ws, f)
+		if err == nil && f.Msg != nil && f.Channel != "" {
+			err = m.bus.Publish(ctx, f.Channel, f.Msg)
+		}
+		return st, err
+	}}},
+	"BatchMsgFirst": {"Write/BatchMsg", mutant{writes: func(m *mutant, ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+		if f.Msg != nil && f.Channel != "" {
+			if err := m.bus.Publish(ctx, f.Channel, f.Msg); err != nil {
+				return nil, err
+			}
+			time.Sleep(50 * time.Millisecond) // the listener reads meanwhile
+			f.Msg = nil
+		}
+		return m.Remote.Write(ctx, ws, f)
+	}}},
+	"BatchEntryUnlogged": {"Write/BatchLog", mutant{writes: func(m *mutant, ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+		f.Entry = nil
+		return m.Remote.Write(ctx, ws, f)
+	}}},
+	"BatchNotAtomic": {"Write/BatchAtomic", mutant{writes: func(m *mutant, ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+		if f.Msg == nil {
+			return m.Remote.Write(ctx, ws, f)
+		}
+		msg := f.Msg
+		f.Msg = nil
+		st := make([]bool, len(ws))
+		for i := range ws {
+			s, err := m.Remote.Write(ctx, ws[i:i+1], f)
+			if err != nil {
+				return st, err
+			}
+			st[i] = s[0]
+			time.Sleep(time.Millisecond) // another writer comes between
+		}
+		return st, m.bus.Publish(ctx, f.Channel, msg)
+	}}},
 	"LeaseTTLClamped": {"Lease/TTL", mutant{take: func(m *mutant, ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
 		return m.Remote.TakeLeases(ctx, keys, guards, token, max(ttl, time.Millisecond))
 	}}},

@@ -45,6 +45,11 @@ type Remote struct {
 	// set, fail with an error wrapping errors.ErrUnsupported.
 	NoLog bool
 
+	// SplitBatch makes the Remote announce a batch's Feed.Msg in a step of
+	// its own after its writes, as l2.Store on Redis Cluster does:
+	// Info().AtomicBatch is false.
+	SplitBatch bool
+
 	mu        sync.Mutex
 	items     map[string]item
 	err       error
@@ -91,10 +96,10 @@ func (c Calls) Total() int {
 // nil when they have a message to publish. Check it with errors.Is.
 var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
-// Info describes r: no prefix, no read bound (see Remote), and a log
-// unless NoLog is set.
+// Info describes r: no prefix, no read bound (see Remote), a log unless
+// NoLog is set, and atomic announced batches unless SplitBatch is set.
 func (r *Remote) Info() hybrid.RemoteInfo {
-	return hybrid.RemoteInfo{Log: !r.NoLog}
+	return hybrid.RemoteInfo{Log: !r.NoLog, AtomicBatch: !r.SplitBatch}
 }
 
 // FailWith makes every later call return err, until FailWith(nil).

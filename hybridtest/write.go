@@ -43,7 +43,15 @@ import (
 //
 // When a message is due and r.Bus is nil or its Publish fails, that write
 // is not made, and Write returns the error with what the writes before it
-// stored. Each write is checked before any is made: an unknown Cond,
+// stored.
+//
+// A batch announced as a whole (f.Msg set, and f.Channel) is made as one
+// step (Info().AtomicBatch), unless SplitBatch is set: each write as above,
+// then f.Entry is appended to the log f.Log and f.Msg goes out, positioned
+// at the entry if there is one. With r.Bus nil it fails with ErrNoBus
+// before any write; when the publish of f.Msg fails, the writes are made
+// and Write returns the error. f.Entry without a log (NoLog) fails the call
+// with an error wrapping errors.ErrUnsupported. Each write is checked before any is made: an unknown Cond,
 // KeepTTL without IfEqual, a negative StampAt with IfNewer, Lease without
 // Token, or Log set without f.Log or with f.LogLen below 1 fails the call
 // (Log on a Remote with NoLog fails it with an error wrapping
@@ -51,6 +59,9 @@ import (
 func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
 	if len(ws) == 0 {
 		return []bool{}, nil
+	}
+	if err := r.checkFeed(f); err != nil {
+		return nil, fmt.Errorf("hybridtest: write of %d: %w", len(ws), err)
 	}
 	for i, w := range ws {
 		if err := r.checkWrite(w, f); err != nil {
@@ -83,6 +94,9 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 	if err := r.begin(ctx); err != nil {
 		return nil, err
 	}
+	if f.Msg != nil && f.Channel != "" {
+		return stored, r.writeAnnounced(ctx, ws, f, stored)
+	}
 	for i, w := range ws {
 		ok, err := r.write(ctx, w, f)
 		if err != nil {
@@ -91,6 +105,63 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 		stored[i] = ok
 	}
 	return stored, nil
+}
+
+// writeAnnounced makes ws, then announces them with f.Msg (and f.Entry),
+// all as one step unless r.SplitBatch is set.
+func (r *Remote) writeAnnounced(ctx context.Context, ws []hybrid.Write, f hybrid.Feed, stored []bool) error {
+	if r.Bus == nil {
+		return ErrNoBus
+	}
+	if !r.SplitBatch {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	for i, w := range ws {
+		var ok bool
+		var err error
+		if r.SplitBatch {
+			ok, err = r.write(ctx, w, f)
+		} else {
+			ok, err = r.writeLocked(ctx, w, f)
+		}
+		if err != nil {
+			return fmt.Errorf("hybridtest: write %d of %d (%q): %w", i, len(ws), w.Key, err)
+		}
+		stored[i] = ok
+	}
+	if r.SplitBatch {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+	}
+	msg := f.Msg
+	if f.Entry != nil {
+		msg = message.Positioned(pos(r.journal.seq+1), msg)
+	}
+	if err := r.Bus.Publish(ctx, f.Channel, msg); err != nil {
+		return fmt.Errorf("hybridtest: announce %d writes: %w", len(ws), err)
+	}
+	if f.Entry != nil {
+		l := r.journal.logLocked(f.Log, true)
+		r.journal.appendLocked(l, f.Entry, false)
+		l.trim(f.LogLen)
+	}
+	return nil
+}
+
+// checkFeed returns what is wrong with f, for a batch it announces.
+func (r *Remote) checkFeed(f hybrid.Feed) error {
+	switch {
+	case f.Entry == nil || f.Msg == nil || f.Channel == "":
+		return nil
+	case r.NoLog:
+		return fmt.Errorf("a log entry for the batch: the Remote keeps no log: %w", errors.ErrUnsupported)
+	case f.Log == "":
+		return errors.New("Feed.Entry without Feed.Log")
+	case f.LogLen < 1:
+		return fmt.Errorf("Feed.Entry with Feed.LogLen %d, want at least 1", f.LogLen)
+	}
+	return nil
 }
 
 // checkWrite returns what is wrong with w, given f.
@@ -120,6 +191,11 @@ func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
 func (r *Remote) write(ctx context.Context, w hybrid.Write, f hybrid.Feed) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.writeLocked(ctx, w, f)
+}
+
+// writeLocked is write with r.mu held.
+func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed) (bool, error) {
 	now := r.now()
 	cur, ok := r.getLocked(w.Key, now)
 	var write, found bool

@@ -42,7 +42,11 @@
 // round trip (per node). Scripts go by EVALSHA, and those that meet
 // NOSCRIPT (a server restarted, or its scripts flushed) again by EVAL, in
 // order. Empty input returns at once, without a round trip. A batch is not
-// atomic.
+// atomic, but for one announced as a whole (Feed.Msg): on one server its
+// writes, its log entry (Feed.Entry) and its message go as one MULTI/EXEC
+// transaction, scripts by EVAL (Info().AtomicBatch); on Redis Cluster or a
+// Ring the message is published once every write of the batch, on every
+// node, is done, in a round trip of its own.
 //
 // # Redis Cluster and Ring
 //

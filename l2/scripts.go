@@ -2,7 +2,7 @@ package l2
 
 import "github.com/redis/go-redis/v9"
 
-// This file holds every Lua script of the Store (six), and the fragments
+// This file holds every Lua script of the Store (seven), and the fragments
 // they share. Redis runs a script atomically: its reads and writes are one
 // step, which no other client's command interleaves.
 
@@ -261,4 +261,19 @@ while want > 0 do
 	start = '(' .. page[#page][1]
 end
 return {1, first, f['last-generated-id'], f['length'], f['entries-added'] or -1, out}
+`)
+
+// announceScript announces a batch of writes (Feed.Msg): if KEYS[1] (the
+// log) is given, it XADDs to it the field m = ARGV[4], trimmed to about
+// ARGV[3] entries, and publishes ARGV[2] on channel ARGV[1] positioned at
+// the new entry's id (byte 2, the id's length, the id, the message, as
+// writeScript does); else it publishes ARGV[2] as it is. It returns 1.
+var announceScript = redis.NewScript(`
+local msg = ARGV[2]
+if KEYS[1] then
+	local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'm', ARGV[4])
+	msg = string.char(2, #id) .. id .. msg
+end
+redis.call('PUBLISH', ARGV[1], msg)
+return 1
 `)

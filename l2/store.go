@@ -108,13 +108,14 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		write:  newTimeout(bound(o.WriteTimeout, defaultWriteTimeout)),
 		topo:   topologyOf(rdb),
 	}
-	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single}
+	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single}
 	s.info.ReadBound, s.info.Advice = readBound(rdb, s.read.d)
 	return s
 }
 
-// Info describes the Store: Options.Prefix; whether it keeps a log (on
-// one server or a Sentinel-managed primary only); and, as ReadBound, the
+// Info describes the Store: Options.Prefix; whether it keeps a log and
+// makes an announced batch atomically (on one server or a
+// Sentinel-managed primary only); and, as ReadBound, the
 // longest a Get can block (see readBound), with a line of Advice when that
 // is not Options.ReadTimeout.
 func (s *Store) Info() tier.Info {

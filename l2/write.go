@@ -49,6 +49,17 @@ import (
 // KeepTTL without IfEqual, a negative StampAt, a Log without f.Log or with
 // f.LogLen under 1.
 //
+// A batch announced as a whole (Feed.Msg) goes, on one server, as one
+// MULTI/EXEC transaction: its writes (scripts by EVAL), then
+// announceScript, which appends Feed.Entry to the log and publishes
+// Feed.Msg positioned at it: one round trip, one atomic step (Info's
+// AtomicBatch). In Redis Cluster and with a Ring, Feed.Msg is published
+// once every write of the batch, on every node, is done (and its lease
+// released): a round trip of its own, after which whoever hears the
+// message finds every write made, though another writer's may have come
+// between (so the message should carry no values there). A Feed.Entry
+// there fails the batch with an error wrapping errors.ErrUnsupported.
+//
 // NOTE: an error does not say a write was not made: a reply may be lost
 // after Redis ran the command. The writes that stored[i] reports were
 // made; in Redis Cluster and with a Ring, a write whose release or message
@@ -58,6 +69,9 @@ func (s *Store) Write(ctx context.Context, ws []tier.Write, f tier.Feed) (stored
 		return nil, nil
 	}
 	sub := subject{op: "write", noun: "keys", key: ws[0].Key, n: len(ws)}
+	if err := s.checkFeed(f); err != nil {
+		return nil, sub.fail(err)
+	}
 	for i := range ws {
 		if err := s.check(&ws[i], f); err != nil {
 			return nil, sub.fail(keyErr(ws, i, err))
@@ -106,6 +120,9 @@ func keyErr(ws []tier.Write, i int, err error) error {
 // writeAll makes ws, storing what each stored in stored, and returns the
 // first error.
 func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stored []bool) error {
+	if announced(f) && s.topo == single {
+		return s.writeAtomic(ctx, ws, f, stored)
+	}
 	scripted := s.scripted(ws, f)
 	leaseLater := s.topo != single
 	cmds, err := s.run(ctx, len(ws), func(c redis.Cmdable) ([]redis.Cmder, []func(redis.Cmdable) *redis.Cmd) {
@@ -142,6 +159,9 @@ func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stor
 	}
 	if leaseLater {
 		first = firstErr(first, s.releaseAfter(ctx, ws, f, results))
+	}
+	if announced(f) {
+		first = firstErr(first, s.announceAfter(ctx, f))
 	}
 	return first
 }

@@ -236,3 +236,48 @@ func TestWriteRefusedConnection(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteAnnouncedBatch: a batch announced as a whole (Feed.Msg) goes,
+// on one server, as one MULTI/EXEC transaction, its scripts by EVAL even
+// after SCRIPT FLUSH (no NOSCRIPT inside the transaction): one round trip,
+// the writes (each with its own message), one log entry, then the batch's
+// message positioned at it.
+func TestWriteAnnouncedBatch(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 10)
+	if err := set(ctx, s, "eq", []byte("e1"), time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var c counter
+	rdb.AddHook(&c)
+	ws := []tier.Write{
+		{Key: "a", Value: []byte("A"), TTL: time.Minute},
+		{Key: "eq", Value: []byte("e2"), If: tier.IfEqual, Old: []byte("e1"), Msg: []byte("meq")},
+		{Key: "b", Value: []byte("B"), TTL: time.Minute, If: tier.IfAbsent},
+	}
+	f := tier.Feed{Channel: channel, Log: "log", LogLen: 100, Msg: []byte("batch"), Entry: []byte("entry")}
+	stored, err := s.Write(ctx, ws, f)
+	if want := []bool{true, true, true}; err != nil || !slices.Equal(stored, want) {
+		t.Fatalf("Write = %v, %v; want %v, nil", stored, err, want)
+	}
+	const sent = "commands [], pipelines [[multi set eval set eval exec]]"
+	if got := c.String(); got != sent {
+		t.Errorf("sent %s; want %s", got, sent)
+	}
+	log := streamIDs(t, rdb, prefix+"log")
+	if len(log) != 1 {
+		t.Fatalf("log: %v, want one entry", log)
+	}
+	want := []string{"meq", string(append([]byte{2, byte(len(log[0]))}, log[0]...)) + "batch"}
+	if got := wait(t, msgs, len(want)); !slices.Equal(got, want) {
+		t.Errorf("messages: got %q, want %q", got, want)
+	}
+	if info := s.Info(); !info.AtomicBatch {
+		t.Error("Info().AtomicBatch is false on one server")
+	}
+}

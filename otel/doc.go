@@ -48,6 +48,9 @@
 //	leases                    counter  {key}      result taken: Leases.Taken, waited: .Waited,
 //	                                              answered: .Answered, taken_over: .TakenOver,
 //	                                              timed_out: .TimedOut, skipped: .Skipped
+//	skipped                   counter  {key}      kind l1_read: Skipped.L1Reads, l1_write: .L1Writes,
+//	                                              l2_read: .RemoteReads, l2_write: .RemoteWrites,
+//	                                              announce: .Announces
 //
 // A miss in L1 that a fill answers from L2 counts as an l1 miss and an l2
 // hit, so the share of requests answered without load is

@@ -245,6 +245,11 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"leases", "result=taken_over", 0, 0},
 		{"leases", "result=timed_out", 0, 0},
 		{"leases", "result=skipped", 0, 0},
+		{"skipped", "kind=l1_read", 0, 0},
+		{"skipped", "kind=l1_write", 0, 0},
+		{"skipped", "kind=l2_read", 0, 0},
+		{"skipped", "kind=l2_write", 0, 0},
+		{"skipped", "kind=announce", 0, 0},
 	} {
 		want[point(w.name, "catalog", w.attr)] = w.catalog
 		want[point(w.name, "users", w.attr)] = w.users
@@ -402,6 +407,52 @@ func TestMetricsQueue(t *testing.T) {
 	for k, want := range map[string]float64{
 		point("queue.writes", "q", "result=dropped_on_close"): 1,
 		point("queue.length", "q", ""):                        0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+}
+
+// TestMetricsSkipped checks the series of the steps left out by per-call
+// flags (WithSkip), one call of each, key by key.
+func TestMetricsSkipped(t *testing.T) {
+	tel := newTelemetry(t)
+	bus := new(hybridtest.Bus)
+	t.Cleanup(func() { bus.Close() })
+	c, err := hybrid.New[string](hybrid.Options{Namespace: "s", Remote: &hybridtest.Remote{Bus: bus}, Bus: bus, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg, err := hybridotel.RegisterMetrics(tel.mp.Meter("test"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	for _, call := range []func() error{
+		func() error { _, _, err := c.Get(ctx, "a", hybrid.WithSkip(hybrid.SkipL1Read)); return err },
+		func() error { _, _, err := c.Get(ctx, "b", hybrid.WithSkip(hybrid.SkipRemoteRead)); return err },
+		func() error { return c.Set(ctx, "c", "v", hybrid.WithSkip(hybrid.SkipL1Write)) },
+		func() error {
+			return c.SetMany(ctx, map[string]string{"d": "v", "e": "v"}, hybrid.WithSkip(hybrid.SkipAnnounce))
+		},
+		func() error {
+			return c.DeleteMany(ctx, []string{"d", "e", "f"}, hybrid.WithSkip(hybrid.SkipRemoteWrite))
+		},
+	} {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := tel.collect(t)
+	for k, want := range map[string]float64{
+		point("skipped", "s", "kind=l1_read"):  1,
+		point("skipped", "s", "kind=l2_read"):  1,
+		point("skipped", "s", "kind=l1_write"): 1,
+		point("skipped", "s", "kind=announce"): 2,
+		point("skipped", "s", "kind=l2_write"): 3,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v", k, got[k], want)

@@ -211,5 +211,12 @@ func catalogue() []instrument {
 			by(keyResult, "timed_out", func(s *hybrid.Stats) uint64 { return s.Leases.TimedOut }),
 			by(keyResult, "skipped", func(s *hybrid.Stats) uint64 { return s.Leases.Skipped }),
 		}},
+		{name: "skipped", unit: "{key}", desc: "Keys whose step a call left out by a per-call flag (WithSkip): the L1 read, the L1 write, the shared-tier read, the shared-tier write, the announcement.", series: []series{
+			by(keyKind, "l1_read", func(s *hybrid.Stats) uint64 { return s.Skipped.L1Reads }),
+			by(keyKind, "l1_write", func(s *hybrid.Stats) uint64 { return s.Skipped.L1Writes }),
+			by(keyKind, "l2_read", func(s *hybrid.Stats) uint64 { return s.Skipped.RemoteReads }),
+			by(keyKind, "l2_write", func(s *hybrid.Stats) uint64 { return s.Skipped.RemoteWrites }),
+			by(keyKind, "announce", func(s *hybrid.Stats) uint64 { return s.Skipped.Announces }),
+		}},
 	}
 }

@@ -18,8 +18,10 @@
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
 //	if flag 1: uvarint value length, then the value (set: the new
-//	           envelope; tag: the delete's tag record; filled: the keys'
-//	           envelopes, packed by PackValues; load failed: the error)
+//	           envelope of the one key, or, naming more keys (a batch),
+//	           their envelopes packed by PackValues; tag: the delete's tag
+//	           record; filled: the keys' envelopes, packed by PackValues;
+//	           load failed: the error)
 //	if flag 4: uvarint token length (1 to MaxTokenLen), then the token of
 //	           the lease holder that sent it (ops 6 to 9 only)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
@@ -139,8 +141,9 @@ type Message struct {
 	Origin    Origin
 	Namespace string
 	Keys      []string
-	// Value is the new stored envelope of Keys[0] (OpSet), the tag record
-	// (OpTag), or nil.
+	// Value is the new stored envelope of Keys[0] (OpSet with one key),
+	// the envelopes of Keys packed by PackValues (OpSet with more, and
+	// OpFilled), the tag record (OpTag), or nil.
 	Value []byte
 	// Authentic reports, after Decode, that the message was signed with the
 	// secret given to Decode. A Value is only to be used when it is true.
@@ -330,9 +333,10 @@ func decode(b []byte, secret []byte) (Message, error) {
 // its token.
 func leaseNews(op Op) bool { return op >= OpFilled && op <= OpNotStored }
 
-// PackValues packs one value per key of an OpFilled message into its
-// Value: each as a uvarint length and its bytes, an empty one for a key
-// whose value is not carried (too large, or not stored).
+// PackValues packs one value per key of an OpFilled message, or of an
+// OpSet message that names more than one key, into its Value: each as a
+// uvarint length and its bytes, an empty one for a key whose value is not
+// carried (too large, or not stored).
 func PackValues(vals [][]byte) []byte {
 	n := 0
 	for _, v := range vals {

@@ -67,6 +67,20 @@ type Feed struct {
 	Channel string
 	Log     string
 	LogLen  int
+
+	// Msg, if not nil, announces the batch as a whole: it goes out on
+	// Channel once, after every write of the batch (and its own message,
+	// if it has one) was made, whether or not each stored, so that whoever
+	// hears it finds each of them done. With Entry set, Entry is appended
+	// to the log Log first, and Msg goes out positioned at the new entry
+	// (as with Write.Log). Where Info.AtomicBatch holds, the writes, Entry
+	// and Msg are one atomic step: no other write comes between them, so
+	// that the order of messages is the order of writes across the batch.
+	// Elsewhere Msg goes out in a step of its own after the writes (and
+	// should then only name keys, never carry values). Msg goes out also
+	// when some writes of the batch failed, unless none could be made (a
+	// call that failed as a whole).
+	Msg, Entry []byte
 }
 
 // Lease is one key's result of Remote.TakeLeases.
@@ -105,6 +119,10 @@ type Info struct {
 	ReadBound time.Duration
 	// Log reports whether the Remote keeps a log (Write.Log, ReadLog).
 	Log bool
+	// AtomicBatch reports whether a batch of writes announced by Feed.Msg
+	// is made as one atomic step with its message (see Feed.Msg), so that
+	// the message may carry the values written.
+	AtomicBatch bool
 	// Advice lists settings of the Remote that cost its user, for the
 	// cache to log once at start.
 	Advice []string
