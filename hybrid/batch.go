@@ -48,6 +48,12 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	}
 	var due pastDue[V]
 	out, misses, badKey := c.localMany(keys, false, &due)
+	if c.o.EntryOptions != nil {
+		badKey = c.keyedMany(&e, &misses, &due, opts, badKey)
+		if out == nil && len(misses) == 0 {
+			out = make(map[string]V)
+		}
+	}
 	if len(due.refresh) > 0 {
 		c.refreshMany(ctx, due.refresh, due.held, loader[V]{many: load}, e)
 	}
@@ -106,12 +112,21 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string) (map[string]V, er
 		return nil, err
 	}
 	out, misses, badKey := c.localMany(keys, true, nil)
+	p := &c.def
+	if c.o.EntryOptions != nil && len(misses) > 0 {
+		kp := c.def
+		badKey = c.keyedMany(&kp, &misses, nil, nil, badKey)
+		p = &kp
+		if out == nil && len(misses) == 0 {
+			out = make(map[string]V)
+		}
+	}
 	if len(misses) > 0 {
 		if out == nil {
 			out = make(map[string]V, len(keys))
 		}
 		vals := make([]found[V], len(misses))
-		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, &c.def)
+		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, p)
 		for i, key := range misses {
 			if vals[i].st == readHit && !vals[i].it.absent {
 				out[key] = vals[i].it.v

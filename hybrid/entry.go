@@ -110,6 +110,9 @@ type policy struct {
 	eager            float64
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
+	// keys holds, by key, the keys' own policies in a batch call under
+	// per-key defaults (see of); nil otherwise.
+	keys map[string]*policy
 }
 
 // timed reports whether values written under e need a schedule in L1.

@@ -58,7 +58,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	if load == nil {
 		return zero, errors.New("hybrid: GetOrCreate: nil load function")
 	}
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.policyFor(key, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -94,7 +94,15 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 	if err := c.check(ctx, key); err != nil {
 		return v, false, err
 	}
-	it, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	p := &c.def
+	if c.o.EntryOptions != nil {
+		kp, err := c.policyFor(key, nil)
+		if err != nil {
+			return v, false, err
+		}
+		p = &kp
+	}
+	it, st := c.readRemote(ctx, key, c.vers.token(key), p)
 	ok = st == readHit && !it.absent
 	if err := ctx.Err(); err != nil && !ok {
 		return v, false, err

@@ -22,7 +22,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if err := c.check(ctx, key); err != nil {
 		return err
 	}
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.policyFor(key, opts)
 	if err != nil {
 		return err
 	}

@@ -208,11 +208,13 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"load.soft_timeouts", "", 0, 0},
 		{"load.queued", "", 0, 0},
 		{"refreshes", "", 0, 0},
+		{"load.not_cached", "", 0, 0},
 		{"errors", "kind=l2", 1, 0},
 		{"errors", "kind=decode", 0, 0},
 		{"errors", "kind=encode", 0, 0},
 		{"errors", "kind=oversized", 0, 0},
 		{"errors", "kind=publish", 0, 0},
+		{"errors", "kind=options", 0, 0},
 		{"stale.served", "", 0, 0},
 		{"fills.discarded", "", 0, 0},
 		{"l1.entries", "", 1, 1}, // a: k1; b dropped k1 on a's Set
@@ -402,6 +404,45 @@ func TestMetricsQueue(t *testing.T) {
 	for k, want := range map[string]float64{
 		point("queue.writes", "q", "result=dropped_on_close"): 1,
 		point("queue.length", "q", ""):                        0,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+}
+
+// TestMetricsAdaptive checks the series of adaptive entries: a load that
+// says DoNotCache, and one whose options are refused.
+func TestMetricsAdaptive(t *testing.T) {
+	tel := newTelemetry(t)
+	c, err := hybrid.New[string](hybrid.Options{Namespace: "a", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg, err := hybridotel.RegisterMetrics(tel.mp.Meter("test"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	for key, set := range map[string]func(*hybrid.Entry){
+		"volatile": (*hybrid.Entry).DoNotCache,
+		"bad":      func(e *hybrid.Entry) { e.SetTTL(-time.Second) },
+	} {
+		v, err := c.GetOrCreate(ctx, key, func(ctx context.Context, _ string) (string, error) {
+			set(hybrid.EntryFrom(ctx))
+			return "v", nil
+		})
+		if v != "v" || err != nil {
+			t.Fatalf("GetOrCreate(%q): got %q, %v, want v", key, v, err)
+		}
+	}
+	got := tel.collect(t)
+	for k, want := range map[string]float64{
+		point("load.not_cached", "a", ""):    1,
+		point("errors", "a", "kind=options"): 1,
+		point("loads", "a", ""):              2,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v", k, got[k], want)
