@@ -12,8 +12,8 @@ import (
 // negative caching, or that they are not to be cached), and how a fill
 // turns that into the policy each key is written under.
 
-// Entry is what a load function may set of the values it returns, in place
-// of the call's EntryOptions: their lifetimes, tags, fail-safe and negative
+// Entry is what a load function may set of the values it returns, over
+// the call's EntryOptions: their lifetimes, tags, fail-safe and negative
 // caching, or that they are not to be cached at all. A load gets it with
 // EntryFrom(ctx). What an Entry sets applies to every key the load returns;
 // what For(key) sets applies to that key, after it. Its methods are safe
@@ -60,6 +60,10 @@ type entryKey struct{}
 //		}
 //		return p, err
 //	}
+//
+// NOTE: call it while the load runs. A fill that loads again (under
+// LoadLease, for keys whose holder's lease ended) gives its next load the
+// same ctx, so a ctx kept past its load reaches the next load's Entry.
 func EntryFrom(ctx context.Context) *Entry {
 	s, _ := ctx.Value(entryKey{}).(*entrySlot)
 	if s == nil {

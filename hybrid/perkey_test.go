@@ -244,3 +244,27 @@ func ExampleOptions_entryOptions() {
 	// Output:
 	// false true
 }
+
+// A value swapped in from a message (Secret set) is kept in L1 as its key's
+// defaults say, as one read from Redis is.
+func TestEntryOptionsOnSwap(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	p := &byPrefix{}
+	o := hybrid.Options{Namespace: ns, EntryOptions: p.options, Secret: []byte("secret")}
+	ins := newInstances(t, 2, singleNode(nil), o)
+	a, b := ins[0], ins[1]
+	setStr(t, a, "hot:1", "v1")
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+	fill(t, b, "hot:1", "v1")
+	setStr(t, a, "hot:1", "v")
+	waitStat(t, b, "Invalidations.Swapped", func(s hybrid.Stats) uint64 { return s.Invalidations.Swapped }, 1)
+	hits := b.c.Stats().L2.Hits
+	if v, ok := getStr(t, b, "hot:1"); !ok || v != "v" || b.c.Stats().L2.Hits != hits {
+		t.Fatalf("B: got %q, %v, want v swapped in", v, ok)
+	}
+	waitFor(t, 5*time.Second, "hot:1 read from Redis again", func() bool {
+		fill(t, b, "hot:1", "v")
+		return b.c.Stats().L2.Hits > hits
+	}, nil)
+}
