@@ -63,6 +63,19 @@ func waitStored(t testing.TB, rdb redis.UniversalClient, ns, key string) stored 
 	return s
 }
 
+// settled makes a fill of key on in, with a load that returns "control",
+// and waits until Redis holds it: a fill writes back after its callers
+// have their value, so the fills in earlier calls on in have made their
+// writes (if any) by then. It returns in's shared-tier calls.
+func settled(t testing.TB, in *instance, ns, key string) remoteCalls {
+	t.Helper()
+	if _, err := in.c.GetOrCreate(context.Background(), key, func(context.Context, string) (string, error) { return "control", nil }); err != nil {
+		t.Fatal(err)
+	}
+	waitStored(t, in.rdb, ns, key)
+	return in.remote.calls()
+}
+
 // within fails t unless d is in (lo, hi].
 func within(t testing.TB, what string, d, lo, hi time.Duration) {
 	t.Helper()
@@ -235,9 +248,12 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 	if n := loads.Load(); n != 9 {
 		t.Errorf("%d loads, want 9: every call loads", n)
 	}
-	// Close waits for the fills, write-backs included.
-	a.c.Close()
-	b.c.Close()
+	for _, in := range ins {
+		// The control fill is the one write-back.
+		if rc := settled(t, in, ns, "control:"+in.name); rc.SetIfAbsent+rc.CompareAndSet != 1 {
+			t.Errorf("%s: %d fill writes, want the control's alone", in.name, rc.SetIfAbsent+rc.CompareAndSet)
+		}
+	}
 	if after, ok := redisEntry(t, a.rdb, ns, "old"); !ok || string(after.raw) != string(before.raw) {
 		t.Errorf("Redis's stale value changed: %q, want %q", after.raw, before.raw)
 	}
@@ -272,20 +288,19 @@ func TestAdaptiveBadOptions(t *testing.T) {
 			t.Errorf("%s: got %q, %v, want the value", key, v, err)
 		}
 	}
-	// Good ones: the load's TTL cuts the call's LocalTTL.
-	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.Entry) { e.SetTTL(time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
+	// A good one: the load's TTL cuts the call's LocalTTL.
+	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.Entry) { e.SetTTL(5 * time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	a.c.Close()
+	s := waitStored(t, a.rdb, ns, "good")
+	within(t, "good's PTTL", s.pttl, 0, 5*time.Second)
+	if rc := a.remote.calls(); rc.SetIfAbsent != 1 {
+		t.Errorf("%d fill writes, want good's alone", rc.SetIfAbsent)
+	}
 	for _, key := range []string{"negative", "zero", "local", "tag", "per-key"} {
 		if _, ok := redisEntry(t, a.rdb, ns, key); ok {
 			t.Errorf("Redis holds %s, whose options were refused", key)
 		}
-	}
-	if s, ok := redisEntry(t, a.rdb, ns, "good"); !ok {
-		t.Error("Redis does not hold good")
-	} else {
-		within(t, "good's PTTL", s.pttl, 0, time.Second)
 	}
 	if n := a.c.Stats().Load.BadOptions; n != 5 {
 		t.Errorf("Load.BadOptions: got %d, want 5", n)
@@ -457,16 +472,15 @@ func TestAdaptiveLease(t *testing.T) {
 					if n := loadsB.Load(); n != tt.loadB {
 						t.Errorf("%d loads on B, want %d", n, tt.loadB)
 					}
-					a.c.Close()
-					b.c.Close()
-					s, ok := redisEntry(t, a.rdb, ns, "k")
-					switch {
-					case tt.want == "a" && !ok:
-						t.Error("Redis does not hold k")
-					case tt.want == "a":
+					if tt.want == "a" {
+						s := waitStored(t, a.rdb, ns, "k")
 						within(t, "PTTL", s.pttl, 80*time.Second, 90*time.Second)
-					case ok:
-						t.Errorf("Redis holds k: %+v", s.h)
+					} else {
+						// A released its lease, not_stored, before B heard.
+						settled(t, b, ns, "control")
+						if s, ok := redisEntry(t, a.rdb, ns, "k"); ok {
+							t.Errorf("Redis holds k: %+v", s.h)
+						}
 					}
 					noLeaseLeft(t, a.rdb, ns, true)
 				})
@@ -493,6 +507,7 @@ func TestEntryScope(t *testing.T) {
 
 	var kept *hybrid.Entry
 	var wg sync.WaitGroup
+	returned := make(chan struct{})
 	outer := func(ctx context.Context, _ string) (string, error) {
 		kept = hybrid.EntryFrom(ctx)
 		kept.SetTTL(time.Hour)
@@ -502,31 +517,27 @@ func TestEntryScope(t *testing.T) {
 			return "", err
 		}
 		wg.Add(1)
-		go func() { // racing with the end of the load: no data race, no effect
+		go func() { // once the load returned: no effect
 			defer wg.Done()
+			<-returned
 			kept.DoNotCache()
 			kept.For("outer").SetTTL(-1)
 		}()
 		return "o+" + inner, nil
 	}
-	if v, err := a.c.GetOrCreate(ctx, "outer", outer); err != nil || v != "o+i" {
+	v, err := a.c.GetOrCreate(ctx, "outer", outer)
+	close(returned)
+	if err != nil || v != "o+i" {
 		t.Fatalf("got %q, %v", v, err)
 	}
 	wg.Wait()
-	kept.DoNotCache()
-	kept.SetTTL(-1)
-	a.c.Close()
-	if s, ok := redisEntry(t, a.rdb, ns, "outer"); !ok {
-		// The goroutine's DoNotCache may land before the load returns:
-		// then nothing is stored, as asked.
-		if a.c.Stats().Load.NotCached != 2 {
-			t.Error("Redis does not hold outer, and its load did not say DoNotCache in time")
-		}
-	} else {
-		within(t, "outer's PTTL", s.pttl, 59*time.Minute, time.Hour)
-	}
+	s := waitStored(t, a.rdb, ns, "outer")
+	within(t, "outer's PTTL", s.pttl, 59*time.Minute, time.Hour)
 	if _, ok := redisEntry(t, a.rdb, ns, "inner"); ok {
 		t.Error("Redis holds inner, whose load said DoNotCache")
+	}
+	if n := a.c.Stats().Load.NotCached; n != 1 {
+		t.Errorf("Load.NotCached: got %d, want 1 (inner)", n)
 	}
 }
 
