@@ -51,6 +51,12 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	}
 	var due pastDue[V]
 	out, misses, badKey := c.localMany(keys, false, e.skip&SkipL1Read != 0, &due)
+	if c.o.EntryOptions != nil {
+		badKey = c.keyedMany(&e, &misses, &due, opts, badKey)
+		if out == nil && len(misses) == 0 {
+			out = make(map[string]V)
+		}
+	}
 	if len(due.refresh) > 0 {
 		c.refreshMany(ctx, due.refresh, due.held, loader[V]{many: load}, e)
 	}
@@ -118,6 +124,14 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string, opts []EntryOptio
 		p = c.skipping(skip, len(keys))
 	}
 	out, misses, badKey := c.localMany(keys, true, skip&SkipL1Read != 0, nil)
+	if c.o.EntryOptions != nil && len(misses) > 0 {
+		kp := *p
+		badKey = c.keyedMany(&kp, &misses, nil, nil, badKey)
+		p = &kp
+		if out == nil && len(misses) == 0 {
+			out = make(map[string]V)
+		}
+	}
 	if len(misses) > 0 {
 		if out == nil {
 			out = make(map[string]V, len(keys))

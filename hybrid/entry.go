@@ -113,6 +113,9 @@ type policy struct {
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
 	skip             Skip // the steps the call leaves out (WithSkip)
+	// keys holds, by key, the keys' own policies in a batch call under
+	// per-key defaults (see of); nil otherwise.
+	keys map[string]*policy
 }
 
 // timed reports whether values written under e need a schedule in L1.

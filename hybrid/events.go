@@ -90,6 +90,7 @@ const (
 	logOversize
 	logStale
 	logQueue
+	logOptions // options a load set (EntryFrom) or Options.EntryOptions gave, refused
 	logKinds
 )
 

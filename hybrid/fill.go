@@ -31,6 +31,7 @@ type fill[V any] struct {
 	vals    []found[V]        // what the read found, then what the load gave
 	replace map[string][]byte // by key, the stored bytes a write back replaces
 	missIdx []int             // the keys still to load
+	slot    entrySlot         // the Entry of the load running (see EntryFrom)
 
 	// Room for a fill of one key, so that its slices cost no allocation
 	// of their own.
@@ -116,7 +117,7 @@ func (c *Cache[V]) leaderReads(ctx context.Context) bool {
 // that can keeps its own end.
 func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
 	if ctx.Done() == nil {
-		return c.fillContext(ctx, timeout)
+		return c.fillContext(ctx, timeout, nil)
 	}
 	return context.WithTimeout(ctx, timeout)
 }
@@ -173,7 +174,7 @@ func (f *fill[V]) result(i int) (V, error) {
 // LoadTimeout.
 func (c *Cache[V]) fill(caller context.Context, f *fill[V]) {
 	defer c.abandoned(f)
-	ctx, cancel := c.fillContext(caller, f.e.loadTimeout)
+	ctx, cancel := c.fillContext(caller, f.e.loadTimeout, &f.slot)
 	defer cancel()
 	if !f.read {
 		c.readFill(ctx, f)
@@ -191,7 +192,7 @@ func (c *Cache[V]) fill(caller context.Context, f *fill[V]) {
 		if f.vals[i].st == readStale {
 			read = &f.vals[i].it
 		}
-		if s := c.staleFor(held, read, e); s != nil {
+		if s := c.staleFor(held, read, e.of(keys[i])); s != nil {
 			fbs = append(fbs, fallback[V]{key: keys[i], call: calls[i], tok: f.toks[i], it: *s})
 		}
 	}
@@ -256,19 +257,25 @@ func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
 }
 
 // loadFill loads f.keys[idx], found missing by f's read, with one call of
-// the load, and stores what it returns in L1 and then the shared tier; fbs
-// are their fail-safe fallbacks. A load that fails with ErrNotFound finds
-// every key absent. h is this fill's lease on some of the keys (nil:
-// none), released once they are stored.
+// the load, and stores what it returns in L1 and then the shared tier, each
+// key under its policy (see policy.of) with what the load set through its
+// Entry (see adapt); fbs are their fail-safe fallbacks. A load that fails
+// with ErrNotFound finds every key absent. h is this fill's lease on some
+// of the keys (nil: none), released once they are stored.
 func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fallback[V], h *heldLease) {
 	keys, calls, toks, vals, e := f.keys, f.calls, f.toks, f.vals, &f.e
 	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	var zero V
 	var loaded map[string]V
+	f.slot.begin()
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
 		loaded, err = f.load.run(c, ctx, pick(keys, idx), queued)
 		return err
 	})
+	var ad *adapted
+	if l := f.slot.end(); l != nil {
+		ad = &adapted{l: l, perKey: e.keys != nil}
+	}
 	var notFound error // the load's own error, for the keys it found absent
 	if errors.Is(loadErr, ErrNotFound) {
 		notFound, loadErr = loadErr, nil
@@ -285,27 +292,35 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	lb := c.local.Batch()
 	for _, i := range idx {
 		key := keys[i]
-		ttl, localTTL := c.lifetimes(e)
+		p := e.of(key)
 		v, ok := loaded[key]
+		if ad != nil {
+			var skip bool
+			if p, skip = c.adapt(ad, key, p); skip {
+				vals[i].it = item[V]{v: v, absent: !ok} // returned, stored nowhere
+				continue
+			}
+		}
+		ttl, localTTL := c.lifetimes(p)
 		var b []byte
 		switch {
-		case !ok && e.negativeTTL > 0:
+		case !ok && p.negativeTTL > 0:
 			vals[i].it = item[V]{absent: true}
-			ttl, localTTL = e.negativeTTL, min(e.negativeTTL, localTTL)
-			b = c.encodeAbsent(ttl, e.tags)
+			ttl, localTTL = p.negativeTTL, min(p.negativeTTL, localTTL)
+			b = c.encodeAbsent(ttl, p.tags)
 		case !ok:
 			vals[i].it = item[V]{absent: true} // not found, and not remembered
 			continue
 		default:
 			vals[i].it = item[V]{v: v}
 			var err error
-			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
+			if b, err = c.encode(key, v, ttl, p.tags); err != nil {
 				c.notStored(key, err)
 				continue
 			}
 		}
-		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], e)
-		fws = append(fws, fillWrite{key: key, b: b, life: e.physical(ttl), old: f.replace[key], tok: toks[i]})
+		c.storeLocal(lb, key, tagged(vals[i].it, p.tags), c.size(b), localTTL, toks[i], p)
+		fws = append(fws, fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
 	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then

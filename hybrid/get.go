@@ -72,7 +72,7 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 	if load == nil {
 		return zero, errors.New("hybrid: GetOrCreate: nil load function")
 	}
-	e, err := c.policyFor(&skipGetOrCreate, opts)
+	e, err := c.keyPolicyFor(&skipGetOrCreate, key, opts)
 	if err != nil {
 		return zero, err
 	}
@@ -123,6 +123,14 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 	p := &c.def
 	if skip != 0 {
 		p = c.skipping(skip, 1)
+	}
+	if c.o.EntryOptions != nil {
+		kp, err := c.keyPolicy(key, nil)
+		if err != nil {
+			return v, false, err
+		}
+		kp.skip = skip
+		p = &kp
 	}
 	it, st := c.readRemote(ctx, key, c.vers.token(key), p)
 	ok = st == readHit && !it.absent

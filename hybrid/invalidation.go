@@ -218,7 +218,8 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 // dropped: the swapped value may be the older one.
 func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	var it item[V]
-	ttl, written, err := c.decodeInto(&it, b, c.def.timed())
+	p := c.keyDefaults(key)
+	ttl, written, err := c.decodeInto(&it, b, p.timed())
 	if err != nil {
 		c.n.decodeErrors.Add(1)
 		return false
@@ -227,7 +228,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 		return false
 	}
 	size := c.size(b)
-	it, life := c.stamp(it, size, min(ttl, c.def.localTTL), &c.def)
+	it, life := c.stamp(it, size, min(ttl, p.localTTL), p)
 	swapped := false
 	c.local.Update(key, func(old item[V]) (item[V], uint32, time.Duration, bool) {
 		// Write times and store stamps are whole milliseconds: a write in

@@ -333,6 +333,7 @@ func leaseName(keys []string) string {
 // announced, and stores it in L1 if tok is still valid. It reports false
 // if b does not decode or is not live, and the key is to be read instead.
 func (c *Cache[V]) takeFilled(key string, b []byte, tok token, e *policy) (item[V], bool) {
+	e = e.of(key)
 	var it item[V]
 	ttl, written, err := c.decodeInto(&it, b, e.timed())
 	if err != nil {

@@ -56,9 +56,10 @@ func (c *Cache[V]) notStored(key string, err error) {
 
 // fillContext is the context of a shared fill: the caller's values without
 // its cancellation, ended by Close and by timeout (the load timeout; 0:
-// none).
-func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx := context.Context(fillCtx{Context: c.stop, values: caller})
+// none). slot is where the fill's loads find their Entry (nil: the fill
+// loads nothing).
+func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration, slot *entrySlot) (context.Context, context.CancelFunc) {
+	ctx := context.Context(fillCtx{Context: c.stop, values: caller, slot: slot})
 	if timeout > 0 {
 		return context.WithTimeout(ctx, timeout)
 	}
@@ -66,15 +67,23 @@ func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration) (c
 }
 
 // fillCtx is done when the cache closes (its embedded Context is the
-// cache's stop) and has the values of the caller that started the fill.
-// It costs one allocation where WithoutCancel, WithCancel and AfterFunc
-// together cost six.
+// cache's stop) and has the values of the caller that started the fill,
+// and the fill's entrySlot (see EntryFrom): its own, never a caller's, so
+// that a load that starts a fill of another cache or key does not share
+// its Entry. It costs one allocation where WithoutCancel, WithCancel and
+// AfterFunc together cost six.
 type fillCtx struct {
 	context.Context
 	values context.Context
+	slot   *entrySlot
 }
 
-func (f fillCtx) Value(key any) any { return f.values.Value(key) }
+func (f fillCtx) Value(key any) any {
+	if _, ok := key.(entryKey); ok {
+		return f.slot
+	}
+	return f.values.Value(key)
+}
 
 // guard runs one call of a load function, f, for key or for a batch of n
 // keys, as every such call runs: within MaxConcurrentLoads (see slot, which

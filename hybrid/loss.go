@@ -207,7 +207,7 @@ func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got i
 		}
 		defer c.loss.checking.Store(false)
 	}
-	got, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
+	got, st := c.readRemote(ctx, key, c.vers.token(key), c.keyDefaults(key))
 	switch st {
 	case readHit:
 		return got, true
@@ -316,7 +316,7 @@ func (c *Cache[V]) replay() {
 			c.loss.lost.Store(false)
 		}
 	}()
-	ctx, cancel := c.fillContext(context.Background(), 30*time.Second)
+	ctx, cancel := c.fillContext(context.Background(), 30*time.Second, nil)
 	defer cancel()
 	after, entries, positions, more, ok := c.replayStart(ctx)
 	for read := 0; ok; read += len(entries) {

@@ -68,6 +68,17 @@ type Options struct {
 	// CompressAbove stores encoded values of at least this many bytes
 	// S2-compressed when that is shorter. Default: 0, off.
 	CompressAbove int
+	// EntryOptions, if set, gives the EntryOptions that apply to key by
+	// default, before a call's own, so that a cache holding several kinds
+	// of keys need not repeat them at every call: they shape what fills
+	// and Sets write, and the L1 lifetime of what is read from the shared
+	// tier or a message. It is called on misses and writes, never on an L1
+	// hit, and must be fast and safe for concurrent use. Options it gives
+	// that a call would refuse fail the call. In GetOrCreateMany they apply
+	// key by key to what is stored; the options about the load itself
+	// (timeouts, lease) are the call's. WithSkip is refused here: it is
+	// per call. Default: nil, none.
+	EntryOptions func(key string) []EntryOption
 
 	// LoadTimeout bounds one shared fill, its shared-tier read and its
 	// load, whose ctx it cancels; no caller's leaving cancels a fill.

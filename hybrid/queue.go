@@ -164,11 +164,12 @@ func (c *Cache[V]) pinQueued() {
 	}
 	for _, w := range c.queue.ownSets() {
 		var it item[V]
-		ttl, _, err := c.decodeInto(&it, w.b, c.def.timed())
+		p := c.keyDefaults(w.name)
+		ttl, _, err := c.decodeInto(&it, w.b, p.timed())
 		if err != nil || ttl <= 0 {
 			continue
 		}
-		c.storeLocal(nil, w.name, it, c.size(w.b), min(ttl, c.def.localTTL), c.vers.token(w.name), &c.def)
+		c.storeLocal(nil, w.name, it, c.size(w.b), min(ttl, p.localTTL), c.vers.token(w.name), p)
 	}
 }
 

@@ -146,6 +146,16 @@ func (c *Cache[V]) policyFor(k *skipCall, opts []EntryOption) (policy, error) {
 	return e, k.check(e.skip, c.remote != nil)
 }
 
+// keyPolicyFor is policyFor for a call about one key: under per-key
+// defaults (Options.EntryOptions), the key's come before opts.
+func (c *Cache[V]) keyPolicyFor(k *skipCall, key string, opts []EntryOption) (policy, error) {
+	e, err := c.keyPolicy(key, opts)
+	if err != nil {
+		return e, err
+	}
+	return e, k.check(e.skip, c.remote != nil)
+}
+
 // onlySkip returns the flags among opts for call k, which takes no other
 // option, checked.
 func (c *Cache[V]) onlySkip(k *skipCall, opts []EntryOption) (Skip, error) {

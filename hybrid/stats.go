@@ -57,6 +57,14 @@ type LoadStats struct {
 	// StaleServed counts stale values served by fail-safe: the load
 	// failed, passed SoftTimeout or waited for a slot.
 	StaleServed uint64
+	// NotCached counts loaded values (and absences) whose load said
+	// DoNotCache (see EntryFrom): returned, stored nowhere.
+	NotCached uint64
+	// BadOptions counts options refused where no call could be failed:
+	// set by a load through EntryFrom (its value returned, not stored), or
+	// given by Options.EntryOptions for a value from a message or a re-read
+	// (the cache's defaults used). Each is logged, rate-limited.
+	BadOptions uint64
 }
 
 // InvalidationStats counts the messages this instance sent and received.
@@ -130,6 +138,7 @@ type counters struct {
 	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
 	skipL1Reads, skipL1Writes, skipRemoteReads                atomic.Uint64
 	skipRemoteWrites, skipAnnounces                           atomic.Uint64
+	notCached, badOptions                                     atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -170,6 +179,8 @@ func (c *Cache[V]) Stats() Stats {
 			SoftTimeouts: c.n.softTimeouts.Load(),
 			Refreshes:    c.n.refreshes.Load(),
 			StaleServed:  c.n.staleServed.Load(),
+			NotCached:    c.n.notCached.Load(),
+			BadOptions:   c.n.badOptions.Load(),
 		},
 		Invalidations: InvalidationStats{
 			Sent:          c.n.published.Load(),

@@ -71,10 +71,11 @@ func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (it
 func (c *Cache[V]) expireLocal(key string) {
 	c.vers.bump(key)
 	c.flights.Forget(key)
+	failSafe := c.keyDefaults(key).failSafe
 	c.local.Update(key, func(it item[V]) (item[V], uint32, time.Duration, bool) {
 		now := c.local.Now()
 		switch {
-		case it.absent || it.t == nil || it.t.expires == math.MaxInt64 || c.def.failSafe <= 0:
+		case it.absent || it.t == nil || it.t.expires == math.MaxInt64 || failSafe <= 0:
 			return it, 0, 0, true // drop
 		case it.t.expires <= now:
 			return it, 0, 0, false // stale already
@@ -83,7 +84,7 @@ func (c *Cache[V]) expireLocal(key string) {
 		t.expires, t.due = now, now
 		t.staleAt = min(t.staleAt, time.Now().UnixNano())
 		it.t = &t
-		return it, weight(key, t.size), c.def.failSafe, true
+		return it, weight(key, t.size), failSafe, true
 	})
 }
 
@@ -159,7 +160,8 @@ func (c *Cache[V]) serveStale(fbs []fallback[V], cause error, e *policy) {
 			c.flights.Answer(fb.call, fb.it.v, nil)
 			continue
 		}
-		c.storeLocal(nil, fb.key, fb.it, fb.it.t.size, e.failSafeThrottle, fb.tok, e)
+		p := e.of(fb.key)
+		c.storeLocal(nil, fb.key, fb.it, fb.it.t.size, p.failSafeThrottle, fb.tok, p)
 		c.flights.Finish(fb.key, fb.call, fb.it.v, nil)
 	}
 }
@@ -217,7 +219,7 @@ func (c *Cache[V]) loadBeside(fbs []fallback[V], p policy, load func(queued func
 // written and announced like a Set, unless the shared tier already holds a
 // newer one.
 func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load func(context.Context, string) (V, error), opts []EntryOption) {
-	e, err := c.o.policy(&c.def, opts)
+	e, err := c.keyPolicyFor(&skipGetOrCreate, key, opts)
 	if err != nil || load == nil {
 		return
 	}
@@ -250,7 +252,7 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	var zero V
 	f := &fill[V]{keys: keys, calls: calls, load: load}
 	defer c.abandoned(f)
-	ctx, cancel := c.fillContext(caller, e.loadTimeout)
+	ctx, cancel := c.fillContext(caller, e.loadTimeout, &f.slot)
 	defer cancel()
 
 	vals := make([]found[V], len(keys))
@@ -267,15 +269,30 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	if len(todo) == 0 {
 		return
 	}
+	f.slot.begin()
 	loaded, err := load.run(c, ctx, pick(keys, todo), nil)
+	l := f.slot.end()
 	if err != nil {
 		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
 		return
 	}
+	var ad *adapted
+	if l != nil {
+		ad = &adapted{l: l, perKey: e.keys != nil}
+	}
 	for _, i := range todo {
-		if v, ok := loaded[keys[i]]; ok {
-			c.setRefreshed(ctx, keys[i], v, &e)
+		v, ok := loaded[keys[i]]
+		if !ok {
+			continue
 		}
+		p := e.of(keys[i])
+		if ad != nil {
+			var skip bool
+			if p, skip = c.adapt(ad, keys[i], p); skip {
+				continue // the current value stays until it expires
+			}
+		}
+		c.setRefreshed(ctx, keys[i], v, p)
 	}
 	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
 		if v, ok := loaded[keys[i]]; ok {

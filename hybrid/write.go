@@ -23,7 +23,7 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if err := c.check(ctx, key); err != nil {
 		return err
 	}
-	e, err := c.policyFor(&skipSet, opts)
+	e, err := c.keyPolicyFor(&skipSet, key, opts)
 	if err != nil {
 		return err
 	}

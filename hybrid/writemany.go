@@ -53,20 +53,24 @@ func (c *Cache[V]) SetMany(ctx context.Context, items map[string]V, opts ...Entr
 	if err := c.checkKeys("SetMany", b.keys); err != nil || len(b.keys) == 0 {
 		return err
 	}
+	if _, err := c.perKey(&e, b.keys, opts); err != nil {
+		return fmt.Errorf("hybrid: SetMany: nothing written: %w", err)
+	}
 	n := len(b.keys)
 	b.bs, b.lives, b.vs, b.localTTLs = make([][]byte, n), make([]time.Duration, n), make([]V, n), make([]time.Duration, n)
 	var errs []error
 	for i, key := range b.keys {
+		p := e.of(key)
 		v, err := c.out(items[key], nil)
-		ttl, localTTL := c.lifetimes(&e)
+		ttl, localTTL := c.lifetimes(p)
 		if err == nil {
-			b.bs[i], err = c.encode(key, v, ttl, e.tags)
+			b.bs[i], err = c.encode(key, v, ttl, p.tags)
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		b.vs[i], b.lives[i], b.localTTLs[i] = v, e.physical(ttl), localTTL
+		b.vs[i], b.lives[i], b.localTTLs[i] = v, p.physical(ttl), localTTL
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("hybrid: SetMany: nothing written: %w", errors.Join(errs...))
@@ -159,12 +163,12 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 	ok := c.vers.ownWriteMany(toks, lost)
 	lb := c.local.Batch()
 	for i, key := range b.keys {
-		p := e
+		p := e.of(key)
 		if shared && err != nil && kept[i] && (i >= len(stored) || !stored[i]) {
-			p = queuedPolicy(e) // queued: L1 is the only place that holds it
+			p = queuedPolicy(p) // queued: L1 is the only place that holds it
 		}
 		if b.del() || !kept[i] || !ok[i] ||
-			!c.storeLocal(lb, key, tagged(item[V]{v: b.vs[i]}, e.tags), c.size(b.bs[i]), b.localTTLs[i], toks[i], p) {
+			!c.storeLocal(lb, key, tagged(item[V]{v: b.vs[i]}, p.tags), c.size(b.bs[i]), b.localTTLs[i], toks[i], p) {
 			c.local.Delete(key)
 		}
 		c.flights.Forget(key)

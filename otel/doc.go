@@ -20,9 +20,11 @@
 //	load.soft_timeouts        counter  {load}     Load.SoftTimeouts
 //	load.queued               counter  {load}     Load.Queued
 //	refreshes                 counter  {refresh}  Load.Refreshes
+//	load.not_cached           counter  {value}    Load.NotCached
 //	errors                    counter  {error}    kind l2: L2.Errors, decode: L2.DecodeErrors,
 //	                                              encode: Load.EncodeErrors, oversized: Load.Oversized,
-//	                                              publish: Invalidations.PublishErrors
+//	                                              publish: Invalidations.PublishErrors,
+//	                                              options: Load.BadOptions
 //	stale.served              counter  {value}    Load.StaleServed
 //	fills.discarded           counter  {fill}     L1.FillsDiscarded
 //	l1.entries                gauge    {entry}    L1.Entries

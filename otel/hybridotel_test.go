@@ -591,3 +591,42 @@ func TestUnregister(t *testing.T) {
 		t.Errorf("after Unregister: got %v, want nothing", got)
 	}
 }
+
+// TestMetricsAdaptive checks the series of adaptive entries: a load that
+// says DoNotCache, and one whose options are refused.
+func TestMetricsAdaptive(t *testing.T) {
+	tel := newTelemetry(t)
+	c, err := hybrid.New[string](hybrid.Options{Namespace: "a", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg, err := hybridotel.RegisterMetrics(tel.mp.Meter("test"), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	for key, set := range map[string]func(*hybrid.Entry){
+		"volatile": (*hybrid.Entry).DoNotCache,
+		"bad":      func(e *hybrid.Entry) { e.SetTTL(-time.Second) },
+	} {
+		v, err := c.GetOrCreate(ctx, key, func(ctx context.Context, _ string) (string, error) {
+			set(hybrid.EntryFrom(ctx))
+			return "v", nil
+		})
+		if v != "v" || err != nil {
+			t.Fatalf("GetOrCreate(%q): got %q, %v, want v", key, v, err)
+		}
+	}
+	got := tel.collect(t)
+	for k, want := range map[string]float64{
+		point("load.not_cached", "a", ""):    1,
+		point("errors", "a", "kind=options"): 1,
+		point("loads", "a", ""):              2,
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v", k, got[k], want)
+		}
+	}
+}
