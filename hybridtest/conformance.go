@@ -90,6 +90,7 @@ func conformance() []group {
 			{"MsgElse", checkMsgElse},
 			{"Order", checkOrder},
 			{"Batch", checkBatch},
+			{"Touch", checkTouch},
 		}},
 		{"Log", []check{
 			{"Open", checkLogOpen},
