@@ -41,6 +41,7 @@ const (
 	kindEagerRefresh
 	kindTags
 	kindLoadLease
+	kindAllowStale
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -93,6 +94,14 @@ func WithLoadLease(d time.Duration) EntryOption {
 	return EntryOption{kind: kindLoadLease, d: d}
 }
 
+// AllowStale lets a read without a load (Get, GetEntry) return a stale
+// value when it finds no live one: a value past its logical lifetime that
+// fail-safe keeps (Options.FailSafeMaxAge), from L1 or the shared tier,
+// whichever was written last (FusionCache's AllowStaleOnReadOnly).
+// GetEntry marks it Stale; Stats.Load.StaleReads counts it. Calls that load
+// or write ignore it.
+func AllowStale() EntryOption { return EntryOption{kind: kindAllowStale} }
+
 // WithTags tags the values this call writes, so that DeleteByTag removes
 // them. See DeleteByTag for the limits on tags.
 func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
@@ -110,6 +119,10 @@ type policy struct {
 	eager            float64
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
+	allowStale       bool // AllowStale
+	// meta makes a read keep what a value's envelope says of it (see
+	// decodeInto), for GetEntry.
+	meta bool
 }
 
 // timed reports whether values written under e need a schedule in L1.
@@ -169,6 +182,8 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.lease = opt.d
 		case kindTags:
 			e.tags = append(e.tags[:len(e.tags):len(e.tags)], opt.s...)
+		case kindAllowStale:
+			e.allowStale = true
 		}
 	}
 	if len(e.tags) > maxTags {
@@ -205,6 +220,7 @@ func (opt EntryOption) check() error {
 		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {
 			return fmt.Errorf("hybrid: entry option: fraction %v is outside [0, 1)", opt.f)
 		}
+	case kindAllowStale:
 	case kindTags:
 		for _, tag := range opt.s {
 			if tag == "" || len(tag) > maxTagLen {

@@ -265,10 +265,20 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	var zero V
 	var loaded map[string]V
+	note := newLoadNote[V](pick(keys, idx))
+	for _, fb := range fbs {
+		note.replaces(fb.key, fb.it)
+	}
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
-		loaded, err = f.load.run(c, ctx, pick(keys, idx), queued)
+		loaded, err = f.load.run(c, ctx, note.keys, queued, note)
 		return err
 	})
+	if nm, rest, err := unmodified(keys, idx, note, loaded, loadErr); len(nm) > 0 {
+		h = c.extendFilled(ctx, f, nm, note, h)
+		if idx, loadErr, fbs = rest, err, nil; len(idx) == 0 {
+			return
+		}
+	}
 	var notFound error // the load's own error, for the keys it found absent
 	if errors.Is(loadErr, ErrNotFound) {
 		notFound, loadErr = loadErr, nil
@@ -299,12 +309,12 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		default:
 			vals[i].it = item[V]{v: v}
 			var err error
-			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
+			if b, err = c.encode(key, v, ttl, e.tags, note.version(key)); err != nil {
 				c.notStored(key, err)
 				continue
 			}
 		}
-		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], e)
+		c.storeLocal(lb, key, described(vals[i].it, b, e.tags, note.version(key), e.timed()), c.size(b), localTTL, toks[i], e)
 		fws = append(fws, fillWrite{key: key, b: b, life: e.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
 	lb.Done()
@@ -318,6 +328,53 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		return f.result(i)
 	})
 	c.storeLoaded(ctx, fws, loaded, h)
+}
+
+// extendFilled extends the values of f.keys[nm], which its load found not
+// modified (see extend), answers their callers with them, and releases
+// the lease h holds on any of them, for their waiters to read them. It
+// returns h with the keys it still holds (nil: none).
+func (c *Cache[V]) extendFilled(ctx context.Context, f *fill[V], nm []int, note *loadNote[V], h *heldLease) *heldLease {
+	xs := make([]extension[V], len(nm))
+	for j, i := range nm {
+		xs[j] = extension[V]{key: f.keys[i], it: note.stale[f.keys[i]], tok: f.toks[i]}
+	}
+	its := c.extend(ctx, xs, &f.e)
+	for j, i := range nm {
+		f.vals[i].it = its[j]
+	}
+	c.flights.FinishMany(f.keys, f.calls, nm, f.result)
+	if h == nil {
+		return nil
+	}
+	var done, kept []string
+	for _, key := range h.keys {
+		if _, ok := note.stale[key]; ok && inIdx(f.keys, nm, key) {
+			done = append(done, key)
+		} else {
+			kept = append(kept, key)
+		}
+	}
+	switch {
+	case len(done) == 0:
+		return h
+	case len(kept) == 0:
+		c.releaseLeases(ctx, h, make([][]byte, len(done)), nil)
+		return nil
+	}
+	c.releaseLeases(ctx, h.part(done), make([][]byte, len(done)), nil)
+	h.keys = kept
+	return h
+}
+
+// inIdx reports whether key is one of keys[idx].
+func inIdx(keys []string, idx []int, key string) bool {
+	for _, i := range idx {
+		if keys[i] == key {
+			return true
+		}
+	}
+	return false
 }
 
 // storeLoaded writes a fill's loaded values back (see storeRemote) and

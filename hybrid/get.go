@@ -77,9 +77,12 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
-// misses (see Stats) and are not returned.
-func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error) {
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
+// misses (see Stats) and are not returned. Of opts, AllowStale lets it
+// return a stale value, and those that shape a stored value apply to what
+// it stores in L1 from the shared tier; the others are ignored.
+func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v V, ok bool, err error) {
+	it, found := c.local.Get(key)
+	if found && !c.closed.Load() && c.live(it) {
 		if c.held(it) {
 			if it, ok = c.checkHeld(ctx, key, it); !ok {
 				return v, false, ctx.Err()
@@ -91,18 +94,11 @@ func (c *Cache[V]) Get(ctx context.Context, key string) (v V, ok bool, err error
 		}
 		return it.v, !it.absent, nil
 	}
-	if err := c.check(ctx, key); err != nil {
+	r, err := c.read(ctx, key, opts, it, found, false)
+	if err != nil || !r.ok {
 		return v, false, err
 	}
-	it, st := c.readRemote(ctx, key, c.vers.token(key), &c.def)
-	ok = st == readHit && !it.absent
-	if err := ctx.Err(); err != nil && !ok {
-		return v, false, err
-	}
-	if !ok {
-		return v, false, nil
-	}
-	v, err = c.out(it.v, nil)
+	v, err = c.out(r.it.v, nil)
 	return v, err == nil, err
 }
 

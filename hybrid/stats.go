@@ -56,6 +56,12 @@ type LoadStats struct {
 	// StaleServed counts stale values served by fail-safe: the load
 	// failed, passed SoftTimeout or waited for a slot.
 	StaleServed uint64
+	// NotModified counts the keys whose refresh load found the value not
+	// modified (ErrNotModified, see StaleFrom): extended, not re-sent.
+	NotModified uint64
+	// StaleReads counts stale values returned by Get or GetEntry with
+	// AllowStale, for want of a live one.
+	StaleReads uint64
 }
 
 // InvalidationStats counts the messages this instance sent and received.
@@ -67,6 +73,7 @@ type InvalidationStats struct {
 	Invalid       uint64 // messages that did not decode
 	Unauthentic   uint64 // messages whose signature did not verify (keys only dropped)
 	Swapped       uint64 // L1 entries replaced by a value carried in a message
+	Extended      uint64 // L1 entries extended by another instance's not-modified refresh
 }
 
 // BusStats counts the losses of the bus and how each ended.
@@ -117,6 +124,7 @@ type counters struct {
 	queueDroppedOnClose                                       atomic.Uint64
 	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
 	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
+	notModified, staleReads, extended                         atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -157,6 +165,8 @@ func (c *Cache[V]) Stats() Stats {
 			SoftTimeouts: c.n.softTimeouts.Load(),
 			Refreshes:    c.n.refreshes.Load(),
 			StaleServed:  c.n.staleServed.Load(),
+			NotModified:  c.n.notModified.Load(),
+			StaleReads:   c.n.staleReads.Load(),
 		},
 		Invalidations: InvalidationStats{
 			Sent:          c.n.published.Load(),
@@ -166,6 +176,7 @@ func (c *Cache[V]) Stats() Stats {
 			Invalid:       c.n.invalid.Load(),
 			Unauthentic:   c.n.unauthentic.Load(),
 			Swapped:       c.n.swapped.Load(),
+			Extended:      c.n.extended.Load(),
 		},
 		Bus: BusStats{
 			Losses:     c.n.busLosses.Load(),
