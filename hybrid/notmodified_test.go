@@ -7,6 +7,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
@@ -211,4 +212,58 @@ func TestNotModifiedWithoutStale(t *testing.T) {
 	if st := c.Stats().Load; st.NotModified != 0 || st.Errors != 0 {
 		t.Errorf("Stats.Load: NotModified %d, Errors %d; want 0 and 0", st.NotModified, st.Errors)
 	}
+}
+
+// TestNotModifiedBatch: a batch refresh says not modified for a key by
+// returning its stale value under the stale version; the other keys it
+// returns are written as usual.
+func TestNotModifiedBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		s := newSharedTier(t)
+		o := s.options()
+		o.TTL, o.LocalTTL, o.EagerRefresh = 10*time.Second, 10*time.Second, 0.5
+		c := newTestCache[string](t, o)
+		var round atomic.Int64
+		load := func(ctx context.Context, keys []string) (map[string]string, error) {
+			m := make(map[string]string)
+			for _, k := range keys {
+				v, version := k+"1", "v1"
+				if st, ok := hybrid.StaleFrom[string](ctx, k); ok && k == "a" {
+					v, version = st.Value, st.Version // not modified
+				} else if ok {
+					v, version = k+"2", "v2"
+				}
+				if err := hybrid.SetVersion(ctx, k, version); err != nil {
+					t.Errorf("SetVersion: %v", err)
+				}
+				m[k] = v
+			}
+			round.Add(1)
+			return m, nil
+		}
+		if _, err := c.GetOrCreateMany(ctx, []string{"a", "b"}, load); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		written := s.remote.Calls().Written
+		time.Sleep(6 * time.Second) // past the refresh point
+		if _, err := c.GetOrCreateMany(ctx, []string{"a", "b"}, load); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if n := c.Stats().Load.NotModified; n != 1 || round.Load() != 2 {
+			t.Errorf("Stats.Load.NotModified %d after %d loads, want 1 after 2", n, round.Load())
+		}
+		calls := s.remote.Calls()
+		if calls.Touches != 1 || calls.Written-written != 2 {
+			t.Errorf("the refresh made %d touches and %d writes, want 1 touch (a) and 2 writes (a's touch, b's value)", calls.Touches, calls.Written-written)
+		}
+		for k, want := range map[string]string{"a": "a1", "b": "b2"} {
+			e, ok, err := c.GetEntry(ctx, k)
+			if err != nil || !ok || e.Value != want || e.RemoteTTL < 9*time.Second {
+				t.Errorf("GetEntry(%q): got %+v, %v, %v; want %s with a new lifetime", k, e, ok, err, want)
+			}
+		}
+	})
 }
