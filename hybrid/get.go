@@ -78,8 +78,9 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
 // misses (see Stats) and are not returned. Of opts, AllowStale lets it
-// return a stale value, and those that shape a stored value apply to what
-// it stores in L1 from the shared tier; the others are ignored.
+// return a stale value, and WithLocalTTL, WithFailSafe and
+// WithEagerRefresh shape the L1 entry of a value it reads from the shared
+// tier; the others are ignored.
 func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v V, ok bool, err error) {
 	it, found := c.local.Get(key)
 	if found && !c.closed.Load() && c.live(it) {
