@@ -330,53 +330,6 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	c.storeLoaded(ctx, fws, loaded, h)
 }
 
-// extendFilled extends the values of f.keys[nm], which its load found not
-// modified (see extend), answers their callers with them, and releases
-// the lease h holds on any of them, for their waiters to read them. It
-// returns h with the keys it still holds (nil: none).
-func (c *Cache[V]) extendFilled(ctx context.Context, f *fill[V], nm []int, note *loadNote[V], h *heldLease) *heldLease {
-	xs := make([]extension[V], len(nm))
-	for j, i := range nm {
-		xs[j] = extension[V]{key: f.keys[i], it: note.stale[f.keys[i]], tok: f.toks[i]}
-	}
-	its := c.extend(ctx, xs, &f.e)
-	for j, i := range nm {
-		f.vals[i].it = its[j]
-	}
-	c.flights.FinishMany(f.keys, f.calls, nm, f.result)
-	if h == nil {
-		return nil
-	}
-	var done, kept []string
-	for _, key := range h.keys {
-		if _, ok := note.stale[key]; ok && inIdx(f.keys, nm, key) {
-			done = append(done, key)
-		} else {
-			kept = append(kept, key)
-		}
-	}
-	switch {
-	case len(done) == 0:
-		return h
-	case len(kept) == 0:
-		c.releaseLeases(ctx, h, make([][]byte, len(done)), nil)
-		return nil
-	}
-	c.releaseLeases(ctx, h.part(done), make([][]byte, len(done)), nil)
-	h.keys = kept
-	return h
-}
-
-// inIdx reports whether key is one of keys[idx].
-func inIdx(keys []string, idx []int, key string) bool {
-	for _, i := range idx {
-		if keys[i] == key {
-			return true
-		}
-	}
-	return false
-}
-
 // storeLoaded writes a fill's loaded values back (see storeRemote) and
 // releases its lease h on some of them, telling the instances that wait
 // for them what they need: what was written travels to them, what the
