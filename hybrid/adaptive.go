@@ -12,46 +12,46 @@ import (
 // negative caching, or that they are not to be cached), and how a fill
 // turns that into the policy each key is written under.
 
-// Entry is what a load function may set of the values it returns, over
-// the call's EntryOptions: their lifetimes, tags, fail-safe and negative
-// caching, or that they are not to be cached at all. A load gets it with
-// EntryFrom(ctx). What an Entry sets applies to every key the load returns;
-// what For(key) sets applies to that key, after it. Its methods are safe
-// for concurrent use.
+// EntrySettings is what a load function may set of the values it returns,
+// over the call's EntryOptions: their lifetimes, tags, fail-safe and
+// negative caching, or that they are not to be cached at all. A load gets
+// it with EntryFrom(ctx). What it sets applies to every key the load
+// returns; what For(key) sets applies to that key, after it. Its methods
+// are safe for concurrent use.
 //
 // The settings are read when the load returns, and only if it returns
 // values (or ErrNotFound): a load that fails stores nothing anyway. Later
-// calls of the Entry's methods do nothing. They are checked as the same
+// calls of its methods do nothing. They are checked as the same
 // EntryOptions are at a call; a value whose settings are refused is still
 // returned to its callers, and stored nowhere, counted in
 // Stats.Load.BadOptions and logged.
-type Entry struct {
-	l    *entryLoad // nil: outside a load, where the Entry does nothing
+type EntrySettings struct {
+	l    *entryLoad // nil: outside a load, where it does nothing
 	opts []EntryOption
 	skip bool // DoNotCache
 }
 
-// entryLoad is what one load set through its Entry (all) and the entries
-// of its keys (each).
+// entryLoad is what one load set through its EntrySettings (all) and
+// those of its keys (each).
 type entryLoad struct {
 	mu   sync.Mutex
 	done bool // the load returned: the settings are read, no longer set
-	all  Entry
-	each map[string]*Entry
+	all  EntrySettings
+	each map[string]*EntrySettings
 }
 
-// inert is the Entry of a ctx that is not a load's.
-var inert = &Entry{}
+// inert is the EntrySettings of a ctx that is not a load's.
+var inert = &EntrySettings{}
 
 // entryKey is the ctx key under which a fill's ctx holds its entrySlot.
 type entryKey struct{}
 
-// EntryFrom returns the Entry of the load whose ctx is ctx, for the load to
-// say how the values it returns are to be cached. Outside a load (a ctx the
-// cache did not give to a load function, or after the load returned), it
-// returns an Entry whose methods do nothing. The load function's signature
-// does not change, and a load that does not call EntryFrom costs nothing
-// more.
+// EntryFrom returns the EntrySettings of the load whose ctx is ctx, for
+// the load to say how the values it returns are to be cached. Outside a
+// load (a ctx the cache did not give to a load function, or after the load
+// returned), it returns settings whose methods do nothing. The load
+// function's signature does not change, and a load that does not call
+// EntryFrom costs nothing more.
 //
 //	func load(ctx context.Context, id string) (Product, error) {
 //		p, err := db.Product(ctx, id)
@@ -63,8 +63,8 @@ type entryKey struct{}
 //
 // NOTE: call it while the load runs. A fill that loads again (under
 // LoadLease, for keys whose holder's lease ended) gives its next load the
-// same ctx, so a ctx kept past its load reaches the next load's Entry.
-func EntryFrom(ctx context.Context) *Entry {
+// same ctx, so a ctx kept past its load reaches the next load's settings.
+func EntryFrom(ctx context.Context) *EntrySettings {
 	s, _ := ctx.Value(entryKey{}).(*entrySlot)
 	if s == nil {
 		return inert
@@ -81,10 +81,11 @@ func EntryFrom(ctx context.Context) *Entry {
 	return &s.l.all
 }
 
-// For returns the Entry of key, one of the keys of a GetOrCreateMany load:
-// what it sets applies to key alone, after what the load's Entry sets.
+// For returns the EntrySettings of key, one of the keys of a
+// GetOrCreateMany load: what they set applies to key alone, after what the
+// load's own settings set.
 // Settings for a key the load was not asked for are ignored.
-func (e *Entry) For(key string) *Entry {
+func (e *EntrySettings) For(key string) *EntrySettings {
 	if e == nil || e.l == nil {
 		return inert
 	}
@@ -97,9 +98,9 @@ func (e *Entry) For(key string) *Entry {
 	k := l.each[key]
 	if k == nil {
 		if l.each == nil {
-			l.each = make(map[string]*Entry)
+			l.each = make(map[string]*EntrySettings)
 		}
-		k = &Entry{l: l}
+		k = &EntrySettings{l: l}
 		l.each[key] = k
 	}
 	return k
@@ -107,24 +108,24 @@ func (e *Entry) For(key string) *Entry {
 
 // SetTTL sets the shared-tier lifetime of the values, as WithTTL does. The
 // L1 lifetime is cut to it when longer.
-func (e *Entry) SetTTL(d time.Duration) { e.add(WithTTL(d)) }
+func (e *EntrySettings) SetTTL(d time.Duration) { e.add(WithTTL(d)) }
 
 // SetLocalTTL sets the L1 lifetime of the values, as WithLocalTTL does.
-func (e *Entry) SetLocalTTL(d time.Duration) { e.add(WithLocalTTL(d)) }
+func (e *EntrySettings) SetLocalTTL(d time.Duration) { e.add(WithLocalTTL(d)) }
 
 // AddTags tags the values, as WithTags does, besides the tags the call
 // gives them.
-func (e *Entry) AddTags(tags ...string) { e.add(WithTags(slices.Clone(tags)...)) }
+func (e *EntrySettings) AddTags(tags ...string) { e.add(WithTags(slices.Clone(tags)...)) }
 
 // SetFailSafe keeps the values maxAge past their lifetime, for fail-safe,
 // as WithFailSafe does for the values a call writes (0: not kept). A stale
 // value is served when a load fails only by a call with fail-safe on.
-func (e *Entry) SetFailSafe(maxAge time.Duration) { e.add(WithFailSafe(maxAge)) }
+func (e *EntrySettings) SetFailSafe(maxAge time.Duration) { e.add(WithFailSafe(maxAge)) }
 
 // SetNegativeTTL sets how long an absence the load found (ErrNotFound; in
 // a batch, a key it did not return) is remembered, as WithNegativeTTL
 // does. 0 remembers nothing.
-func (e *Entry) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(d)) }
+func (e *EntrySettings) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(d)) }
 
 // DoNotCache returns the values, or the absence the load found, to the
 // callers waiting for them, and stores them nowhere: neither tier holds
@@ -134,7 +135,7 @@ func (e *Entry) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(d)) }
 // it was to replace until it expires. Under a load lease, the instances
 // waiting for the lease are told the value was not stored, and load it
 // themselves.
-func (e *Entry) DoNotCache() {
+func (e *EntrySettings) DoNotCache() {
 	if e == nil || e.l == nil {
 		return
 	}
@@ -145,7 +146,7 @@ func (e *Entry) DoNotCache() {
 	}
 }
 
-func (e *Entry) add(opt EntryOption) {
+func (e *EntrySettings) add(opt EntryOption) {
 	if e == nil || e.l == nil {
 		return
 	}
@@ -156,9 +157,9 @@ func (e *Entry) add(opt EntryOption) {
 	}
 }
 
-// entrySlot is where a fill's ctx keeps the Entry of the load it runs, made
-// when the load first asks for it: a fill runs its loads one at a time,
-// and a load that does not ask allocates nothing.
+// entrySlot is where a fill's ctx keeps the EntrySettings of the load it
+// runs, made when the load first asks for them: a fill runs its loads one
+// at a time, and a load that does not ask allocates nothing.
 type entrySlot struct {
 	mu   sync.Mutex
 	open bool // a load runs
@@ -173,7 +174,7 @@ func (s *entrySlot) begin() {
 }
 
 // end closes s once its load returned, and returns what the load set (nil:
-// it did not ask for its Entry). Nothing set later counts.
+// it did not ask for its EntrySettings). Nothing set later counts.
 func (s *entrySlot) end() *entryLoad {
 	s.mu.Lock()
 	l := s.l
@@ -192,9 +193,9 @@ func (s *entrySlot) end() *entryLoad {
 type adapted struct {
 	l *entryLoad
 	// perKey: the fill's keys have policies of their own (see policy.of),
-	// so the load's Entry is resolved over each.
+	// so the load's EntrySettings is resolved over each.
 	perKey  bool
-	all     policy // the load's Entry over the fill's policy
+	all     policy // the load's EntrySettings over the fill's policy
 	err     error  // all's error
 	once    bool   // all and err are set
 	scratch policy // the last key's policy, when its own
@@ -220,7 +221,7 @@ func (c *Cache[V]) adapt(a *adapted, key string, p *policy) (_ *policy, skip boo
 	switch {
 	case k == nil && !a.perKey:
 		// The fill's policy, and nothing of this key's own: the load's
-		// Entry is resolved once for all such keys.
+		// EntrySettings is resolved once for all such keys.
 		if !a.once {
 			a.all, a.err = c.o.policy(p, l.all.opts)
 			a.once = true

@@ -84,8 +84,8 @@ func within(t testing.TB, what string, d, lo, hi time.Duration) {
 	}
 }
 
-// loadWith returns a load that hands its Entry to set, then returns v.
-func loadWith(v string, set func(e *hybrid.Entry)) func(context.Context, string) (string, error) {
+// loadWith returns a load that hands its EntrySettings to set, then returns v.
+func loadWith(v string, set func(e *hybrid.EntrySettings)) func(context.Context, string) (string, error) {
 	return func(ctx context.Context, _ string) (string, error) {
 		set(hybrid.EntryFrom(ctx))
 		return v, nil
@@ -100,7 +100,7 @@ func TestAdaptiveTTL(t *testing.T) {
 	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
 	a, b := ins[0], ins[1]
 	ctx := context.Background()
-	v, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.Entry) { e.SetTTL(700 * time.Millisecond) }))
+	v, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(700 * time.Millisecond) }))
 	if err != nil || v != "v" {
 		t.Fatalf("A: got %q, %v", v, err)
 	}
@@ -122,7 +122,7 @@ func TestAdaptiveLocalTTL(t *testing.T) {
 	ns := redistest.Prefix(t)
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns})[0]
 	ctx := context.Background()
-	if _, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.Entry) { e.SetLocalTTL(300 * time.Millisecond) })); err != nil {
+	if _, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetLocalTTL(300 * time.Millisecond) })); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "k")
@@ -139,7 +139,7 @@ func TestAdaptiveFailSafe(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, TTL: time.Minute})[0]
-	if _, err := a.c.GetOrCreate(context.Background(), "k", loadWith("v", func(e *hybrid.Entry) { e.SetFailSafe(time.Hour) })); err != nil {
+	if _, err := a.c.GetOrCreate(context.Background(), "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetFailSafe(time.Hour) })); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "k")
@@ -277,19 +277,19 @@ func TestAdaptiveBadOptions(t *testing.T) {
 	log, buf := captureLogger()
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, Logger: log, LogEvery: time.Nanosecond})[0]
 	ctx := context.Background()
-	for key, set := range map[string]func(*hybrid.Entry){
-		"negative": func(e *hybrid.Entry) { e.SetTTL(-time.Second) },
-		"zero":     func(e *hybrid.Entry) { e.SetLocalTTL(0) },
-		"local":    func(e *hybrid.Entry) { e.SetLocalTTL(time.Minute); e.SetTTL(time.Second) },
-		"tag":      func(e *hybrid.Entry) { e.AddTags("") },
-		"per-key":  func(e *hybrid.Entry) { e.For("per-key").SetFailSafe(-1) },
+	for key, set := range map[string]func(*hybrid.EntrySettings){
+		"negative": func(e *hybrid.EntrySettings) { e.SetTTL(-time.Second) },
+		"zero":     func(e *hybrid.EntrySettings) { e.SetLocalTTL(0) },
+		"local":    func(e *hybrid.EntrySettings) { e.SetLocalTTL(time.Minute); e.SetTTL(time.Second) },
+		"tag":      func(e *hybrid.EntrySettings) { e.AddTags("") },
+		"per-key":  func(e *hybrid.EntrySettings) { e.For("per-key").SetFailSafe(-1) },
 	} {
 		if v, err := a.c.GetOrCreate(ctx, key, loadWith("v", set)); err != nil || v != "v" {
 			t.Errorf("%s: got %q, %v, want the value", key, v, err)
 		}
 	}
 	// A good one: the load's TTL cuts the call's LocalTTL.
-	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.Entry) { e.SetTTL(5 * time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
+	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(5 * time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "good")
@@ -384,13 +384,13 @@ func TestAdaptiveRefresh(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		key     string
-		set     func(*hybrid.Entry)
+		set     func(*hybrid.EntrySettings)
 		want    string
 		lo, hi  time.Duration
 		refresh string // the value the load returns on refresh
 	}{
-		{"ttl", func(e *hybrid.Entry) { e.SetTTL(time.Hour) }, "v2", 59 * time.Minute, time.Hour, "v2"},
-		{"volatile", (*hybrid.Entry).DoNotCache, "v1", 0, 10 * time.Second, "v2"},
+		{"ttl", func(e *hybrid.EntrySettings) { e.SetTTL(time.Hour) }, "v2", 59 * time.Minute, time.Hour, "v2"},
+		{"volatile", (*hybrid.EntrySettings).DoNotCache, "v1", 0, 10 * time.Second, "v2"},
 	} {
 		var loads atomic.Int64
 		load := func(ctx context.Context, _ string) (string, error) {
@@ -435,12 +435,12 @@ func TestAdaptiveLease(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			for _, tt := range []struct {
 				name  string
-				set   func(*hybrid.Entry)
+				set   func(*hybrid.EntrySettings)
 				loadB int64 // loads on B
 				want  string
 			}{
-				{"ttl", func(e *hybrid.Entry) { e.SetTTL(90 * time.Second) }, 0, "a"},
-				{"volatile", (*hybrid.Entry).DoNotCache, 1, "b"},
+				{"ttl", func(e *hybrid.EntrySettings) { e.SetTTL(90 * time.Second) }, 0, "a"},
+				{"volatile", (*hybrid.EntrySettings).DoNotCache, 1, "b"},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
 					ns := redistest.Prefix(t)
@@ -489,9 +489,9 @@ func TestAdaptiveLease(t *testing.T) {
 	}
 }
 
-// Outside a load, EntryFrom gives an Entry that does nothing; an Entry kept
+// Outside a load, EntryFrom gives an EntrySettings that does nothing; an EntrySettings kept
 // past its load does nothing either; a load that starts a fill of another
-// key (or cache) with its ctx does not share its Entry with that fill.
+// key (or cache) with its ctx does not share its EntrySettings with that fill.
 func TestEntryScope(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
@@ -501,18 +501,18 @@ func TestEntryScope(t *testing.T) {
 	e := hybrid.EntryFrom(ctx)
 	e.SetTTL(time.Second)
 	e.For("k").DoNotCache()
-	var nilEntry *hybrid.Entry
+	var nilEntry *hybrid.EntrySettings
 	nilEntry.SetTTL(time.Second)
 	nilEntry.For("k").DoNotCache()
 
-	var kept *hybrid.Entry
+	var kept *hybrid.EntrySettings
 	var wg sync.WaitGroup
 	returned := make(chan struct{})
 	outer := func(ctx context.Context, _ string) (string, error) {
 		kept = hybrid.EntryFrom(ctx)
 		kept.SetTTL(time.Hour)
 		// A fill of another key, started with the load's ctx, has its own.
-		inner, err := a.c.GetOrCreate(ctx, "inner", loadWith("i", (*hybrid.Entry).DoNotCache))
+		inner, err := a.c.GetOrCreate(ctx, "inner", loadWith("i", (*hybrid.EntrySettings).DoNotCache))
 		if err != nil {
 			return "", err
 		}
@@ -541,8 +541,8 @@ func TestEntryScope(t *testing.T) {
 	}
 }
 
-// A GetOrCreate miss whose load does not ask for its Entry allocates no
-// more than one whose load does, less the Entry: the Entry costs nothing
+// A GetOrCreate miss whose load does not ask for its EntrySettings allocates no
+// more than one whose load does, less the EntrySettings: the EntrySettings costs nothing
 // unless used.
 func TestEntryCostsNothingUnused(t *testing.T) {
 	if raceEnabled {
@@ -565,7 +565,7 @@ func TestEntryCostsNothingUnused(t *testing.T) {
 		return "v", nil
 	})
 	if asks <= plain {
-		t.Errorf("a load asking for its Entry: %v allocations, one that does not: %v; want more", asks, plain)
+		t.Errorf("a load asking for its EntrySettings: %v allocations, one that does not: %v; want more", asks, plain)
 	}
 	t.Logf("allocations per miss: %v plain, %v with EntryFrom", plain, asks)
 }

@@ -41,8 +41,19 @@ type timing struct {
 	staleAt int64
 	// written is when the value was written to the shared tier.
 	written int64
+	// remote is the value's logical expiry in the shared tier, as its
+	// envelope says (0: none or unknown); see GetEntry.
+	remote int64
 	// tags are the value's tags (WithTags).
 	tags []string
+	// version is the version its load gave it (SetVersion), "" for none.
+	version string
+	// flags are its envelope's flags; with written and version they make
+	// the head that a not-modified refresh checks (see envelope.Head).
+	flags byte
+	// fresh marks a timing made for an item not yet stored, which stamp
+	// may fill in rather than copy: no other copy of the item shares it.
+	fresh bool
 	// size is the L1 weight of the value without its key (see size), kept
 	// so that a fail-safe re-store weighs the value as its first store did.
 	size int

@@ -43,6 +43,7 @@ const (
 	kindTags
 	kindLoadLease
 	kindSkip
+	kindAllowStale
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -95,6 +96,14 @@ func WithLoadLease(d time.Duration) EntryOption {
 	return EntryOption{kind: kindLoadLease, d: d}
 }
 
+// AllowStale lets a read without a load (Get, GetEntry) return a stale
+// value when it finds no live one: a value past its logical lifetime that
+// fail-safe keeps (Options.FailSafeMaxAge), from L1 or the shared tier,
+// whichever was written last (FusionCache's AllowStaleOnReadOnly).
+// GetEntry marks it Stale; Stats.Load.StaleReads counts it. Calls that load
+// or write ignore it.
+func AllowStale() EntryOption { return EntryOption{kind: kindAllowStale} }
+
 // WithTags tags the values this call writes, so that DeleteByTag removes
 // them. See DeleteByTag for the limits on tags.
 func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
@@ -115,7 +124,11 @@ type policy struct {
 	skip             Skip // the steps the call leaves out (WithSkip)
 	// keys holds, by key, the keys' own policies in a batch call under
 	// per-key defaults (see of); nil otherwise.
-	keys map[string]*policy
+	keys       map[string]*policy
+	allowStale bool // AllowStale
+	// meta makes a read keep what a value's envelope says of it (see
+	// decodeInto), for GetEntry.
+	meta bool
 }
 
 // timed reports whether values written under e need a schedule in L1.
@@ -177,6 +190,8 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.skip |= opt.skip
 		case kindTags:
 			e.tags = append(e.tags[:len(e.tags):len(e.tags)], opt.s...)
+		case kindAllowStale:
+			e.allowStale = true
 		}
 	}
 	if e.skip&(SkipRemoteRead|SkipRemoteWrite) != 0 {
@@ -225,6 +240,7 @@ func (opt EntryOption) check() error {
 		if opt.skip == 0 || opt.skip&^skipAll != 0 {
 			return fmt.Errorf("hybrid: entry option: WithSkip(%v): no known step", opt.skip)
 		}
+	case kindAllowStale:
 	case kindTags:
 		for _, tag := range opt.s {
 			if tag == "" || len(tag) > maxTagLen {

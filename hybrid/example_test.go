@@ -367,3 +367,61 @@ func ExampleWithSkip() {
 	// Ada
 	// Ada Lovelace
 }
+
+func ExampleStaleFrom() {
+	remote := &hybridtest.Remote{}
+	pages, err := hybrid.New[string](hybrid.Options{Namespace: "pages", Remote: remote, FailSafeMaxAge: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pages.Close()
+	ctx := context.Background()
+
+	// The load asks the origin only for what changed since the version it
+	// stored (an ETag here).
+	load := func(ctx context.Context, key string) (string, error) {
+		if s, ok := hybrid.StaleFrom[string](ctx, key); ok && s.Version == `"v7"` {
+			fmt.Println("origin: 304 Not Modified")
+			return "", hybrid.ErrNotModified
+		}
+		fmt.Println("origin: 200 OK")
+		return "<html>home</html>", hybrid.SetVersion(ctx, key, `"v7"`)
+	}
+	if _, err := pages.GetOrCreate(ctx, "home", load); err != nil {
+		log.Fatal(err)
+	}
+	// Expired (as at the end of its lifetime), it is kept by fail-safe:
+	// the next load gets it, and its 304 makes it live again, in L1 and in
+	// the shared tier, where only its expiry is rewritten.
+	if err := pages.Expire(ctx, "home"); err != nil {
+		log.Fatal(err)
+	}
+	v, err := pages.GetOrCreate(ctx, "home", load)
+	if err != nil {
+		log.Fatal(err)
+	}
+	e, _, _ := pages.GetEntry(ctx, "home")
+	fmt.Println(v, e.Version, e.Stale, pages.Stats().Load.NotModified, remote.Calls().Touches)
+	// Output:
+	// origin: 200 OK
+	// origin: 304 Not Modified
+	// <html>home</html> "v7" false 1 1
+}
+
+func ExampleCache_GetEntry() {
+	users, err := hybrid.New[User](hybrid.Options{Namespace: "users", Remote: &hybridtest.Remote{}, TTL: time.Hour, FailSafeMaxAge: time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer users.Close()
+	ctx := context.Background()
+	if err := users.Set(ctx, "42", User{ID: "42", Name: "Ada"}, hybrid.WithTags("team:7")); err != nil {
+		log.Fatal(err)
+	}
+	e, ok, err := users.GetEntry(ctx, "42")
+	if err != nil || !ok {
+		log.Fatal(ok, err)
+	}
+	fmt.Println(e.Value.Name, e.Tier, e.Tags, e.Stale, e.RemoteTTL > 59*time.Minute)
+	// Output: Ada l1 [team:7] false true
+}

@@ -31,7 +31,7 @@ type fill[V any] struct {
 	vals    []found[V]        // what the read found, then what the load gave
 	replace map[string][]byte // by key, the stored bytes a write back replaces
 	missIdx []int             // the keys still to load
-	slot    entrySlot         // the Entry of the load running (see EntryFrom)
+	slot    entrySlot         // the settings of the load running (see EntryFrom)
 
 	// Room for a fill of one key, so that its slices cost no allocation
 	// of their own.
@@ -258,9 +258,9 @@ func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
 
 // loadFill loads f.keys[idx], found missing by f's read, with one call of
 // the load, and stores what it returns in L1 and then the shared tier, each
-// key under its policy (see policy.of) with what the load set through its
-// Entry (see adapt); fbs are their fail-safe fallbacks. A load that fails
-// with ErrNotFound finds every key absent. h is this fill's lease on some
+// key under its policy (see policy.of) with what the load set through
+// its EntrySettings (see adapt); fbs are their fail-safe fallbacks. A load
+// that fails with ErrNotFound finds every key absent. h is this fill's lease on some
 // of the keys (nil: none), released once they are stored.
 func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fallback[V], h *heldLease) {
 	keys, calls, toks, vals, e := f.keys, f.calls, f.toks, f.vals, &f.e
@@ -268,13 +268,23 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	var zero V
 	var loaded map[string]V
 	f.slot.begin()
+	note := newLoadNote[V](pick(keys, idx))
+	for _, fb := range fbs {
+		note.replaces(fb.key, fb.it)
+	}
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
-		loaded, err = f.load.run(c, ctx, pick(keys, idx), queued)
+		loaded, err = f.load.run(c, ctx, note.keys, queued, note)
 		return err
 	})
 	var ad *adapted
 	if l := f.slot.end(); l != nil {
 		ad = &adapted{l: l, perKey: e.keys != nil}
+	}
+	if nm, rest, err := unmodified(keys, idx, note, loaded, loadErr); len(nm) > 0 {
+		h = c.extendFilled(ctx, f, nm, note, h)
+		if idx, loadErr, fbs = rest, err, nil; len(idx) == 0 {
+			return
+		}
 	}
 	var notFound error // the load's own error, for the keys it found absent
 	if errors.Is(loadErr, ErrNotFound) {
@@ -314,12 +324,12 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		default:
 			vals[i].it = item[V]{v: v}
 			var err error
-			if b, err = c.encode(key, v, ttl, p.tags); err != nil {
+			if b, err = c.encode(key, v, ttl, p.tags, note.version(key)); err != nil {
 				c.notStored(key, err)
 				continue
 			}
 		}
-		c.storeLocal(lb, key, tagged(vals[i].it, p.tags), c.size(b), localTTL, toks[i], p)
+		c.storeLocal(lb, key, described(vals[i].it, b, p.tags, note.version(key), p.timed()), c.size(b), localTTL, toks[i], p)
 		fws = append(fws, fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
 	lb.Done()

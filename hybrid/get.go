@@ -94,17 +94,23 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
-// misses (see Stats) and are not returned. It takes no option but
-// WithSkip, which may leave out L1 here or the shared tier (see Skip).
+// misses (see Stats) and are not returned. Of opts, WithSkip may leave out
+// L1 here or the shared tier (see Skip), AllowStale lets it return a stale
+// value, and WithLocalTTL, WithFailSafe and WithEagerRefresh shape the L1
+// entry of a value it reads from the shared tier; the others are checked
+// and have no effect.
 func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v V, ok bool, err error) {
 	var skip Skip
 	if len(opts) > 0 {
-		if skip, err = c.onlySkip(&skipGet, opts); err != nil {
+		if skip, err = c.skipOf(&skipGet, opts); err != nil {
 			return v, false, err
 		}
 	}
+	var it item[V]
+	var found bool
 	if skip&SkipL1Read == 0 {
-		if it, ok := c.local.Get(key); ok && !c.closed.Load() && c.live(it) {
+		it, found = c.local.Get(key)
+		if found && !c.closed.Load() && c.live(it) {
 			if c.held(it) {
 				if it, ok = c.checkHeld(ctx, key, it); !ok {
 					return v, false, ctx.Err()
@@ -117,30 +123,11 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 			return it.v, !it.absent, nil
 		}
 	}
-	if err := c.check(ctx, key); err != nil {
+	r, err := c.read(ctx, key, &skipGet, opts, it, found, false)
+	if err != nil || !r.ok {
 		return v, false, err
 	}
-	p := &c.def
-	if skip != 0 {
-		p = c.skipping(skip, 1)
-	}
-	if c.o.EntryOptions != nil {
-		kp, err := c.keyPolicy(key, nil)
-		if err != nil {
-			return v, false, err
-		}
-		kp.skip = skip
-		p = &kp
-	}
-	it, st := c.readRemote(ctx, key, c.vers.token(key), p)
-	ok = st == readHit && !it.absent
-	if err := ctx.Err(); err != nil && !ok {
-		return v, false, err
-	}
-	if !ok {
-		return v, false, nil
-	}
-	v, err = c.out(it.v, nil)
+	v, err = c.out(r.it.v, nil)
 	return v, err == nil, err
 }
 

@@ -266,6 +266,8 @@ func TestL1HitAllocatesNothing(t *testing.T) {
 			_, _ = c.GetOrCreate(ctx, "k", loadTop, hybrid.WithTTL(time.Minute), hybrid.WithLocalTTL(time.Second))
 		}},
 		{"Get", func() { _, _, _ = c.Get(ctx, "k") }},
+		{"Get AllowStale", func() { _, _, _ = c.Get(ctx, "k", hybrid.AllowStale()) }},
+		{"GetEntry", func() { _, _, _ = c.GetEntry(ctx, "k") }},
 	}
 	for _, tt := range tests {
 		if got := testing.AllocsPerRun(1000, tt.f); got != 0 {

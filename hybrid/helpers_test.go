@@ -336,6 +336,8 @@ type countingRemote struct {
 	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
 	writeCalls, writeKeys                            atomic.Int64 // every Write call, and the writes they carried
 	batchMsgs                                        atomic.Int64 // Write calls announced as a whole (Feed.Msg)
+	touches                                          atomic.Int64 // writes with Touch, in no other count
+	valueBytes                                       atomic.Int64 // the bytes of every Write.Value sent
 
 	// afterGet, when set, runs after the Store's Get returned, once per
 	// key, and before the cache sees the result.
@@ -404,8 +406,13 @@ func (r *countingRemote) count(ws []hybrid.Write) {
 	if len(ws) == 0 {
 		return
 	}
+	for _, w := range ws {
+		r.valueBytes.Add(int64(len(w.Value)))
+	}
 	w := ws[0]
 	switch {
+	case w.Touch:
+		r.touches.Add(int64(len(ws)))
 	case w.Lease != "":
 		r.fillAndReleases.Add(1)
 	case w.If == hybrid.IfNewer:

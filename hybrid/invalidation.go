@@ -122,7 +122,8 @@ func leaseNewsOp(op message.Op) bool {
 func (c *Cache[V]) admit(m message.Message) bool {
 	// An expire names keys and does less than dropping them; a filled
 	// message without its values only makes waiting fills read them.
-	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete || m.Op == message.OpExpire || m.Op == message.OpFilled
+	keysOnly := m.Op == message.OpSet || m.Op == message.OpDelete || m.Op == message.OpExpire || m.Op == message.OpFilled ||
+		m.Op == message.OpExtend
 	if len(c.o.Secret) > 0 && !m.Authentic {
 		// Unsigned, a message may at most drop the keys it names: a clear or
 		// a tag delete (a Clear's too) is ignored, and so is one that claims
@@ -134,7 +135,7 @@ func (c *Cache[V]) admit(m message.Message) bool {
 	}
 	if m.Origin == c.origin {
 		c.n.ownIgnored.Add(1)
-		if keysOnly && m.Op != message.OpFilled && c.remote != nil {
+		if keysOnly && m.Op != message.OpFilled && m.Op != message.OpExtend && c.remote != nil {
 			c.echo.backMany(m.Keys, m.Position) // a tag's message names no key we wrote
 		}
 		c.noteApplied(m)
@@ -154,6 +155,8 @@ func (c *Cache[V]) apply(m message.Message) {
 			c.expireLocal(key)
 			c.leases.post(key, leaseNews{})
 		}
+	case message.OpExtend:
+		c.onExtend(m)
 	case message.OpClear:
 		c.vers.bumpAll()
 		c.flights.ForgetAll()

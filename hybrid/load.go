@@ -19,12 +19,13 @@ type loader[V any] struct {
 	many func(context.Context, []string) (map[string]V, error)
 }
 
-// run calls the load for keys (see guard). A batch loader gets its own
-// copy of keys: it may keep or change the slice.
-func (l loader[V]) run(c *Cache[V], ctx context.Context, keys []string, queued func()) (m map[string]V, err error) {
+// run calls the load for keys (see guard), with note, which the load's ctx
+// carries (see StaleFrom and SetVersion). A batch loader gets its own copy
+// of keys: it may keep or change the slice.
+func (l loader[V]) run(c *Cache[V], ctx context.Context, keys []string, queued func(), note *loadNote[V]) (m map[string]V, err error) {
 	if l.one == nil {
 		err = c.guard(ctx, "", len(keys), queued, func(ctx context.Context) (err error) {
-			m, err = l.many(ctx, append([]string(nil), keys...))
+			m, err = l.many(note.in(ctx), append([]string(nil), keys...))
 			return err
 		})
 		if err != nil {
@@ -34,7 +35,7 @@ func (l loader[V]) run(c *Cache[V], ctx context.Context, keys []string, queued f
 	}
 	var v V
 	err = c.guard(ctx, keys[0], 0, queued, func(ctx context.Context) (err error) {
-		v, err = l.one(ctx, keys[0])
+		v, err = l.one(note.in(ctx), keys[0])
 		return err
 	})
 	if err != nil {
@@ -56,7 +57,7 @@ func (c *Cache[V]) notStored(key string, err error) {
 
 // fillContext is the context of a shared fill: the caller's values without
 // its cancellation, ended by Close and by timeout (the load timeout; 0:
-// none). slot is where the fill's loads find their Entry (nil: the fill
+// none). slot is where the fill's loads find their EntrySettings (nil: the fill
 // loads nothing).
 func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration, slot *entrySlot) (context.Context, context.CancelFunc) {
 	ctx := context.Context(fillCtx{Context: c.stop, values: caller, slot: slot})
@@ -70,8 +71,8 @@ func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration, sl
 // cache's stop) and has the values of the caller that started the fill,
 // and the fill's entrySlot (see EntryFrom): its own, never a caller's, so
 // that a load that starts a fill of another cache or key does not share
-// its Entry. It costs one allocation where WithoutCancel, WithCancel and
-// AfterFunc together cost six.
+// its EntrySettings. It costs one allocation where WithoutCancel,
+// WithCancel and AfterFunc together cost six.
 type fillCtx struct {
 	context.Context
 	values context.Context
@@ -107,7 +108,11 @@ func (c *Cache[V]) guard(ctx context.Context, key string, n int, queued func(), 
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %s: %v\n%s", ErrPanic, loaded(key, n), r, debug.Stack())
 		}
-		if err != nil && !errors.Is(err, ErrNotFound) {
+		switch {
+		case errors.Is(err, ErrNotModified):
+			end(nil) // an answer, not a failure
+			return
+		case err != nil && !errors.Is(err, ErrNotFound):
 			c.n.loadErrors.Add(1)
 		}
 		end(err)

@@ -9,7 +9,7 @@ import (
 // Op names a call the cache makes: a load, or a call to the shared tier or
 // the bus. Tracer.Start and Events.L2Error get one; so does
 // Events.Invalidated, naming the call another instance made (OpSet,
-// OpDelete, OpExpire, OpDeleteTag or OpClear). The otel module names its
+// OpDelete, OpExpire, OpTouch, OpDeleteTag or OpClear). The otel module names its
 // spans "hybridcache." + op.
 type Op string
 
@@ -30,6 +30,7 @@ const (
 	OpDeleteTag Op = "delete_tag" // DeleteByTag's write of the tag's record
 	OpClear     Op = "clear"      // Clear's write of its record (in Events.Invalidated, also ClearLocal)
 	OpPublish   Op = "publish"    // a message sent on the bus without a shared-tier write
+	OpTouch     Op = "touch"      // a not-modified refresh's extension of values in place (Write.Touch)
 
 	OpLease        Op = "lease"         // a fill's take of load leases (Options.LoadLease)
 	OpLeaseCheck   Op = "lease_check"   // a read of whether a waited-for lease is still held
@@ -80,6 +81,8 @@ func changeOf(m *message.Message) Op {
 		return OpDelete
 	case message.OpExpire:
 		return OpExpire
+	case message.OpExtend:
+		return OpTouch
 	case message.OpTag:
 		if len(m.Keys) == 1 && m.Keys[0] == clearTag {
 			return OpClear

@@ -196,7 +196,7 @@ func (c *Cache[V]) readFailed(err error) {
 // *it is the zero item again.
 func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy) readState {
 	p = p.of(key)
-	ttl, written, err := c.decodeInto(it, b, p.timed())
+	ttl, written, err := c.decodeInto(it, b, p.timed() || p.meta)
 	if err == nil && c.tagDeleted(ctx, it.tags(), written) {
 		err = errTombstone // deleted by Clear or DeleteByTag
 	}

@@ -95,6 +95,7 @@ var (
 	skipGetOrCreate     = skipCall{"GetOrCreate", SkipL1Read | SkipL1Write | SkipRemoteRead | SkipRemoteWrite, 0, ""}
 	skipGetOrCreateMany = skipCall{"GetOrCreateMany", skipGetOrCreate.can, 0, ""}
 	skipGet             = skipCall{"Get", SkipL1Read | SkipL1Write | SkipRemoteRead, SkipL1Read | SkipRemoteRead, "it would read no tier"}
+	skipGetEntry        = skipCall{"GetEntry", skipGet.can, skipGet.void, skipGet.why}
 	skipGetMany         = skipCall{"GetMany", skipGet.can, skipGet.void, skipGet.why}
 	skipSet             = skipCall{"Set", SkipL1Write | SkipRemoteWrite | SkipAnnounce, SkipL1Write | SkipRemoteWrite, "it would store the value nowhere"}
 	skipSetMany         = skipCall{"SetMany", skipSet.can, skipSet.void, skipSet.why}

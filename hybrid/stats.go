@@ -65,6 +65,12 @@ type LoadStats struct {
 	// given by Options.EntryOptions for a value from a message or a re-read
 	// (the cache's defaults used). Each is logged, rate-limited.
 	BadOptions uint64
+	// NotModified counts the keys whose refresh load found the value not
+	// modified (ErrNotModified, see StaleFrom): extended, not re-sent.
+	NotModified uint64
+	// StaleReads counts stale values returned by Get or GetEntry with
+	// AllowStale, for want of a live one.
+	StaleReads uint64
 }
 
 // InvalidationStats counts the messages this instance sent and received.
@@ -76,6 +82,7 @@ type InvalidationStats struct {
 	Invalid       uint64 // messages that did not decode
 	Unauthentic   uint64 // messages whose signature did not verify (keys only dropped)
 	Swapped       uint64 // L1 entries replaced by a value carried in a message
+	Extended      uint64 // L1 entries extended by another instance's not-modified refresh
 }
 
 // BusStats counts the losses of the bus and how each ended.
@@ -139,6 +146,7 @@ type counters struct {
 	skipL1Reads, skipL1Writes, skipRemoteReads                atomic.Uint64
 	skipRemoteWrites, skipAnnounces                           atomic.Uint64
 	notCached, badOptions                                     atomic.Uint64
+	notModified, staleReads, extended                         atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -181,6 +189,8 @@ func (c *Cache[V]) Stats() Stats {
 			StaleServed:  c.n.staleServed.Load(),
 			NotCached:    c.n.notCached.Load(),
 			BadOptions:   c.n.badOptions.Load(),
+			NotModified:  c.n.notModified.Load(),
+			StaleReads:   c.n.staleReads.Load(),
 		},
 		Invalidations: InvalidationStats{
 			Sent:          c.n.published.Load(),
@@ -190,6 +200,7 @@ func (c *Cache[V]) Stats() Stats {
 			Invalid:       c.n.invalid.Load(),
 			Unauthentic:   c.n.unauthentic.Load(),
 			Swapped:       c.n.swapped.Load(),
+			Extended:      c.n.extended.Load(),
 		},
 		Bus: BusStats{
 			Losses:     c.n.busLosses.Load(),

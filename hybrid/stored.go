@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	mrand "math/rand/v2"
 	"time"
 
@@ -31,7 +32,9 @@ var errTombstone = errors.New("hybrid: deleted")
 // decodeInto decodes the envelope b into *it, which must be the zero item,
 // and returns the value's remaining logical lifetime (<= 0: stale, kept
 // past its logical expiry for fail-safe) and its write time (Unix
-// nanoseconds). On an error *it may be partly set.
+// nanoseconds). The item gets a timing, with what the envelope says of
+// it, when timed or when the value has tags or a version. On an error *it
+// may be partly set.
 func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Duration, written int64, err error) {
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
@@ -45,8 +48,12 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Durat
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 	}
-	if timed || len(h.Tags) > 0 {
-		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
+	if timed || len(h.Tags) > 0 || h.Version != "" {
+		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b),
+			version: h.Version, flags: h.Flags, fresh: true}
+		if !h.Expires.IsZero() {
+			it.t.remote = h.Expires.UnixNano()
+		}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
 		return 0, written, errTombstone
@@ -107,8 +114,9 @@ func (c *Cache[V]) encodeAbsent(ttl time.Duration, tags []string) []byte {
 	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)), h, nil)
 }
 
-// encode returns v's envelope, or an error wrapping ErrValueTooLarge.
-func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]byte, error) {
+// encode returns v's envelope, with version ("" for none), or an error
+// wrapping ErrValueTooLarge.
+func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string, version string) ([]byte, error) {
 	payload, err := c.codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
@@ -117,11 +125,31 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]
 		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
 	}
 	now := time.Now()
-	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags}
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags, Version: version}
 	if z, ok := c.compress(payload); ok {
 		payload, h.Flags = z, envelope.FlagCompressed
 	}
-	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)+len(payload)), h, payload), nil
+	n := envelope.HeaderLen + envelope.VersionLen(version) + envelope.TagsLen(tags) + len(payload)
+	return envelope.Append(make([]byte, 0, n), h, payload), nil
+}
+
+// described returns it, whose envelope b was just encoded, with a timing
+// that holds what b says of it (write time, shared-tier expiry, flags, tags
+// and version) when it needs one: when timed, or with tags or a version.
+// Otherwise L1 keeps the value alone.
+func described[V any](it item[V], b []byte, tags []string, version string, timed bool) item[V] {
+	if !timed && len(tags) == 0 && version == "" {
+		return it
+	}
+	it.t = &timing{due: math.MaxInt64, expires: math.MaxInt64, tags: tags, version: version, fresh: true,
+		flags: b[2], written: stampOf(b, 3), remote: stampOf(b, envelope.ExpiresAt)}
+	return it
+}
+
+// stampOf reads the Unix milliseconds at offset off of the envelope b as
+// Unix nanoseconds.
+func stampOf(b []byte, off int) int64 {
+	return int64(binary.BigEndian.Uint64(b[off:off+8])) * 1e6
 }
 
 // compress returns payload compressed and true, or payload and false when

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
@@ -287,12 +286,4 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	}
 	c.tags.learn(epoch, tag, t)
 	return t, true
-}
-
-// tagged gives it tags, which L1 keeps in its timing.
-func tagged[V any](it item[V], tags []string) item[V] {
-	if len(tags) > 0 {
-		it.t = &timing{due: math.MaxInt64, expires: math.MaxInt64, tags: tags}
-	}
-	return it
 }

@@ -30,21 +30,26 @@ func (c *Cache[V]) lifetimes(e *policy) (ttl, localTTL time.Duration) {
 }
 
 // stamp sets it's timing for a logical L1 lifetime of ttl from now, as e
-// says, and returns the lifetime L1 itself should give it.
+// says, and returns the lifetime L1 itself should give it. Untimed, an item
+// keeps a timing only for its tags or version, which it never is due by.
 func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (item[V], time.Duration) {
 	it.stored = c.storedNow()
 	if !e.timed() {
-		var tags []string
-		if it.t != nil {
-			tags = it.t.tags
+		if it.t == nil || (len(it.t.tags) == 0 && it.t.version == "") {
+			it.t = nil
+			return it, ttl
 		}
-		it.t = nil
-		return tagged(it, tags), ttl
+		t := c.own(it.t)
+		t.due, t.expires, t.staleAt, t.size = math.MaxInt64, math.MaxInt64, 0, size
+		it.t = t
+		return it, ttl
 	}
 	now := c.local.Now()
-	var t timing // a new one: the old may be shared with another copy of it
+	var t *timing
 	if it.t != nil {
-		t = *it.t
+		t = c.own(it.t)
+	} else {
+		t = new(timing)
 	}
 	if t.written == 0 {
 		t.written = time.Now().UnixNano()
@@ -58,8 +63,19 @@ func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (it
 	if e.eager > 0 && !it.absent {
 		t.due = now + int64(float64(ttl)*e.eager)
 	}
-	it.t = &t
+	it.t = t
 	return it, ttl + e.failSafe
+}
+
+// own returns t to change for an item about to be stored: t itself when
+// it is fresh (no other copy of the item shares it), else a copy.
+func (c *Cache[V]) own(t *timing) *timing {
+	if t.fresh {
+		t.fresh = false
+		return t
+	}
+	cp := *t
+	return &cp
 }
 
 // expireLocal makes key's L1 entry stale, as its expiry would: later
@@ -256,7 +272,8 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	defer cancel()
 
 	vals := make([]found[V], len(keys))
-	c.readRemoteMany(ctx, keys, c.tokens(keys), vals, &e)
+	toks := c.tokens(keys)
+	c.readRemoteMany(ctx, keys, toks, vals, &e)
 	var done, todo []int
 	for i := range keys {
 		if refreshed(vals[i].it, vals[i].st, held[i]) {
@@ -270,8 +287,21 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 		return
 	}
 	f.slot.begin()
-	loaded, err := load.run(c, ctx, pick(keys, todo), nil)
+	note := newLoadNote[V](pick(keys, todo))
+	for _, i := range todo {
+		note.replaces(keys[i], held[i])
+	}
+	loaded, err := load.run(c, ctx, note.keys, nil, note)
 	l := f.slot.end()
+	nm, todo, err := unmodified(keys, todo, note, loaded, err)
+	if len(nm) > 0 {
+		xs := make([]extension[V], len(nm))
+		for j, i := range nm {
+			xs[j] = extension[V]{key: keys[i], it: held[i], tok: toks[i]}
+		}
+		c.extend(ctx, xs, &e)
+		c.flights.FinishMany(keys, calls, nm, func(i int) (V, error) { return held[i].v, nil })
+	}
 	if err != nil {
 		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
 		return
@@ -292,7 +322,7 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 				continue // the current value stays until it expires
 			}
 		}
-		c.setRefreshed(ctx, keys[i], v, p)
+		c.setRefreshed(ctx, keys[i], v, p, note.version(keys[i]))
 	}
 	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
 		if v, ok := loaded[keys[i]]; ok {
@@ -303,21 +333,27 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 }
 
 // refreshed reports whether a refresh's read of the shared tier found a
-// value (it, st) written after held, the L1 entry that was due: another
-// instance refreshed it, and the read stored it in L1.
+// value (it, st) written after held, the L1 entry that was due, or the
+// same value with a later expiry: another instance refreshed it, or found
+// it not modified, and the read stored it in L1.
 func refreshed[V any](it item[V], st readState, held item[V]) bool {
-	return st == readHit && !it.absent && it.writtenAt() > held.writtenAt()
+	if st != readHit || it.absent {
+		return false
+	}
+	w, hw := it.writtenAt(), held.writtenAt()
+	return w > hw || (w == hw && it.t != nil && held.t != nil && it.t.remote > held.t.remote && it.t.version == held.t.version)
 }
 
-// setRefreshed writes and announces v, the result of a refresh, like Set.
-// Under SkipRemoteWrite, v is kept here only, unannounced, as a fill's.
-func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy) {
+// setRefreshed writes and announces v, the result of a refresh, with the
+// version its load gave it, like Set. Under SkipRemoteWrite, v is kept
+// here only, unannounced, as a fill's.
+func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy, version string) {
 	if e.skip&SkipRemoteWrite != 0 {
 		p := *e
 		p.skip |= SkipAnnounce
 		e = &p
 	}
-	if err := c.set(ctx, key, v, e); err != nil {
+	if err := c.set(ctx, key, v, e, version); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}
 }

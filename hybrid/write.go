@@ -30,13 +30,13 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 	if v, err = c.out(v, nil); err != nil {
 		return err
 	}
-	return c.set(ctx, key, v, &e)
+	return c.set(ctx, key, v, &e, "")
 }
 
-// set is Set after its checks.
-func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
+// set is Set after its checks, writing v with version ("" for none).
+func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy, version string) error {
 	ttl, localTTL := c.lifetimes(e)
-	b, err := c.encode(key, v, ttl, e.tags)
+	b, err := c.encode(key, v, ttl, e.tags, version)
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	}
 	if !ok {
 		c.local.Delete(key)
-	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
+	} else if !c.storeLocal(nil, key, described(item[V]{v: v}, b, e.tags, version, e.timed()), c.size(b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	// A fill in progress read the old value: later callers must not join

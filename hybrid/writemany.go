@@ -64,7 +64,7 @@ func (c *Cache[V]) SetMany(ctx context.Context, items map[string]V, opts ...Entr
 		v, err := c.out(items[key], nil)
 		ttl, localTTL := c.lifetimes(p)
 		if err == nil {
-			b.bs[i], err = c.encode(key, v, ttl, p.tags)
+			b.bs[i], err = c.encode(key, v, ttl, p.tags, "")
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -168,7 +168,7 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 			p = queuedPolicy(p) // queued: L1 is the only place that holds it
 		}
 		if b.del() || !kept[i] || !ok[i] ||
-			!c.storeLocal(lb, key, tagged(item[V]{v: b.vs[i]}, p.tags), c.size(b.bs[i]), b.localTTLs[i], toks[i], p) {
+			!c.storeLocal(lb, key, described(item[V]{v: b.vs[i]}, b.bs[i], p.tags, "", p.timed()), c.size(b.bs[i]), b.localTTLs[i], toks[i], p) {
 			c.local.Delete(key)
 		}
 		c.flights.Forget(key)

@@ -93,6 +93,7 @@ func conformance() []group {
 			{"BatchMsg", checkBatchMsg},
 			{"BatchLog", checkBatchLog},
 			{"BatchAtomic", checkBatchAtomic},
+			{"Touch", checkTouch},
 		}},
 		{"Log", []check{
 			{"Open", checkLogOpen},

@@ -154,6 +154,18 @@ var mutants = map[string]struct {
 			w.If = hybrid.IfAbsent
 		}
 	})}},
+	"TouchAnyOld": {"Write/Touch", mutant{write: func(m *mutant, w hybrid.Write) hybrid.Write {
+		if v, ok := m.Peek(w.Key); ok && w.Touch && len(v) >= len(w.Old) {
+			w.Old = v[:len(w.Old)]
+		}
+		return w
+	}}},
+	"TouchReplaces": {"Write/Touch", mutant{write: func(m *mutant, w hybrid.Write) hybrid.Write {
+		if v, ok := m.Peek(w.Key); ok && w.Touch {
+			w.Touch, w.Old = false, v
+		}
+		return w
+	}}},
 	"TTLIgnored":     {"Write/TTL", mutant{write: func(_ *mutant, w hybrid.Write) hybrid.Write { w.TTL = 0; return w }}},
 	"TTLHalved":      {"Write/TTL", mutant{write: func(_ *mutant, w hybrid.Write) hybrid.Write { w.TTL /= 2; return w }}},
 	"KeepTTLIgnored": {"Write/KeepTTL", mutant{write: writeIf(hybrid.IfEqual, func(_ *mutant, w *hybrid.Write) { w.KeepTTL = false })}},

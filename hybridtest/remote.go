@@ -81,10 +81,11 @@ type Calls struct {
 	// Read counts the keys that Get calls asked for.
 	Read int
 	// Writes counts the writes that Write calls were given; Always,
-	// IfAbsent, IfEqual and IfNewer count those of each Cond, and
-	// Releasing those that release a lease (Write.Lease set). Written
-	// counts the writes that Write reported stored.
-	Writes, Always, IfAbsent, IfEqual, IfNewer, Releasing, Written int
+	// IfAbsent, IfEqual and IfNewer count those of each Cond, Releasing
+	// those that release a lease (Write.Lease set), and Touches those that
+	// change a value in place (Write.Touch). Written counts the writes
+	// that Write reported stored.
+	Writes, Always, IfAbsent, IfEqual, IfNewer, Releasing, Touches, Written int
 }
 
 // Total returns the number of calls of every method.

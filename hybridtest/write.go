@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -26,6 +27,9 @@ import (
 //     big-endian at offset StampAt; a value too short counts as older) is
 //     not after Value's. IfNewer also reports stored, writing and
 //     publishing nothing, where the key holds exactly Value.
+//   - With Touch (and IfEqual), the stored value is kept and Value written
+//     over its bytes from offset TouchAt, where the key holds at least
+//     TouchAt+len(Value) bytes that begin with Old but for those bytes.
 //   - A stored value lives for TTL (<= 0: no expiry), or, with KeepTTL,
 //     for the lifetime the key had left.
 //   - Msg goes out if the write stored, Else if not (nil: nothing), on
@@ -51,8 +55,11 @@ import (
 // at the entry if there is one. With r.Bus nil it fails with ErrNoBus
 // before any write; when the publish of f.Msg fails, the writes are made
 // and Write returns the error. f.Entry without a log (NoLog) fails the call
-// with an error wrapping errors.ErrUnsupported. Each write is checked before any is made: an unknown Cond,
-// KeepTTL without IfEqual, a negative StampAt with IfNewer, Lease without
+// with an error wrapping errors.ErrUnsupported.
+//
+// Each write is checked before any is made: an unknown Cond, KeepTTL or
+// Touch without IfEqual, a negative StampAt with IfNewer or TouchAt with
+// Touch, Lease without
 // Token, or Log set without f.Log or with f.LogLen below 1 fails the call
 // (Log on a Remote with NoLog fails it with an error wrapping
 // errors.ErrUnsupported). With no writes it returns at once.
@@ -85,6 +92,9 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 			}
 			if w.Lease != "" {
 				c.Releasing++
+			}
+			if w.Touch {
+				c.Touches++
 			}
 			if stored[i] {
 				c.Written++
@@ -171,6 +181,10 @@ func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
 		return fmt.Errorf("unknown condition %d", w.If)
 	case w.KeepTTL && w.If != hybrid.IfEqual:
 		return errors.New("KeepTTL without IfEqual")
+	case w.Touch && w.If != hybrid.IfEqual:
+		return errors.New("Touch without IfEqual")
+	case w.Touch && w.TouchAt < 0:
+		return fmt.Errorf("negative TouchAt %d", w.TouchAt)
 	case w.If == hybrid.IfNewer && w.StampAt < 0:
 		return fmt.Errorf("negative StampAt %d", w.StampAt)
 	case w.Lease != "" && w.Token == "":
@@ -206,6 +220,9 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 		write = !ok
 	case hybrid.IfEqual:
 		write = ok && bytes.Equal(cur, w.Old)
+		if w.Touch {
+			write = ok && touchable(cur, w.Old, w.TouchAt, len(w.Value))
+		}
 	case hybrid.IfNewer:
 		found = ok && bytes.Equal(cur, w.Value)
 		write = !found && (!ok || !newer(cur, w.Value, w.StampAt))
@@ -234,6 +251,17 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 		}
 	}
 	switch {
+	case write && w.Touch:
+		it := r.items[w.Key]
+		it.value = stored(it.value)
+		copy(it.value[w.TouchAt:], w.Value)
+		if !w.KeepTTL {
+			it.expires = time.Time{}
+			if w.TTL > 0 {
+				it.expires = now.Add(w.TTL)
+			}
+		}
+		r.items[w.Key] = it
 	case write && w.KeepTTL:
 		it := r.items[w.Key]
 		it.value = stored(w.Value)
@@ -247,6 +275,20 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 		}
 	}
 	return write || found, nil
+}
+
+// touchable reports whether cur holds at least at+n bytes that begin with
+// old but for the n bytes at offset at.
+func touchable(cur, old []byte, at, n int) bool {
+	if len(cur) < max(len(old), at+n) {
+		return false
+	}
+	for i, b := range old {
+		if (i < at || i >= at+n) && cur[i] != b {
+			return false
+		}
+	}
+	return true
 }
 
 // newer reports whether cur was written after value, by their write times

@@ -359,3 +359,22 @@ func TestLongLifetimes(t *testing.T) {
 		}
 	}
 }
+
+func TestGetExpiry(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	if _, _, ok := c.GetExpiry("k"); ok {
+		t.Fatal("GetExpiry on an empty cache: got a value")
+	}
+	before := c.Now()
+	c.Set("k", "v", 10, time.Minute)
+	v, exp, ok := c.GetExpiry("k")
+	if !ok || v != "v" {
+		t.Fatalf("GetExpiry: got %q %v, want \"v\" true", v, ok)
+	}
+	if left := time.Duration(exp - before); left < time.Minute-time.Second || left > time.Minute+time.Second {
+		t.Errorf("GetExpiry: expires %v after the Set, want about a minute", left)
+	}
+	if s := c.Stats(); s.Hits != 1 || s.Misses != 1 {
+		t.Errorf("Stats: got %d hits %d misses, want 1 and 1", s.Hits, s.Misses)
+	}
+}

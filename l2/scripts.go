@@ -80,19 +80,42 @@ const newerFragment = `local function newer(k, v, off)
 end
 `
 
+// touchFragment defines touchable(k, old, at, n): whether the key k holds
+// at least at+n bytes that begin with old but for the n bytes at offset at,
+// which a touch overwrites (see Write.Touch). It reads no more of the
+// value than old and that range.
+const touchFragment = `local function touchable(k, old, at, n)
+	local want = math.max(#old, at + n)
+	if want == 0 then
+		return redis.call('EXISTS', k) == 1
+	end
+	local cur = redis.call('GETRANGE', k, 0, want - 1)
+	if #cur < want then
+		return false
+	end
+	local function outside(s)
+		return string.sub(s, 1, math.min(at, #old)) .. string.sub(s, at + n + 1, #old)
+	end
+	return outside(cur) == outside(old)
+end
+`
+
 // writeScript makes one Write (see write.go for its arguments) in five
 // steps:
 //
 //  1. reads, writing nothing: the condition on KEYS[1] (ARGV[2]: 'always',
-//     'absent', 'equal' to ARGV[3], or 'newer' with write times at offset
-//     ARGV[3]), giving stored 1, 0, or 2 (newer: holds the value already);
+//     'absent', 'equal' to ARGV[3], 'newer' with write times at offset
+//     ARGV[3], or 'touch': touchable with old ARGV[3] at offset ARGV[14]),
+//     giving stored 1, 0, or 2 (newer: holds the value already);
 //     and the lease KEYS[2] (ARGV[9] '1') under token ARGV[10];
 //  2. picks the message: ARGV[6] if stored 1 and ARGV[5] is '1', ARGV[8]
 //     if stored 0 and ARGV[7] is '1', none if stored 2 or the lease is
 //     held under the token unmarked (no one waits);
 //  3. if a message goes out and ARGV[11] (the log's length) is not '0',
 //     XADD to the log, the last of KEYS, field m = ARGV[12];
-//  4. if stored is 1, SET KEYS[1] to ARGV[1] with ttl ARGV[4] (see set);
+//  4. if stored is 1, SET KEYS[1] to ARGV[1] with ttl ARGV[4] (see set),
+//     or for a touch, SETRANGE KEYS[1] at ARGV[14] to ARGV[1] and set its
+//     lifetime to ARGV[4] (PEXPIRE; '0': PERSIST; 'keep': as it is);
 //     then deletes the lease if it is held under the token;
 //  5. PUBLISHes the message on channel ARGV[13] unless it is empty,
 //     positioned at the log entry's id if one was added: byte 2, the id's
@@ -101,7 +124,7 @@ end
 // It returns stored. A step that fails (a key of the wrong type) fails
 // the script; step 3 is the first that writes, so a log that is not a
 // stream writes nothing.
-var writeScript = redis.NewScript(peekFragment + setFragment + newerFragment + `
+var writeScript = redis.NewScript(peekFragment + setFragment + newerFragment + touchFragment + `
 local key, cond = KEYS[1], ARGV[2]
 local stored = 1
 if cond == 'absent' then
@@ -114,6 +137,10 @@ elseif cond == 'equal' then
 	end
 elseif cond == 'newer' then
 	stored = newer(key, ARGV[1], tonumber(ARGV[3]))
+elseif cond == 'touch' then
+	if not touchable(key, ARGV[3], tonumber(ARGV[14]), #ARGV[1]) then
+		stored = 0
+	end
 end
 local leased, waited, mine = ARGV[9] == '1', true, false
 if leased then
@@ -132,7 +159,16 @@ if msg and ARGV[11] ~= '0' then
 	local id = redis.call('XADD', KEYS[#KEYS], 'MAXLEN', '~', ARGV[11], '*', 'm', ARGV[12])
 	msg = string.char(2, #id) .. id .. msg
 end
-if stored == 1 then
+if stored == 1 and cond == 'touch' then
+	if #ARGV[1] > 0 then
+		redis.call('SETRANGE', key, tonumber(ARGV[14]), ARGV[1])
+	end
+	if ARGV[4] == '0' then
+		redis.call('PERSIST', key)
+	elseif ARGV[4] ~= 'keep' then
+		redis.call('PEXPIRE', key, ARGV[4])
+	end
+elseif stored == 1 then
 	set(key, ARGV[1], ARGV[4])
 end
 if mine then

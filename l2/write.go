@@ -46,8 +46,10 @@ import (
 // Neither keeps a log: there a write with Log set fails the batch, before
 // any round trip, with an error wrapping errors.ErrUnsupported. Anywhere,
 // so does a write asking for what it cannot have: an unknown condition,
-// KeepTTL without IfEqual, a negative StampAt, a Log without f.Log or with
-// f.LogLen under 1.
+// KeepTTL or Touch without IfEqual, a negative StampAt or TouchAt, a Log
+// without f.Log or with f.LogLen under 1. A Touch is writeScript's
+// SETRANGE of its Value and PEXPIRE of its TTL: the value's other bytes
+// are neither sent nor rewritten.
 //
 // A batch announced as a whole (Feed.Msg) goes, on one server, as one
 // MULTI/EXEC transaction: its writes (scripts by EVAL), then
@@ -91,6 +93,10 @@ func (s *Store) check(w *tier.Write, f tier.Feed) error {
 		return fmt.Errorf("unknown condition %d", w.If)
 	case w.KeepTTL && w.If != tier.IfEqual:
 		return fmt.Errorf("KeepTTL with %s, want IfEqual", [...]string{"Always", "IfAbsent", "IfEqual", "IfNewer"}[w.If])
+	case w.Touch && w.If != tier.IfEqual:
+		return fmt.Errorf("Touch with %s, want IfEqual", [...]string{"Always", "IfAbsent", "IfEqual", "IfNewer"}[w.If])
+	case w.Touch && w.TouchAt < 0:
+		return fmt.Errorf("negative TouchAt %d", w.TouchAt)
 	case w.If == tier.IfNewer && w.StampAt < 0:
 		return fmt.Errorf("negative StampAt %d", w.StampAt)
 	case w.Log == nil:
@@ -201,7 +207,7 @@ func (s *Store) scripted(ws []tier.Write, f tier.Feed) []bool {
 	for i := range ws {
 		w := &ws[i]
 		announced := f.Channel != "" && (w.Msg != nil || w.Else != nil) && (w.Lease == "" || s.topo == single)
-		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Log != nil || announced || (w.Lease != "" && s.topo == single)
+		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Touch || w.Log != nil || announced || (w.Lease != "" && s.topo == single)
 		if out[i] {
 			n++
 		}
@@ -234,7 +240,11 @@ func (s *Store) scriptArgs(w *tier.Write, f tier.Feed, leaseLater bool) ([]strin
 	if !w.KeepTTL {
 		ttl = strconv.FormatInt(int64(expiry(w.TTL)/time.Millisecond), 10)
 	}
-	args := []any{w.Value, condName[w.If], old, ttl, "", nil, "", nil, "", "", "0", nil, ""}
+	cond, at := condName[w.If], ""
+	if w.Touch {
+		cond, at = "touch", strconv.Itoa(w.TouchAt)
+	}
+	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at}
 	if w.Lease != "" && leaseLater {
 		return keys, args
 	}

@@ -21,11 +21,13 @@
 //	load.queued               counter  {load}     Load.Queued
 //	refreshes                 counter  {refresh}  Load.Refreshes
 //	load.not_cached           counter  {value}    Load.NotCached
+//	load.not_modified         counter  {key}      Load.NotModified
 //	errors                    counter  {error}    kind l2: L2.Errors, decode: L2.DecodeErrors,
 //	                                              encode: Load.EncodeErrors, oversized: Load.Oversized,
 //	                                              publish: Invalidations.PublishErrors,
 //	                                              options: Load.BadOptions
 //	stale.served              counter  {value}    Load.StaleServed
+//	stale.reads               counter  {value}    Load.StaleReads
 //	fills.discarded           counter  {fill}     L1.FillsDiscarded
 //	l1.entries                gauge    {entry}    L1.Entries
 //	l1.size                   gauge    By         L1.Size
@@ -39,6 +41,7 @@
 //	                                              invalid: .Invalid
 //	invalidations.unauthentic counter  {message}  Invalidations.Unauthentic
 //	invalidations.swapped     counter  {entry}    Invalidations.Swapped
+//	invalidations.extended    counter  {entry}    Invalidations.Extended
 //	bus.losses                counter  {loss}     Bus.Losses
 //	bus.replays               counter  {replay}   result replayed: Bus.Replays, flushed: Bus.Flushed
 //	bus.replayed              counter  {message}  Bus.Replayed

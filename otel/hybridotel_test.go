@@ -208,12 +208,14 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"load.soft_timeouts", "", 0, 0},
 		{"load.queued", "", 0, 0},
 		{"refreshes", "", 0, 0},
+		{"load.not_modified", "", 0, 0},
 		{"errors", "kind=l2", 1, 0},
 		{"errors", "kind=decode", 0, 0},
 		{"errors", "kind=encode", 0, 0},
 		{"errors", "kind=oversized", 0, 0},
 		{"errors", "kind=publish", 0, 0},
 		{"stale.served", "", 0, 0},
+		{"stale.reads", "", 0, 0},
 		{"fills.discarded", "", 0, 0},
 		{"l1.entries", "", 1, 1}, // a: k1; b dropped k1 on a's Set
 		{"l1.evictions", "reason=size", 0, 0},
@@ -228,6 +230,7 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"invalidations.received", "result=invalid", 0, 0},
 		{"invalidations.unauthentic", "", 0, 0},
 		{"invalidations.swapped", "", 0, 0},
+		{"invalidations.extended", "", 0, 0},
 		{"bus.losses", "", 0, 0},
 		{"bus.replays", "result=replayed", 0, 0},
 		{"bus.replays", "result=flushed", 0, 0},
@@ -607,9 +610,9 @@ func TestMetricsAdaptive(t *testing.T) {
 	}
 	defer reg.Unregister()
 	ctx := context.Background()
-	for key, set := range map[string]func(*hybrid.Entry){
-		"volatile": (*hybrid.Entry).DoNotCache,
-		"bad":      func(e *hybrid.Entry) { e.SetTTL(-time.Second) },
+	for key, set := range map[string]func(*hybrid.EntrySettings){
+		"volatile": (*hybrid.EntrySettings).DoNotCache,
+		"bad":      func(e *hybrid.EntrySettings) { e.SetTTL(-time.Second) },
 	} {
 		v, err := c.GetOrCreate(ctx, key, func(ctx context.Context, _ string) (string, error) {
 			set(hybrid.EntryFrom(ctx))

@@ -148,6 +148,8 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.Load.Refreshes })},
 		{name: "load.not_cached", unit: "{value}", desc: "Loaded values whose load said DoNotCache: returned, stored nowhere.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Load.NotCached })},
+		{name: "load.not_modified", unit: "{key}", desc: "Keys whose refresh load found the value not modified: extended, not re-sent.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Load.NotModified })},
 		{name: "errors", unit: "{error}", desc: "Errors the cache absorbed, by kind.", series: []series{
 			by(keyKind, "l2", func(s *hybrid.Stats) uint64 { return s.L2.Errors }),
 			by(keyKind, "decode", func(s *hybrid.Stats) uint64 { return s.L2.DecodeErrors }),
@@ -158,6 +160,8 @@ func catalogue() []instrument {
 		}},
 		{name: "stale.served", unit: "{value}", desc: "Stale values served by fail-safe or after a soft timeout.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Load.StaleServed })},
+		{name: "stale.reads", unit: "{value}", desc: "Stale values returned by reads without a load (AllowStale).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Load.StaleReads })},
 		{name: "fills.discarded", unit: "{fill}", desc: "Fills not stored in L1 because the key changed meanwhile.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.L1.FillsDiscarded })},
 		{name: "l1.entries", unit: "{entry}", desc: "Entries in L1 (approximate).", gauge: true,
@@ -187,6 +191,8 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Unauthentic })},
 		{name: "invalidations.swapped", unit: "{entry}", desc: "L1 entries replaced by a value carried in a message.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Swapped })},
+		{name: "invalidations.extended", unit: "{entry}", desc: "L1 entries extended by another instance's not-modified refresh.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Extended })},
 		{name: "bus.losses", unit: "{loss}", desc: "Times the bus reported possible message loss (a drop or a restore).",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Bus.Losses })},
 		{name: "bus.replays", unit: "{replay}", desc: "Bus losses ended by replaying the missed messages from the shared tier's log, or by flushing L1 when the log could not cover them.", series: []series{

@@ -11,17 +11,25 @@
 //	         4 tagged (the payload starts with the tags, see below);
 //	         8 compressed (the codec's bytes are compressed, by the
 //	         reader of the flag, not by this package);
+//	         16 versioned (the payload starts with a version, see below);
 //	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
-//	[11:19]  logical expiry, Unix milliseconds, 0 for none
+//	[11:19]  logical expiry, Unix milliseconds, 0 for none (ExpiresAt)
 //	[19:]    payload
 //
-// With the tagged flag the payload starts with a uvarint count of tags
-// (1 to MaxTags), then each tag as a uvarint length (1 to MaxTagLen) and its
-// bytes; the codec's bytes follow.
+// With the versioned flag the payload starts with the value's version (an
+// ETag, say, that its loader gave it): a uvarint length (1 to
+// MaxVersionLen) and its bytes. With the tagged flag the tags follow: a
+// uvarint count of tags (1 to MaxTags), then each tag as a uvarint length
+// (1 to MaxTagLen) and its bytes; the codec's bytes come last. The version
+// comes first so that the header and the version, which identify a value
+// (see Head), are one prefix of the envelope.
 //
 // Anything else (another format, an unknown flag, a short header) is
 // rejected with an error wrapping ErrCorrupt, so a reader never misreads it.
+// A reader that predates a flag rejects the envelopes that carry it: one
+// without the versioned flag (16) takes a versioned envelope for a corrupt
+// one (a miss to it), and one with it reads every older envelope as before.
 package envelope
 
 import (
@@ -51,8 +59,19 @@ const FlagTagged = 4
 // FlagCompressed marks a payload whose codec bytes are compressed.
 const FlagCompressed = 8
 
+// FlagVersioned marks a value that carries a version (Header.Version).
+const FlagVersioned = 16
+
 // knownFlags has every flag bit this version understands.
-const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed
+const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed | FlagVersioned
+
+// ExpiresAt is the byte offset of the logical expiry in an envelope: 8
+// bytes, big-endian Unix milliseconds. A value's lifetime is extended in
+// place by writing them anew (see Head).
+const ExpiresAt = 11
+
+// MaxVersionLen bounds the length of a version.
+const MaxVersionLen = 255
 
 // The bounds on tags: how many one value may carry and how long each is.
 // Decode rejects more, and a cache accepts no more in WithTags.
@@ -73,24 +92,17 @@ type Header struct {
 	// Tags are the value's tags. Append sets FlagTagged when there are
 	// any; Decode fills them in when the flag is set.
 	Tags []string
+	// Version is the value's version, "" for none. Append sets
+	// FlagVersioned when there is one; Decode fills it in when the flag is
+	// set.
+	Version string
 }
 
 // Append appends h and payload to dst in format 1 and returns the result.
-// Tags beyond the bounds Decode accepts make an envelope Decode rejects;
-// the caller checks them.
+// Tags or a version beyond the bounds Decode accepts make an envelope
+// Decode rejects; the caller checks them.
 func Append(dst []byte, h Header, payload []byte) []byte {
-	var hdr [HeaderLen]byte
-	hdr[0] = Format
-	hdr[1] = h.Codec
-	hdr[2] = h.Flags &^ FlagTagged
-	if len(h.Tags) > 0 {
-		hdr[2] |= FlagTagged
-	}
-	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
-	if !h.Expires.IsZero() {
-		binary.BigEndian.PutUint64(hdr[11:19], uint64(h.Expires.UnixMilli()))
-	}
-	dst = append(dst, hdr[:]...)
+	dst = Head(dst, h)
 	if len(h.Tags) > 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(h.Tags)))
 		for _, tag := range h.Tags {
@@ -99,6 +111,42 @@ func Append(dst []byte, h Header, payload []byte) []byte {
 		}
 	}
 	return append(dst, payload...)
+}
+
+// Head appends to dst the part of h's envelope that identifies the value
+// it was written with: the header (with FlagTagged set if h has tags) and
+// the version, which the tags and the payload follow. Two envelopes with
+// one head, but for the logical expiry (bytes ExpiresAt to ExpiresAt+8),
+// hold one value as the writer of its version sees it.
+func Head(dst []byte, h Header) []byte {
+	var hdr [HeaderLen]byte
+	hdr[0] = Format
+	hdr[1] = h.Codec
+	hdr[2] = h.Flags &^ (FlagTagged | FlagVersioned)
+	if len(h.Tags) > 0 {
+		hdr[2] |= FlagTagged
+	}
+	if h.Version != "" {
+		hdr[2] |= FlagVersioned
+	}
+	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
+	if !h.Expires.IsZero() {
+		binary.BigEndian.PutUint64(hdr[ExpiresAt:ExpiresAt+8], uint64(h.Expires.UnixMilli()))
+	}
+	dst = append(dst, hdr[:]...)
+	if h.Version != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(h.Version)))
+		dst = append(dst, h.Version...)
+	}
+	return dst
+}
+
+// VersionLen is how many bytes Append adds for a version.
+func VersionLen(version string) int {
+	if version == "" {
+		return 0
+	}
+	return binary.MaxVarintLen64 + len(version)
 }
 
 // TagsLen is how many bytes Append adds for tags.
@@ -133,6 +181,14 @@ func Decode(b []byte) (Header, []byte, error) {
 		h.Expires = time.UnixMilli(exp)
 	}
 	payload := b[HeaderLen:]
+	if h.Flags&FlagVersioned != 0 {
+		n, k := uvarint(payload)
+		if k <= 0 || n == 0 || n > MaxVersionLen || n > uint64(len(payload)-k) {
+			return Header{}, nil, fmt.Errorf("%w: bad version length", ErrCorrupt)
+		}
+		h.Version = string(payload[k : k+int(n)])
+		payload = payload[k+int(n):]
+	}
 	if h.Flags&FlagTagged != 0 {
 		var err error
 		if h.Tags, payload, err = decodeTags(payload); err != nil {

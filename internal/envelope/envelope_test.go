@@ -17,13 +17,16 @@ func TestRoundTrip(t *testing.T) {
 		{Codec: 1, Written: written},
 		{Codec: 1, Written: written, Tags: []string{"a", "tag two"}},
 		{Codec: 3, Flags: envelope.FlagCompressed, Written: written, Tags: []string{"x"}},
+		{Codec: 1, Written: written, Version: `W/"etag-1"`},
+		{Codec: 2, Flags: envelope.FlagCompressed, Written: written, Tags: []string{"a", "b"}, Version: "v2"},
 	} {
 		b := envelope.Append(nil, h, []byte("payload"))
 		got, payload, err := envelope.Decode(b)
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
-		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) || !slices.Equal(got.Tags, h.Tags) || got.Flags&^envelope.FlagTagged != h.Flags {
+		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) || !slices.Equal(got.Tags, h.Tags) ||
+			got.Version != h.Version || got.Flags&^(envelope.FlagTagged|envelope.FlagVersioned) != h.Flags {
 			t.Errorf("got header %+v, want %+v", got, h)
 		}
 		if !bytes.Equal(payload, []byte("payload")) {
@@ -46,20 +49,69 @@ func TestDecodeRejects(t *testing.T) {
 	longCount = append(longCount[:envelope.HeaderLen+1], append([]byte{0}, longCount[envelope.HeaderLen+1:]...)...)
 	tooMany := append(bytes.Clone(good[:envelope.HeaderLen]), 65)
 	tooMany[2] = envelope.FlagTagged
+	versionFlagOnly := bytes.Clone(good)
+	versionFlagOnly[2] = envelope.FlagVersioned
+	versioned := envelope.Append(nil, envelope.Header{Codec: 1, Written: time.Now(), Version: "etag"}, nil)
+	emptyVersion := append(bytes.Clone(good[:envelope.HeaderLen]), 0)
+	emptyVersion[2] = envelope.FlagVersioned
 	for name, b := range map[string][]byte{
-		"empty":             nil,
-		"short header":      good[:envelope.HeaderLen-1],
-		"other format":      future,
-		"unknown flag":      flagged,
-		"tag flag, no tags": tagFlagOnly,
-		"tag cut short":     tagged[:envelope.HeaderLen+2],
-		"long varint":       longCount,
-		"65 tags":           tooMany,
-		"json text":         []byte(`{"id":1,"name":"not an envelope"}`),
+		"empty":                    nil,
+		"short header":             good[:envelope.HeaderLen-1],
+		"other format":             future,
+		"unknown flag":             flagged,
+		"tag flag, no tags":        tagFlagOnly,
+		"tag cut short":            tagged[:envelope.HeaderLen+2],
+		"long varint":              longCount,
+		"65 tags":                  tooMany,
+		"version flag, no version": versionFlagOnly,
+		"version cut short":        versioned[:len(versioned)-1],
+		"empty version":            emptyVersion,
+		"json text":                []byte(`{"id":1,"name":"not an envelope"}`),
 	} {
 		if _, _, err := envelope.Decode(b); !errors.Is(err, envelope.ErrCorrupt) {
 			t.Errorf("%s: got err %v, want ErrCorrupt", name, err)
 		}
+	}
+}
+
+// TestUnversionedUnchanged: the versioned flag is the only change an
+// envelope with a version makes, and one without a version is byte for
+// byte what format 1 was before versions.
+func TestUnversionedUnchanged(t *testing.T) {
+	written := time.UnixMilli(1_700_000_000_123)
+	plain := envelope.Append(nil, envelope.Header{Codec: 1, Written: written, Tags: []string{"t"}}, []byte("x"))
+	if plain[2]&envelope.FlagVersioned != 0 {
+		t.Errorf("an envelope without a version has the versioned flag: %#x", plain[2])
+	}
+	want := []byte{1, 1, envelope.FlagTagged, 0, 0, 0x01, 0x8b, 0xcf, 0xe5, 0x68, 0x7b, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 't', 'x'}
+	if !bytes.Equal(plain, want) {
+		t.Errorf("envelope without a version:\n got % x\nwant % x", plain, want)
+	}
+}
+
+// TestHead: the head is the envelope's prefix up to its tags, and two
+// envelopes of one value differ in it only by their expiry.
+func TestHead(t *testing.T) {
+	written := time.UnixMilli(1_700_000_000_123)
+	h := envelope.Header{Codec: 2, Flags: envelope.FlagCompressed, Written: written, Expires: written.Add(time.Minute), Tags: []string{"a"}, Version: "v7"}
+	b := envelope.Append(nil, h, []byte("payload"))
+	head := envelope.Head(nil, h)
+	if !bytes.HasPrefix(b, head) {
+		t.Fatalf("head % x is not a prefix of the envelope % x", head, b)
+	}
+	if len(head) != envelope.HeaderLen+1+len(h.Version) {
+		t.Errorf("head of %d bytes, want the header and the version (%d)", len(head), envelope.HeaderLen+1+len(h.Version))
+	}
+	h2 := h
+	h2.Expires = written.Add(time.Hour)
+	head2 := envelope.Head(nil, h2)
+	for i := range head {
+		if in := i >= envelope.ExpiresAt && i < envelope.ExpiresAt+8; (head[i] != head2[i]) && !in {
+			t.Errorf("heads of one value differ at byte %d, outside the expiry", i)
+		}
+	}
+	if bytes.Equal(head, head2) {
+		t.Error("heads of two expiries are equal")
 	}
 }
 

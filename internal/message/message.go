@@ -12,8 +12,10 @@
 //	          7 load failed (a lease holder's load of the keys failed), 8
 //	          not found (a lease holder's load found no value for the keys),
 //	          9 not stored (a lease holder loaded the keys but could not
-//	          store them)
-//	[2]       flags: 1 carries a value, 2 signed, 4 carries a lease token
+//	          store them), 10 extend (the key's value was found not
+//	          modified and its lifetime extended in place)
+//	[2]       flags: 1 carries a value (only signed, but for extend), 2
+//	          signed, 4 carries a lease token
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
@@ -21,7 +23,8 @@
 //	           envelope of the one key, or, naming more keys (a batch),
 //	           their envelopes packed by PackValues; tag: the delete's tag
 //	           record; filled: the keys' envelopes, packed by PackValues;
-//	           load failed: the error)
+//	           load failed: the error; extend: which value, and until
+//	           when, as its sender puts it)
 //	if flag 4: uvarint token length (1 to MaxTokenLen), then the token of
 //	           the lease holder that sent it (ops 6 to 9 only)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
@@ -90,10 +93,18 @@ const (
 	// them (a value too large, or one the codec refused): peers waiting for
 	// them load them by themselves.
 	OpNotStored Op = 9
+	// OpExtend says that the value of Keys[0] was found not modified and
+	// its lifetime extended in the shared tier; Value says which value and
+	// until when. Peers that hold that value extend it, others drop the
+	// key. It is the one op whose Value an unsigned message carries: it
+	// names no stored bytes, and a receiver with a secret takes it only
+	// when Authentic.
+	OpExtend Op = 10
 )
 
-// String returns the op's name: "set", "delete", "clear", "tag" or
-// "expire", "filled", "load_failed", "not_found" or "not_stored".
+// String returns the op's name: "set", "delete", "clear", "tag",
+// "expire", "filled", "load_failed", "not_found", "not_stored" or
+// "extend".
 func (op Op) String() string {
 	switch op {
 	case OpSet:
@@ -114,6 +125,8 @@ func (op Op) String() string {
 		return "not_found"
 	case OpNotStored:
 		return "not_stored"
+	case OpExtend:
+		return "extend"
 	}
 	return "unknown"
 }
@@ -162,7 +175,8 @@ type Message struct {
 }
 
 // Encode returns m in version 1. With a non-empty secret the message is
-// signed; a Value is only carried in a signed message. Encode panics if m
+// signed; a Value is only carried in a signed message, or by OpExtend.
+// Encode panics if m
 // has a Token and is not lease news (ops 6 to 9), or its Token is longer
 // than MaxTokenLen.
 func Encode(m Message, secret []byte) []byte {
@@ -177,9 +191,9 @@ func Encode(m Message, secret []byte) []byte {
 	var flags byte
 	if len(secret) > 0 {
 		flags |= flagSigned
-		if m.Value != nil {
-			flags |= flagValue
-		}
+	}
+	if m.Value != nil && (len(secret) > 0 || m.Op == OpExtend) {
+		flags |= flagValue
 	}
 	if m.Token != "" {
 		flags |= flagToken
@@ -271,11 +285,11 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown version %d", ErrInvalid, b[0])
 	}
 	m.Op = Op(b[1])
-	if m.Op < OpSet || m.Op > OpNotStored {
+	if m.Op < OpSet || m.Op > OpExtend {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]
-	if flags&^(flagValue|flagSigned|flagToken) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0) ||
+	if flags&^(flagValue|flagSigned|flagToken) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0 && m.Op != OpExtend) ||
 		(flags&flagToken != 0 && !leaseNews(m.Op)) {
 		return m, fmt.Errorf("%w: bad flags %#x for op %d", ErrInvalid, flags, m.Op)
 	}
@@ -306,7 +320,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 	}
 	if flags&flagValue != 0 {
 		v := r.bytes()
-		if m.Authentic {
+		if m.Authentic || flags&flagSigned == 0 {
 			m.Value = v
 		}
 	}

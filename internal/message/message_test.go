@@ -53,6 +53,31 @@ func TestValueOnlyWhenSigned(t *testing.T) {
 	}
 }
 
+// An extend carries its Value unsigned, and signed; a forged signature
+// leaves it without one, as any other op.
+func TestExtendValue(t *testing.T) {
+	m := message.Message{Op: message.OpExtend, Namespace: "ns", Keys: []string{"k"}, Value: []byte("until")}
+	for _, c := range []struct {
+		name         string
+		sign, verify []byte
+		value        string
+		authentic    bool
+	}{
+		{"unsigned", nil, nil, "until", false},
+		{"unsigned, read with a secret", nil, []byte("s"), "until", false},
+		{"signed", []byte("s"), []byte("s"), "until", true},
+		{"forged", []byte("x"), []byte("s"), "", false},
+	} {
+		got, err := message.Decode(message.Encode(m, c.sign), c.verify)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if string(got.Value) != c.value || got.Authentic != c.authentic || got.Op != message.OpExtend {
+			t.Errorf("%s: got op %v, Value %q, Authentic %v; want extend, %q, %v", c.name, got.Op, got.Value, got.Authentic, c.value, c.authentic)
+		}
+	}
+}
+
 func TestForgedSignature(t *testing.T) {
 	m := message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("planted")}
 	b := message.Encode(m, []byte("attacker key"))
@@ -98,7 +123,7 @@ func TestDecodeRejects(t *testing.T) {
 		"short":             valid[:10],
 		"version 9":         append([]byte{9}, valid[1:]...),
 		"op 0":              append([]byte{1, 0}, valid[2:]...),
-		"op 10":             append([]byte{1, 10}, valid[2:]...),
+		"op 11":             append([]byte{1, 11}, valid[2:]...),
 		"expire, no key":    message.Encode(message.Message{Op: message.OpExpire, Namespace: "ns"}, nil),
 		"value unsigned":    append([]byte{1, 1, 1}, valid[3:]...),
 		"trailing":          append(bytes.Clone(valid), 0),
@@ -128,6 +153,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Encode(message.Message{Op: message.OpLoadFailed, Namespace: "ns", Keys: []string{"k"}, Value: []byte("db down")}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpNotFound, Namespace: "ns", Keys: []string{"k"}}, nil))
 	f.Add(message.Encode(message.Message{Op: message.OpNotStored, Namespace: "ns", Keys: []string{"k"}}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpExtend, Namespace: "ns", Keys: []string{"k"}, Value: []byte("0123456789abcdefv1")}, nil))
 	f.Add(message.Encode(message.Message{Op: message.OpFilled, Namespace: "ns", Keys: []string{"k"}, Value: message.PackValues([][]byte{[]byte("v")}), Token: "0a.1"}, secret))
 	f.Add(message.Encode(message.Message{Op: message.OpNotFound, Namespace: "ns", Keys: []string{"k"}, Token: "0a.2"}, nil))
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
@@ -147,8 +173,8 @@ func FuzzDecode(f *testing.F) {
 		if m.Op != message.OpClear && len(m.Keys) == 0 {
 			t.Fatal("decoded a set, delete, tag or expire with no key")
 		}
-		if m.Value != nil && !m.Authentic {
-			t.Fatal("value from an unauthentic message")
+		if m.Value != nil && !m.Authentic && m.Op != message.OpExtend {
+			t.Fatal("value from an unauthentic message other than an extend")
 		}
 		if m.Token != "" && (m.Op < message.OpFilled || m.Op > message.OpNotStored || len(m.Token) > message.MaxTokenLen) {
 			t.Fatalf("token of %d bytes on op %v", len(m.Token), m.Op)

@@ -42,6 +42,16 @@ type Write struct {
 	// StampAt is, with IfNewer, the byte offset of the write time in Value
 	// and in the stored value.
 	StampAt int
+	// Touch changes the stored value in place instead of replacing it:
+	// Value is written over the stored bytes from byte offset TouchAt
+	// (SETRANGE), and the key's lifetime is set to TTL (or kept, with
+	// KeepTTL). Only with IfEqual, whose Old is then compared with the
+	// first len(Old) bytes of the stored value, leaving out the bytes the
+	// touch overwrites (so a value is extended without being sent): it
+	// stores only where the key holds at least TouchAt+len(Value) bytes
+	// (a touch never grows a value) that begin with Old but for those.
+	Touch   bool
+	TouchAt int
 
 	// Msg is published on Feed.Channel if the write stored, Else if it did
 	// not (nil: nothing), in the same atomic step as the write, so that

@@ -1,0 +1,68 @@
+package hybridtest
+
+import (
+	"time"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+)
+
+// This file holds the suite's check of Write.Touch: a value changed in
+// place, on a prefix that leaves out the bytes the touch overwrites.
+
+// checkTouch: a touch overwrites only its bytes where the key begins with
+// Old but for them, sets the lifetime (or keeps it), announces as any
+// write, and never creates or grows a value.
+func checkTouch(e *env) {
+	e.listen()
+	start := time.Now()
+	e.put("k", raw("head-OLD-tail"), shortTTL)
+	e.put("short", raw("head-O"), longTTL)
+	e.put("kept", raw("ab-CD-ef"), shortTTL)
+	touch := func(key, old string, at int, value string, ttl time.Duration) hybrid.Write {
+		return hybrid.Write{Key: key, If: hybrid.IfEqual, Touch: true, TouchAt: at, Old: raw(old), Value: raw(value), TTL: ttl,
+			Msg: raw("touched " + key), Else: raw("untouched " + key)}
+	}
+	kept := touch("kept", "ab-xx-", 3, "GH", 0)
+	kept.KeepTTL = true
+	st := e.write(
+		touch("k", "head-xxx", 5, "NEW", longTTL),     // differs only where it writes
+		touch("k", "hexd-NEW", 5, "ZZZ", longTTL),     // differs elsewhere
+		touch("missing", "", 0, "x", longTTL),         // nothing to touch
+		touch("short", "head-", 5, "NEW", longTTL),    // would grow the value
+		touch("nothing", "", 0, "", longTTL),          // an empty touch of nothing
+		kept,                                          // its lifetime kept
+		touch("k", "head-NEW-tail!", 5, "N", longTTL), // Old longer than the value
+	)
+	e.expectStored("touches", st, true, false, false, false, false, true, false)
+	e.expect("k", raw("head-NEW-tail"))
+	e.expect("missing", nil)
+	e.expect("short", raw("head-O"))
+	e.expect("nothing", nil)
+	e.expect("kept", raw("ab-GH-ef"))
+	e.expires("kept", start, shortTTL)
+	if time.Since(start) > shortTTL+patience {
+		return // the next check would not tell a kept lifetime from a new one
+	}
+	e.expect("k", raw("head-NEW-tail")) // its new lifetime outlived the old
+	e.expectMsgs("k", "touches", "touched k", "untouched k", "untouched missing", "untouched short",
+		"untouched nothing", "touched kept", "untouched k")
+
+	e.put("life", raw("v"), longTTL)
+	start = time.Now()
+	st = e.write(touch("life", "", 0, "", shortTTL)) // an empty Old and Value: the lifetime only
+	e.expectStored("a touch of the lifetime only", st, true)
+	e.expect("life", raw("v"))
+	e.expires("life", start, shortTTL)
+
+	e.put("k", raw("head-OLD-tail"), longTTL)
+	for _, w := range []hybrid.Write{
+		{Key: "k", Touch: true, Value: raw("x")},
+		{Key: "k", Touch: true, If: hybrid.IfAbsent, Value: raw("x")},
+		{Key: "k", Touch: true, If: hybrid.IfEqual, TouchAt: -1, Value: raw("x")},
+	} {
+		if _, err := e.r.Write(e.ctx, []hybrid.Write{w}, e.feed); err == nil {
+			e.t.Errorf("Write(%+v): no error, want one", w)
+		}
+	}
+	e.expect("k", raw("head-OLD-tail"))
+}
