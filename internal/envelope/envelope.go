@@ -1,6 +1,6 @@
 // Package envelope is the stored form of a cache value in the shared tier:
-// a fixed header (format, codec id, flags, write time, logical expiry)
-// followed by the codec's payload.
+// a fixed header (format, codec id, flags, write time, logical expiry),
+// optional fields (tags, load time), then the codec's payload.
 //
 // Layout of format 1 (big-endian):
 //
@@ -11,6 +11,8 @@
 //	         4 tagged (the payload starts with the tags, see below);
 //	         8 compressed (the codec's bytes are compressed, by the
 //	         reader of the flag, not by this package);
+//	         16 load time (the payload carries how long the value took
+//	         to load, see below);
 //	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
 //	[11:19]  logical expiry, Unix milliseconds, 0 for none
@@ -18,7 +20,10 @@
 //
 // With the tagged flag the payload starts with a uvarint count of tags
 // (1 to MaxTags), then each tag as a uvarint length (1 to MaxTagLen) and its
-// bytes; the codec's bytes follow.
+// bytes. With the load-time flag, a uvarint of the load time in
+// microseconds (1 to MaxLoadTime) follows, after the tags if any. The
+// codec's bytes follow. An envelope without the flag reads as it always
+// did; one with it is refused, as corrupt, by a reader older than the flag.
 //
 // Anything else (another format, an unknown flag, a short header) is
 // rejected with an error wrapping ErrCorrupt, so a reader never misreads it.
@@ -51,8 +56,19 @@ const FlagTagged = 4
 // FlagCompressed marks a payload whose codec bytes are compressed.
 const FlagCompressed = 8
 
+// FlagLoadTime marks a value that carries its load time
+// (Header.LoadTime).
+const FlagLoadTime = 16
+
 // knownFlags has every flag bit this version understands.
-const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed
+const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed | FlagLoadTime
+
+// MaxLoadTime bounds Header.LoadTime: Append stores a longer one as this,
+// and Decode rejects more.
+const MaxLoadTime = 24 * time.Hour
+
+// LoadTimeLen is the most bytes Append adds for a load time.
+const LoadTimeLen = binary.MaxVarintLen64
 
 // The bounds on tags: how many one value may carry and how long each is.
 // Decode rejects more, and a cache accepts no more in WithTags.
@@ -73,6 +89,10 @@ type Header struct {
 	// Tags are the value's tags. Append sets FlagTagged when there are
 	// any; Decode fills them in when the flag is set.
 	Tags []string
+	// LoadTime is how long the value took to load, to the microsecond
+	// (0: not known). Append sets FlagLoadTime when it is positive;
+	// Decode fills it in when the flag is set.
+	LoadTime time.Duration
 }
 
 // Append appends h and payload to dst in format 1 and returns the result.
@@ -82,9 +102,12 @@ func Append(dst []byte, h Header, payload []byte) []byte {
 	var hdr [HeaderLen]byte
 	hdr[0] = Format
 	hdr[1] = h.Codec
-	hdr[2] = h.Flags &^ FlagTagged
+	hdr[2] = h.Flags &^ (FlagTagged | FlagLoadTime)
 	if len(h.Tags) > 0 {
 		hdr[2] |= FlagTagged
+	}
+	if h.LoadTime > 0 {
+		hdr[2] |= FlagLoadTime
 	}
 	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
 	if !h.Expires.IsZero() {
@@ -97,6 +120,9 @@ func Append(dst []byte, h Header, payload []byte) []byte {
 			dst = binary.AppendUvarint(dst, uint64(len(tag)))
 			dst = append(dst, tag...)
 		}
+	}
+	if h.LoadTime > 0 {
+		dst = binary.AppendUvarint(dst, uint64(max(min(h.LoadTime, MaxLoadTime)/time.Microsecond, 1)))
 	}
 	return append(dst, payload...)
 }
@@ -138,6 +164,13 @@ func Decode(b []byte) (Header, []byte, error) {
 		if h.Tags, payload, err = decodeTags(payload); err != nil {
 			return Header{}, nil, err
 		}
+	}
+	if h.Flags&FlagLoadTime != 0 {
+		us, k := uvarint(payload)
+		if k <= 0 || us == 0 || us > uint64(MaxLoadTime/time.Microsecond) {
+			return Header{}, nil, fmt.Errorf("%w: bad load time", ErrCorrupt)
+		}
+		h.LoadTime, payload = time.Duration(us)*time.Microsecond, payload[k:]
 	}
 	return h, payload, nil
 }
