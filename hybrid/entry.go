@@ -41,6 +41,7 @@ const (
 	kindEagerRefresh
 	kindTags
 	kindLoadLease
+	kindXFetch
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -83,8 +84,12 @@ func WithLoadTimeout(d time.Duration) EntryOption {
 }
 
 // WithEagerRefresh sets Options.EagerRefresh for the values this call
-// writes. 0: off.
+// writes, in place of XFetch if f is not 0. 0: off.
 func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
+
+// WithXFetch sets Options.XFetchBeta for the values this call writes, in
+// place of EagerRefresh if beta is not 0. 0: off.
+func WithXFetch(beta float64) EntryOption { return EntryOption{kind: kindXFetch, f: beta} }
 
 // WithLoadLease sets Options.LoadLease for a fill this call starts: 0
 // turns the lease off for it. On a cache without a Remote or a Bus, a lease
@@ -108,12 +113,13 @@ type policy struct {
 	softTimeout      time.Duration
 	loadTimeout      time.Duration
 	eager            float64
+	xfetch           float64       // XFetchBeta; 0: off (never with eager)
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
 }
 
 // timed reports whether values written under e need a schedule in L1.
-func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 }
+func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 || e.xfetch > 0 }
 
 // physical is how long the shared tier keeps a value whose logical
 // lifetime is ttl: longer by the fail-safe age, so that a stale copy
@@ -126,7 +132,7 @@ func (o *Options) defaults() policy {
 		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
 		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
 		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
-		lease: o.LoadLease,
+		lease: o.LoadLease, xfetch: o.XFetchBeta,
 	}
 }
 
@@ -160,6 +166,14 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.loadTimeout = opt.d
 		case kindEagerRefresh:
 			e.eager = opt.f
+			if opt.f > 0 {
+				e.xfetch = 0
+			}
+		case kindXFetch:
+			e.xfetch = opt.f
+			if opt.f > 0 {
+				e.eager = 0
+			}
 		case kindLoadLease:
 			if opt.d > 0 {
 				if o.Remote == nil || o.Bus == nil {
@@ -204,6 +218,10 @@ func (opt EntryOption) check() error {
 	case kindTTLJitter, kindEagerRefresh:
 		if opt.f < 0 || opt.f >= 1 || opt.f != opt.f {
 			return fmt.Errorf("hybrid: entry option: fraction %v is outside [0, 1)", opt.f)
+		}
+	case kindXFetch:
+		if !(opt.f >= 0 && opt.f <= maxXFetchBeta) {
+			return fmt.Errorf("hybrid: entry option: XFetch beta %v is outside [0, %v]", opt.f, maxXFetchBeta)
 		}
 	case kindTags:
 		for _, tag := range opt.s {

@@ -265,8 +265,11 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	finish := func(idx []int, result func(i int) (V, error)) { c.flights.FinishMany(keys, calls, idx, result) }
 	var zero V
 	var loaded map[string]V
+	var took time.Duration
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
+		start := time.Now()
 		loaded, err = f.load.run(c, ctx, pick(keys, idx), queued)
+		took = loadTime(e, time.Since(start))
 		return err
 	})
 	var notFound error // the load's own error, for the keys it found absent
@@ -299,12 +302,12 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		default:
 			vals[i].it = item[V]{v: v}
 			var err error
-			if b, err = c.encode(key, v, ttl, e.tags); err != nil {
+			if b, err = c.encodeLoaded(key, v, ttl, e.tags, took); err != nil {
 				c.notStored(key, err)
 				continue
 			}
 		}
-		c.storeLocal(lb, key, tagged(vals[i].it, e.tags), c.size(b), localTTL, toks[i], e)
+		c.storeLocal(lb, key, loadedItem(tagged(vals[i].it, e.tags), took, ttl), c.size(b), localTTL, toks[i], e)
 		fws = append(fws, fillWrite{key: key, b: b, life: e.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
 	lb.Done()

@@ -52,7 +52,16 @@ type LoadStats struct {
 	Oversized    uint64 // loaded values larger than MaxValueBytes, not stored
 	Queued       uint64 // loads that waited for a slot (MaxConcurrentLoads)
 	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
-	Refreshes    uint64 // eager refreshes started (one per key)
+	Refreshes    uint64 // background refreshes started (EagerRefresh, XFetchBeta; one per key)
+	// RefreshesBackedOff counts failed refreshes after which the next
+	// was put off (Options.RefreshBackoff).
+	RefreshesBackedOff uint64
+	// RefreshesCoalesced counts refreshes loaded in one batch with
+	// others (Options.RefreshBatch).
+	RefreshesCoalesced uint64
+	// RefreshesDeferred counts refreshes left to another instance that
+	// held the key's load lease (Options.LoadLease).
+	RefreshesDeferred uint64
 	// StaleServed counts stale values served by fail-safe: the load
 	// failed, passed SoftTimeout or waited for a slot.
 	StaleServed uint64
@@ -117,6 +126,7 @@ type counters struct {
 	queueDroppedOnClose                                       atomic.Uint64
 	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
 	leasesTakenOver, leasesTimedOut, leasesSkipped            atomic.Uint64
+	refreshBackoffs, refreshesCoalesced, refreshesDeferred    atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -149,14 +159,17 @@ func (c *Cache[V]) Stats() Stats {
 			WritesDropped: c.n.writesDropped.Load(),
 		},
 		Load: LoadStats{
-			Calls:        c.n.loads.Load(),
-			Errors:       c.n.loadErrors.Load(),
-			EncodeErrors: c.n.encodeErrors.Load(),
-			Oversized:    c.n.oversized.Load(),
-			Queued:       c.n.loadsQueued.Load(),
-			SoftTimeouts: c.n.softTimeouts.Load(),
-			Refreshes:    c.n.refreshes.Load(),
-			StaleServed:  c.n.staleServed.Load(),
+			Calls:              c.n.loads.Load(),
+			Errors:             c.n.loadErrors.Load(),
+			EncodeErrors:       c.n.encodeErrors.Load(),
+			Oversized:          c.n.oversized.Load(),
+			Queued:             c.n.loadsQueued.Load(),
+			SoftTimeouts:       c.n.softTimeouts.Load(),
+			Refreshes:          c.n.refreshes.Load(),
+			RefreshesBackedOff: c.n.refreshBackoffs.Load(),
+			RefreshesCoalesced: c.n.refreshesCoalesced.Load(),
+			RefreshesDeferred:  c.n.refreshesDeferred.Load(),
+			StaleServed:        c.n.staleServed.Load(),
 		},
 		Invalidations: InvalidationStats{
 			Sent:          c.n.published.Load(),

@@ -46,7 +46,7 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Durat
 		ttl = time.Until(h.Expires)
 	}
 	if timed || len(h.Tags) > 0 {
-		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b)}
+		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b), delta: int64(h.LoadTime)}
 	}
 	if h.Flags&envelope.FlagDeleted != 0 {
 		return 0, written, errTombstone
@@ -109,6 +109,12 @@ func (c *Cache[V]) encodeAbsent(ttl time.Duration, tags []string) []byte {
 
 // encode returns v's envelope, or an error wrapping ErrValueTooLarge.
 func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]byte, error) {
+	return c.encodeLoaded(key, v, ttl, tags, 0)
+}
+
+// encodeLoaded is encode for a value whose load took took (see loadTime;
+// 0: none stored).
+func (c *Cache[V]) encodeLoaded(key string, v V, ttl time.Duration, tags []string, took time.Duration) ([]byte, error) {
 	payload, err := c.codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
@@ -117,11 +123,15 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string) ([]
 		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
 	}
 	now := time.Now()
-	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags}
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags, LoadTime: took}
 	if z, ok := c.compress(payload); ok {
 		payload, h.Flags = z, envelope.FlagCompressed
 	}
-	return envelope.Append(make([]byte, 0, envelope.HeaderLen+envelope.TagsLen(tags)+len(payload)), h, payload), nil
+	n := envelope.HeaderLen + envelope.TagsLen(tags) + len(payload)
+	if took > 0 {
+		n += envelope.LoadTimeLen
+	}
+	return envelope.Append(make([]byte, 0, n), h, payload), nil
 }
 
 // compress returns payload compressed and true, or payload and false when

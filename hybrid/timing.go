@@ -49,17 +49,24 @@ func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (it
 	if t.written == 0 {
 		t.written = time.Now().UnixNano()
 	}
+	lexp := t.staleAt // the value's logical expiry, if known (see loadedItem)
 	t.expires = now + int64(ttl)
 	if t.staleAt <= 0 || t.staleAt > t.expires {
 		t.staleAt = t.expires
 	}
 	t.size = size
 	t.due = t.expires
+	t.fails, t.again, t.scale = 0, false, 0
 	if e.eager > 0 && !it.absent {
 		t.due = now + int64(float64(ttl)*e.eager)
 	}
+	if e.xfetch > 0 && !it.absent {
+		scheduleXFetch(&t, e.xfetch, lexp)
+	}
 	it.t = &t
-	return it, ttl + e.failSafe
+	ttl += e.failSafe
+	t.ends = now + int64(ttl)
+	return it, ttl
 }
 
 // expireLocal makes key's L1 entry stale, as its expiry would: later
@@ -91,8 +98,10 @@ func (c *Cache[V]) expireLocal(key string) {
 // refresh is due (serve it, refresh in the background) or it is stale
 // (a miss, with it as the fail-safe fallback).
 func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], load func(context.Context, string) (V, error), opts []EntryOption) (V, error) {
-	if c.local.Now() < it.t.expires {
-		c.refresh(ctx, key, it, load, opts)
+	if now := c.local.Now(); now < it.t.expires {
+		if refreshNow(it.t, now) {
+			c.refresh(ctx, key, it, load, opts)
+		}
 		if it.absent {
 			return it.v, ErrNotFound
 		}
@@ -221,7 +230,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load f
 	if err != nil || load == nil {
 		return
 	}
-	c.refreshMany(ctx, []string{key}, []item[V]{held}, loader[V]{one: load}, e)
+	c.startRefresh(ctx, []string{key}, []item[V]{held}, loader[V]{one: load}, e)
 }
 
 // refreshMany is refresh for keys whose L1 entries (held, by index) are
@@ -267,16 +276,29 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	if len(todo) == 0 {
 		return
 	}
+	c.claim(keys, held, todo) // the read put them back in L1, due again
+	var h *heldLease
+	if c.leasing(&e) {
+		if todo, h = c.refreshLeases(ctx, keys, held, calls, todo, &e); len(todo) == 0 {
+			return
+		}
+		defer c.abandon(ctx, h, f.what()) // the load may call Goexit
+	}
+	start := time.Now()
 	loaded, err := load.run(c, ctx, pick(keys, todo), nil)
+	took := loadTime(&e, time.Since(start))
 	if err != nil {
+		c.backOff(keys, held, todo)
+		c.releaseLeases(ctx, h, nil, err)
 		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
 		return
 	}
 	for _, i := range todo {
 		if v, ok := loaded[keys[i]]; ok {
-			c.setRefreshed(ctx, keys[i], v, &e)
+			c.setRefreshed(ctx, keys[i], v, &e, took)
 		}
 	}
+	c.releaseRefreshed(ctx, h)
 	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
 		if v, ok := loaded[keys[i]]; ok {
 			return v, nil
@@ -292,9 +314,10 @@ func refreshed[V any](it item[V], st readState, held item[V]) bool {
 	return st == readHit && !it.absent && it.writtenAt() > held.writtenAt()
 }
 
-// setRefreshed writes and announces v, the result of a refresh, like Set.
-func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy) {
-	if err := c.set(ctx, key, v, e); err != nil {
+// setRefreshed writes and announces v, the result of a refresh that took
+// took (see loadTime), like Set.
+func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy, took time.Duration) {
+	if err := c.setLoaded(ctx, key, v, e, took); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}
 }

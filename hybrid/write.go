@@ -34,8 +34,14 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 
 // set is Set after its checks.
 func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
+	return c.setLoaded(ctx, key, v, e, 0)
+}
+
+// setLoaded is set for a value whose load took took (see loadTime; 0: not
+// loaded, or not wanted).
+func (c *Cache[V]) setLoaded(ctx context.Context, key string, v V, e *policy, took time.Duration) error {
 	ttl, localTTL := c.lifetimes(e)
-	b, err := c.encode(key, v, ttl, e.tags)
+	b, err := c.encodeLoaded(key, v, ttl, e.tags, took)
 	if err != nil {
 		return err
 	}
@@ -55,7 +61,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy) error {
 	tok, ok := c.vers.ownWrite(tok, lost)
 	if !ok {
 		c.local.Delete(key)
-	} else if !c.storeLocal(nil, key, tagged(item[V]{v: v}, e.tags), c.size(b), localTTL, tok, e) {
+	} else if !c.storeLocal(nil, key, loadedItem(tagged(item[V]{v: v}, e.tags), took, ttl), c.size(b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	// A fill in progress read the old value: later callers must not join

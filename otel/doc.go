@@ -20,6 +20,9 @@
 //	load.soft_timeouts        counter  {load}     Load.SoftTimeouts
 //	load.queued               counter  {load}     Load.Queued
 //	refreshes                 counter  {refresh}  Load.Refreshes
+//	refreshes.backed_off      counter  {refresh}  Load.RefreshesBackedOff
+//	refreshes.coalesced       counter  {refresh}  Load.RefreshesCoalesced
+//	refreshes.deferred        counter  {refresh}  Load.RefreshesDeferred
 //	errors                    counter  {error}    kind l2: L2.Errors, decode: L2.DecodeErrors,
 //	                                              encode: Load.EncodeErrors, oversized: Load.Oversized,
 //	                                              publish: Invalidations.PublishErrors
