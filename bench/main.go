@@ -54,6 +54,7 @@ var scenarios = []scenario{
 	{7, "semantics", scenarioSemantics},
 	{8, "outages", scenarioOutage},
 	{9, "fleet cold start", scenarioFleet},
+	{11, "stampede at expiry (XFetch)", scenarioXFetch},
 }
 
 func main() { os.Exit(run()) }
