@@ -84,12 +84,12 @@ type Cache[V any] struct {
 	flights flight.Group[V]
 	loss    lossState
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
+	batch   *coalescer[V]       // RefreshBatch; nil: refreshes load alone
 	leases  leaseState
 	vers    *versions
 	echo    *echoes
 	tags    tagState
-	queue   *writeQueue   // nil: failed writes are not queued
-	batch   *coalescer[V] // RefreshBatch; nil: refreshes load alone
+	queue   *writeQueue // nil: failed writes are not queued
 	br      breaker
 	n       counters
 	log     limitedLog
