@@ -55,6 +55,7 @@ var scenarios = []scenario{
 	{8, "outages", scenarioOutage},
 	{9, "fleet cold start", scenarioFleet},
 	{10, "production traces", scenarioTrace},
+	{11, "stampede at expiry (XFetch)", scenarioXFetch},
 }
 
 func main() { os.Exit(run()) }

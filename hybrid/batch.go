@@ -58,7 +58,7 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 		}
 	}
 	if len(due.refresh) > 0 {
-		c.refreshMany(ctx, due.refresh, due.held, loader[V]{many: load}, e)
+		c.startRefresh(ctx, due.refresh, due.held, loader[V]{many: load}, e)
 	}
 	if len(misses) == 0 {
 		return out, badKey
@@ -176,7 +176,7 @@ func (c *Cache[V]) localMany(keys []string, distinct, noL1 bool, due *pastDue[V]
 		}
 		if it, ok := c.lookup(key, noL1); ok {
 			if c.live(it) && (!c.held(it) || c.heldServable() || c.queued(key)) {
-				if due != nil && it.t != nil && !it.absent && c.local.Now() >= it.t.due {
+				if now := c.local.Now(); due != nil && it.t != nil && !it.absent && now >= it.t.due && refreshNow(it.t, now) {
 					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
 				}
 				if !it.absent {

@@ -57,6 +57,16 @@ type timing struct {
 	// size is the L1 weight of the value without its key (see size), kept
 	// so that a fail-safe re-store weighs the value as its first store did.
 	size int
+	// ends is when L1 drops the entry (lifetime and fail-safe's age), so
+	// that a new schedule (see reschedule) keeps it.
+	ends int64
+	// delta is how long the value took to load (0: not known); scale is
+	// XFetch's beta times delta, 0 when XFetch does not schedule the entry.
+	delta, scale int64
+	// fails counts the refreshes of the value that failed in a row; again
+	// makes the hit at due refresh without XFetch's draw.
+	fails uint8
+	again bool
 }
 
 // writtenAt is when it was written, 0 if unknown.
@@ -85,6 +95,7 @@ type Cache[V any] struct {
 	flights flight.Group[V]
 	loss    lossState
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
+	batch   *coalescer[V]       // RefreshBatch; nil: refreshes load alone
 	leases  leaseState
 	vers    *versions
 	echo    *echoes
@@ -131,6 +142,9 @@ func New[V any](o Options) (*Cache[V], error) {
 	}
 	if o.MaxConcurrentLoads > 0 {
 		c.slots = semaphore.NewWeighted(int64(o.MaxConcurrentLoads))
+	}
+	if c.batch, err = newCoalescer[V](&o); err != nil {
+		return nil, err
 	}
 	if _, err := rand.Read(c.origin[:]); err != nil {
 		return nil, fmt.Errorf("hybrid: instance id: %w", err)

@@ -44,6 +44,7 @@ const (
 	kindLoadLease
 	kindSkip
 	kindAllowStale
+	kindXFetch
 )
 
 // WithTTL sets the shared-tier lifetime of the value written by this call.
@@ -86,8 +87,12 @@ func WithLoadTimeout(d time.Duration) EntryOption {
 }
 
 // WithEagerRefresh sets Options.EagerRefresh for the values this call
-// writes. 0: off.
+// writes, in place of XFetch if f is not 0. 0: off.
 func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
+
+// WithXFetch sets Options.XFetchBeta for the values this call writes, in
+// place of EagerRefresh if beta is not 0. 0: off.
+func WithXFetch(beta float64) EntryOption { return EntryOption{kind: kindXFetch, f: beta} }
 
 // WithLoadLease sets Options.LoadLease for a fill this call starts: 0
 // turns the lease off for it. On a cache without a Remote or a Bus, a lease
@@ -119,6 +124,7 @@ type policy struct {
 	softTimeout      time.Duration
 	loadTimeout      time.Duration
 	eager            float64
+	xfetch           float64       // XFetchBeta; 0: off (never with eager)
 	lease            time.Duration // LoadLease; 0: none
 	tags             []string
 	skip             Skip // the steps the call leaves out (WithSkip)
@@ -132,7 +138,7 @@ type policy struct {
 }
 
 // timed reports whether values written under e need a schedule in L1.
-func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 }
+func (e *policy) timed() bool { return e.failSafe > 0 || e.eager > 0 || e.xfetch > 0 }
 
 // physical is how long the shared tier keeps a value whose logical
 // lifetime is ttl: longer by the fail-safe age, so that a stale copy
@@ -145,7 +151,7 @@ func (o *Options) defaults() policy {
 		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
 		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
 		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
-		lease: o.LoadLease,
+		lease: o.LoadLease, xfetch: o.XFetchBeta,
 	}
 }
 
@@ -179,6 +185,14 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 			e.loadTimeout = opt.d
 		case kindEagerRefresh:
 			e.eager = opt.f
+			if opt.f > 0 {
+				e.xfetch = 0
+			}
+		case kindXFetch:
+			e.xfetch = opt.f
+			if opt.f > 0 {
+				e.eager = 0
+			}
 		case kindLoadLease:
 			if opt.d > 0 {
 				if o.Remote == nil || o.Bus == nil {
@@ -241,6 +255,10 @@ func (opt EntryOption) check() error {
 			return fmt.Errorf("hybrid: entry option: WithSkip(%v): no known step", opt.skip)
 		}
 	case kindAllowStale:
+	case kindXFetch:
+		if !(opt.f >= 0 && opt.f <= maxXFetchBeta) {
+			return fmt.Errorf("hybrid: entry option: XFetch beta %v is outside [0, %v]", opt.f, maxXFetchBeta)
+		}
 	case kindTags:
 		for _, tag := range opt.s {
 			if tag == "" || len(tag) > maxTagLen {

@@ -272,8 +272,11 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	for _, fb := range fbs {
 		note.replaces(fb.key, fb.it)
 	}
+	var took time.Duration
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
+		start := time.Now()
 		loaded, err = f.load.run(c, ctx, note.keys, queued, note)
+		took = loadTime(e, time.Since(start))
 		return err
 	})
 	var ad *adapted
@@ -324,12 +327,12 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 		default:
 			vals[i].it = item[V]{v: v}
 			var err error
-			if b, err = c.encode(key, v, ttl, p.tags, note.version(key)); err != nil {
+			if b, err = c.encodeLoaded(key, v, ttl, p.tags, note.version(key), took); err != nil {
 				c.notStored(key, err)
 				continue
 			}
 		}
-		c.storeLocal(lb, key, described(vals[i].it, b, p.tags, note.version(key), p.timed()), c.size(b), localTTL, toks[i], p)
+		c.storeLocal(lb, key, loadedItem(described(vals[i].it, b, p.tags, note.version(key), p.timed()), took, ttl), c.size(b), localTTL, toks[i], p)
 		fws = append(fws, fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]})
 	}
 	lb.Done()

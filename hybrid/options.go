@@ -98,6 +98,24 @@ type Options struct {
 	// EagerRefresh, in (0, 1), reloads in the background an entry hit past
 	// this fraction of its L1 lifetime, serving it meanwhile. Default: 0.
 	EagerRefresh float64
+	// XFetchBeta, in (0, 10], turns on probabilistic early refresh (XFetch,
+	// docs/usage.md): a hit on a loaded value near its L1 expiry reloads it
+	// in the background, serving it meanwhile, when
+	// now - XFetchBeta * loadTime * ln(rand()) >= expiry, loadTime being
+	// how long its load took (stored with the value, so every instance
+	// knows it). 1 is the paper's choice; more refreshes earlier. A value
+	// that was Set, not loaded, just expires. Not with EagerRefresh.
+	// Default: 0, off.
+	XFetchBeta float64
+	// RefreshBackoff is how long after a failed background refresh
+	// (EagerRefresh, XFetchBeta) the next is tried, doubled after each
+	// failure in a row up to 32 times, each wait drawn between half and all
+	// of it; hits meanwhile serve the value. At most 1 hour. Default: 1 second.
+	RefreshBackoff time.Duration
+	// RefreshBatch, made by BatchRefresh, gathers the background refreshes
+	// of keys due at about the same time into one call of a batch loader.
+	// Default: none; each refresh loads with its caller's load function.
+	RefreshBatch RefreshBatch
 	// MaxConcurrentLoads bounds the load calls running at once (a batch
 	// load is one); a fill beyond it waits, and callers with a fail-safe
 	// value get it at once. Default: 0, no bound.
@@ -193,7 +211,7 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}, {"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}, {"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}, {"RefreshBackoff", o.RefreshBackoff}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
@@ -203,6 +221,21 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.EagerRefresh < 0 || o.EagerRefresh >= 1 || o.EagerRefresh != o.EagerRefresh {
 		return o, fmt.Errorf("hybrid: Options.EagerRefresh (%v) is outside [0, 1)", o.EagerRefresh)
+	}
+	if !(o.XFetchBeta >= 0 && o.XFetchBeta <= maxXFetchBeta) {
+		return o, fmt.Errorf("hybrid: Options.XFetchBeta (%v) is outside [0, %v]", o.XFetchBeta, maxXFetchBeta)
+	}
+	if o.XFetchBeta > 0 && o.EagerRefresh > 0 {
+		return o, errors.New("hybrid: Options.XFetchBeta and Options.EagerRefresh are two refresh schedules; set one")
+	}
+	if o.RefreshBackoff > maxRefreshBackoff {
+		return o, fmt.Errorf("hybrid: Options.RefreshBackoff (%v) is longer than %v", o.RefreshBackoff, maxRefreshBackoff)
+	}
+	if o.RefreshBackoff == 0 {
+		o.RefreshBackoff = time.Second
+	}
+	if err := o.RefreshBatch.check(); err != nil {
+		return o, err
 	}
 	if o.FailSafeThrottle == 0 {
 		o.FailSafeThrottle = 30 * time.Second

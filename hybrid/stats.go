@@ -53,7 +53,16 @@ type LoadStats struct {
 	Oversized    uint64 // loaded values larger than MaxValueBytes, not stored
 	Queued       uint64 // loads that waited for a slot (MaxConcurrentLoads)
 	SoftTimeouts uint64 // loads that passed SoftTimeout while a stale value was served
-	Refreshes    uint64 // eager refreshes started (one per key)
+	Refreshes    uint64 // background refreshes started (EagerRefresh, XFetchBeta; one per key)
+	// RefreshesBackedOff counts failed refreshes after which the next
+	// was put off (Options.RefreshBackoff).
+	RefreshesBackedOff uint64
+	// RefreshesCoalesced counts refreshes loaded in one batch with
+	// others (Options.RefreshBatch).
+	RefreshesCoalesced uint64
+	// RefreshesDeferred counts refreshes left to another instance that
+	// held the key's load lease (Options.LoadLease).
+	RefreshesDeferred uint64
 	// StaleServed counts stale values served by fail-safe: the load
 	// failed, passed SoftTimeout or waited for a slot.
 	StaleServed uint64
@@ -147,6 +156,7 @@ type counters struct {
 	skipRemoteWrites, skipAnnounces                           atomic.Uint64
 	notCached, badOptions                                     atomic.Uint64
 	notModified, staleReads, extended                         atomic.Uint64
+	refreshBackoffs, refreshesCoalesced, refreshesDeferred    atomic.Uint64
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -191,6 +201,10 @@ func (c *Cache[V]) Stats() Stats {
 			BadOptions:   c.n.badOptions.Load(),
 			NotModified:  c.n.notModified.Load(),
 			StaleReads:   c.n.staleReads.Load(),
+
+			RefreshesBackedOff: c.n.refreshBackoffs.Load(),
+			RefreshesCoalesced: c.n.refreshesCoalesced.Load(),
+			RefreshesDeferred:  c.n.refreshesDeferred.Load(),
 		},
 		Invalidations: InvalidationStats{
 			Sent:          c.n.published.Load(),

@@ -50,7 +50,7 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Durat
 	}
 	if timed || len(h.Tags) > 0 || h.Version != "" {
 		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b),
-			version: h.Version, flags: h.Flags, fresh: true}
+			version: h.Version, flags: h.Flags, fresh: true, delta: int64(h.LoadTime)}
 		if !h.Expires.IsZero() {
 			it.t.remote = h.Expires.UnixNano()
 		}
@@ -117,6 +117,12 @@ func (c *Cache[V]) encodeAbsent(ttl time.Duration, tags []string) []byte {
 // encode returns v's envelope, with version ("" for none), or an error
 // wrapping ErrValueTooLarge.
 func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string, version string) ([]byte, error) {
+	return c.encodeLoaded(key, v, ttl, tags, version, 0)
+}
+
+// encodeLoaded is encode for a value whose load took took (see loadTime;
+// 0: none stored).
+func (c *Cache[V]) encodeLoaded(key string, v V, ttl time.Duration, tags []string, version string, took time.Duration) ([]byte, error) {
 	payload, err := c.codec.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("hybrid: encode %q: %w", key, err)
@@ -125,11 +131,14 @@ func (c *Cache[V]) encode(key string, v V, ttl time.Duration, tags []string, ver
 		return nil, fmt.Errorf("%w: %q encodes to %d bytes, limit %d", ErrValueTooLarge, key, len(payload), c.o.MaxValueBytes)
 	}
 	now := time.Now()
-	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags, Version: version}
+	h := envelope.Header{Codec: c.codec.ID(), Written: now, Expires: now.Add(ttl), Tags: tags, Version: version, LoadTime: took}
 	if z, ok := c.compress(payload); ok {
 		payload, h.Flags = z, envelope.FlagCompressed
 	}
 	n := envelope.HeaderLen + envelope.VersionLen(version) + envelope.TagsLen(tags) + len(payload)
+	if took > 0 {
+		n += envelope.LoadTimeLen
+	}
 	return envelope.Append(make([]byte, 0, n), h, payload), nil
 }
 

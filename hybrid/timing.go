@@ -54,17 +54,24 @@ func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (it
 	if t.written == 0 {
 		t.written = time.Now().UnixNano()
 	}
+	lexp := t.staleAt // the value's logical expiry, if known (see loadedItem)
 	t.expires = now + int64(ttl)
 	if t.staleAt <= 0 || t.staleAt > t.expires {
 		t.staleAt = t.expires
 	}
 	t.size = size
 	t.due = t.expires
+	t.fails, t.again, t.scale = 0, false, 0
 	if e.eager > 0 && !it.absent {
 		t.due = now + int64(float64(ttl)*e.eager)
 	}
+	if e.xfetch > 0 && !it.absent {
+		scheduleXFetch(t, e.xfetch, lexp)
+	}
 	it.t = t
-	return it, ttl + e.failSafe
+	ttl += e.failSafe
+	t.ends = now + int64(ttl)
+	return it, ttl
 }
 
 // own returns t to change for an item about to be stored: t itself when
@@ -108,8 +115,10 @@ func (c *Cache[V]) expireLocal(key string) {
 // refresh is due (serve it, refresh in the background) or it is stale
 // (a miss, with it as the fail-safe fallback).
 func (c *Cache[V]) getOrCreateDue(ctx context.Context, key string, it item[V], load func(context.Context, string) (V, error), opts []EntryOption) (V, error) {
-	if c.local.Now() < it.t.expires {
-		c.refresh(ctx, key, it, load, opts)
+	if now := c.local.Now(); now < it.t.expires {
+		if refreshNow(it.t, now) {
+			c.refresh(ctx, key, it, load, opts)
+		}
 		if it.absent {
 			return it.v, ErrNotFound
 		}
@@ -239,7 +248,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load f
 	if err != nil || load == nil {
 		return
 	}
-	c.refreshMany(ctx, []string{key}, []item[V]{held}, loader[V]{one: load}, e)
+	c.startRefresh(ctx, []string{key}, []item[V]{held}, loader[V]{one: load}, e)
 }
 
 // refreshMany is refresh for keys whose L1 entries (held, by index) are
@@ -291,7 +300,17 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	for _, i := range todo {
 		note.replaces(keys[i], held[i])
 	}
+	c.claim(keys, held, todo) // the read put them back in L1, due again
+	var h *heldLease
+	if c.leasing(&e) {
+		if todo, h = c.refreshLeases(ctx, keys, held, calls, todo, &e); len(todo) == 0 {
+			return
+		}
+		defer c.abandon(ctx, h, f.what()) // the load may call Goexit
+	}
+	start := time.Now()
 	loaded, err := load.run(c, ctx, note.keys, nil, note)
+	took := loadTime(&e, time.Since(start))
 	l := f.slot.end()
 	nm, todo, err := unmodified(keys, todo, note, loaded, err)
 	if len(nm) > 0 {
@@ -303,6 +322,8 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 		c.flights.FinishMany(keys, calls, nm, func(i int) (V, error) { return held[i].v, nil })
 	}
 	if err != nil {
+		c.backOff(keys, held, todo)
+		c.releaseLeases(ctx, h, nil, err)
 		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
 		return
 	}
@@ -322,8 +343,9 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 				continue // the current value stays until it expires
 			}
 		}
-		c.setRefreshed(ctx, keys[i], v, p, note.version(keys[i]))
+		c.setRefreshed(ctx, keys[i], v, p, note.version(keys[i]), took)
 	}
+	c.releaseRefreshed(ctx, h)
 	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
 		if v, ok := loaded[keys[i]]; ok {
 			return v, nil
@@ -344,16 +366,16 @@ func refreshed[V any](it item[V], st readState, held item[V]) bool {
 	return w > hw || (w == hw && it.t != nil && held.t != nil && it.t.remote > held.t.remote && it.t.version == held.t.version)
 }
 
-// setRefreshed writes and announces v, the result of a refresh, with the
-// version its load gave it, like Set. Under SkipRemoteWrite, v is kept
-// here only, unannounced, as a fill's.
-func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy, version string) {
+// setRefreshed writes and announces v, the result of a refresh that took
+// took (see loadTime), with the version its load gave it, like Set. Under
+// SkipRemoteWrite, v is kept here only, unannounced, as a fill's.
+func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy, version string, took time.Duration) {
 	if e.skip&SkipRemoteWrite != 0 {
 		p := *e
 		p.skip |= SkipAnnounce
 		e = &p
 	}
-	if err := c.set(ctx, key, v, e, version); err != nil {
+	if err := c.setLoaded(ctx, key, v, e, version, took); err != nil {
 		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
 	}
 }

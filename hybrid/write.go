@@ -35,8 +35,14 @@ func (c *Cache[V]) Set(ctx context.Context, key string, v V, opts ...EntryOption
 
 // set is Set after its checks, writing v with version ("" for none).
 func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy, version string) error {
+	return c.setLoaded(ctx, key, v, e, version, 0)
+}
+
+// setLoaded is set for a value whose load took took (see loadTime; 0: not
+// loaded, or not wanted).
+func (c *Cache[V]) setLoaded(ctx context.Context, key string, v V, e *policy, version string, took time.Duration) error {
 	ttl, localTTL := c.lifetimes(e)
-	b, err := c.encode(key, v, ttl, e.tags, version)
+	b, err := c.encodeLoaded(key, v, ttl, e.tags, version, took)
 	if err != nil {
 		return err
 	}
@@ -62,7 +68,7 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy, version 
 	}
 	if !ok {
 		c.local.Delete(key)
-	} else if !c.storeLocal(nil, key, described(item[V]{v: v}, b, e.tags, version, e.timed()), c.size(b), localTTL, tok, e) {
+	} else if !c.storeLocal(nil, key, loadedItem(described(item[V]{v: v}, b, e.tags, version, e.timed()), took, ttl), c.size(b), localTTL, tok, e) {
 		c.local.Delete(key)
 	}
 	// A fill in progress read the old value: later callers must not join

@@ -22,6 +22,9 @@
 //	refreshes                 counter  {refresh}  Load.Refreshes
 //	load.not_cached           counter  {value}    Load.NotCached
 //	load.not_modified         counter  {key}      Load.NotModified
+//	refreshes.backed_off      counter  {refresh}  Load.RefreshesBackedOff
+//	refreshes.coalesced       counter  {refresh}  Load.RefreshesCoalesced
+//	refreshes.deferred        counter  {refresh}  Load.RefreshesDeferred
 //	errors                    counter  {error}    kind l2: L2.Errors, decode: L2.DecodeErrors,
 //	                                              encode: Load.EncodeErrors, oversized: Load.Oversized,
 //	                                              publish: Invalidations.PublishErrors,

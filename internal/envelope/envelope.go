@@ -12,6 +12,8 @@
 //	         8 compressed (the codec's bytes are compressed, by the
 //	         reader of the flag, not by this package);
 //	         16 versioned (the payload starts with a version, see below);
+//	         32 load time (the payload carries how long the value took
+//	         to load, see below);
 //	         any other bit is unknown
 //	[3:11]   write time, Unix milliseconds
 //	[11:19]  logical expiry, Unix milliseconds, 0 for none (ExpiresAt)
@@ -23,7 +25,11 @@
 // uvarint count of tags (1 to MaxTags), then each tag as a uvarint length
 // (1 to MaxTagLen) and its bytes; the codec's bytes come last. The version
 // comes first so that the header and the version, which identify a value
-// (see Head), are one prefix of the envelope.
+// (see Head), are one prefix of the envelope. With the load-time flag, a
+// uvarint of the load time in microseconds (1 to MaxLoadTime) follows the
+// tags, before the codec's bytes. An envelope without a flag reads as it
+// did before the flag; one with it is refused, as corrupt, by a reader
+// older than the flag.
 //
 // Anything else (another format, an unknown flag, a short header) is
 // rejected with an error wrapping ErrCorrupt, so a reader never misreads it.
@@ -63,7 +69,7 @@ const FlagCompressed = 8
 const FlagVersioned = 16
 
 // knownFlags has every flag bit this version understands.
-const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed | FlagVersioned
+const knownFlags = FlagAbsent | FlagDeleted | FlagTagged | FlagCompressed | FlagVersioned | FlagLoadTime
 
 // ExpiresAt is the byte offset of the logical expiry in an envelope: 8
 // bytes, big-endian Unix milliseconds. A value's lifetime is extended in
@@ -72,6 +78,17 @@ const ExpiresAt = 11
 
 // MaxVersionLen bounds the length of a version.
 const MaxVersionLen = 255
+
+// FlagLoadTime marks a value that carries its load time
+// (Header.LoadTime).
+const FlagLoadTime = 32
+
+// MaxLoadTime bounds Header.LoadTime: Append stores a longer one as this,
+// and Decode rejects more.
+const MaxLoadTime = 24 * time.Hour
+
+// LoadTimeLen is the most bytes Append adds for a load time.
+const LoadTimeLen = binary.MaxVarintLen64
 
 // The bounds on tags: how many one value may carry and how long each is.
 // Decode rejects more, and a cache accepts no more in WithTags.
@@ -96,12 +113,19 @@ type Header struct {
 	// FlagVersioned when there is one; Decode fills it in when the flag is
 	// set.
 	Version string
+	// LoadTime is how long the value took to load, to the microsecond
+	// (0: not known). Append sets FlagLoadTime when it is positive;
+	// Decode fills it in when the flag is set.
+	LoadTime time.Duration
 }
 
 // Append appends h and payload to dst in format 1 and returns the result.
 // Tags or a version beyond the bounds Decode accepts make an envelope
 // Decode rejects; the caller checks them.
 func Append(dst []byte, h Header, payload []byte) []byte {
+	if h.LoadTime <= 0 {
+		h.Flags &^= FlagLoadTime
+	}
 	dst = Head(dst, h)
 	if len(h.Tags) > 0 {
 		dst = binary.AppendUvarint(dst, uint64(len(h.Tags)))
@@ -110,12 +134,16 @@ func Append(dst []byte, h Header, payload []byte) []byte {
 			dst = append(dst, tag...)
 		}
 	}
+	if h.LoadTime > 0 {
+		dst = binary.AppendUvarint(dst, uint64(max(min(h.LoadTime, MaxLoadTime)/time.Microsecond, 1)))
+	}
 	return append(dst, payload...)
 }
 
 // Head appends to dst the part of h's envelope that identifies the value
-// it was written with: the header (with FlagTagged set if h has tags) and
-// the version, which the tags and the payload follow. Two envelopes with
+// it was written with: the header (with FlagTagged set if h has tags, and
+// FlagLoadTime if it has a load time; a FlagLoadTime in h.Flags is kept)
+// and the version, which the tags, the load time and the payload follow. Two envelopes with
 // one head, but for the logical expiry (bytes ExpiresAt to ExpiresAt+8),
 // hold one value as the writer of its version sees it.
 func Head(dst []byte, h Header) []byte {
@@ -128,6 +156,9 @@ func Head(dst []byte, h Header) []byte {
 	}
 	if h.Version != "" {
 		hdr[2] |= FlagVersioned
+	}
+	if h.LoadTime > 0 {
+		hdr[2] |= FlagLoadTime
 	}
 	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
 	if !h.Expires.IsZero() {
@@ -194,6 +225,13 @@ func Decode(b []byte) (Header, []byte, error) {
 		if h.Tags, payload, err = decodeTags(payload); err != nil {
 			return Header{}, nil, err
 		}
+	}
+	if h.Flags&FlagLoadTime != 0 {
+		us, k := uvarint(payload)
+		if k <= 0 || us == 0 || us > uint64(MaxLoadTime/time.Microsecond) {
+			return Header{}, nil, fmt.Errorf("%w: bad load time", ErrCorrupt)
+		}
+		h.LoadTime, payload = time.Duration(us)*time.Microsecond, payload[k:]
 	}
 	return h, payload, nil
 }

@@ -19,6 +19,9 @@ func TestRoundTrip(t *testing.T) {
 		{Codec: 3, Flags: envelope.FlagCompressed, Written: written, Tags: []string{"x"}},
 		{Codec: 1, Written: written, Version: `W/"etag-1"`},
 		{Codec: 2, Flags: envelope.FlagCompressed, Written: written, Tags: []string{"a", "b"}, Version: "v2"},
+		{Codec: 2, Written: written, LoadTime: 50 * time.Millisecond},
+		{Codec: 2, Written: written, Tags: []string{"t"}, LoadTime: 1500 * time.Microsecond},
+		{Codec: 2, Written: written, Tags: []string{"t"}, Version: "v3", LoadTime: time.Second},
 	} {
 		b := envelope.Append(nil, h, []byte("payload"))
 		got, payload, err := envelope.Decode(b)
@@ -26,11 +29,35 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("Decode: %v", err)
 		}
 		if got.Codec != h.Codec || !got.Written.Equal(h.Written) || !got.Expires.Equal(h.Expires) || !slices.Equal(got.Tags, h.Tags) ||
-			got.Version != h.Version || got.Flags&^(envelope.FlagTagged|envelope.FlagVersioned) != h.Flags {
+			got.Version != h.Version || got.LoadTime != h.LoadTime ||
+			got.Flags&^(envelope.FlagTagged|envelope.FlagVersioned|envelope.FlagLoadTime) != h.Flags {
 			t.Errorf("got header %+v, want %+v", got, h)
 		}
 		if !bytes.Equal(payload, []byte("payload")) {
 			t.Errorf("got payload %q, want %q", payload, "payload")
+		}
+	}
+}
+
+// TestDecodeBeforeLoadTime: an envelope written before the load-time field
+// existed (these bytes) still decodes, with no load time; a load time is
+// written only when there is one, so such envelopes are written as before.
+func TestDecodeBeforeLoadTime(t *testing.T) {
+	old := []byte{1, 2, 0, 0, 0, 1, 0x8b, 0xcf, 0xe5, 0x68, 0x7b, 0, 0, 1, 0x8b, 0xcf, 0xe6, 0x52, 0xdb, 0x91, 0x01}
+	h, payload, err := envelope.Decode(old)
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if h.LoadTime != 0 || h.Codec != 2 || h.Written.UnixMilli() != 1_700_000_000_123 || !bytes.Equal(payload, []byte{0x91, 0x01}) {
+		t.Errorf("got %+v, payload %x; want codec 2, written 1700000000123, no load time, payload 9101", h, payload)
+	}
+	if again := envelope.Append(nil, h, payload); !bytes.Equal(again, old) {
+		t.Errorf("re-encoded %x, want the same bytes %x", again, old)
+	}
+	for _, d := range []time.Duration{time.Nanosecond, 48 * time.Hour} {
+		h, _, err := envelope.Decode(envelope.Append(nil, envelope.Header{Codec: 1, LoadTime: d}, nil))
+		if want := max(min(d, envelope.MaxLoadTime), time.Microsecond); err != nil || h.LoadTime != want {
+			t.Errorf("load time %v: got %v, %v; want %v", d, h.LoadTime, err, want)
 		}
 	}
 }
@@ -54,6 +81,10 @@ func TestDecodeRejects(t *testing.T) {
 	versioned := envelope.Append(nil, envelope.Header{Codec: 1, Written: time.Now(), Version: "etag"}, nil)
 	emptyVersion := append(bytes.Clone(good[:envelope.HeaderLen]), 0)
 	emptyVersion[2] = envelope.FlagVersioned
+	loadFlagOnly := bytes.Clone(good)
+	loadFlagOnly[2] = envelope.FlagLoadTime
+	zeroLoad := append(bytes.Clone(loadFlagOnly[:envelope.HeaderLen]), 0)
+	longLoad := append(bytes.Clone(loadFlagOnly[:envelope.HeaderLen]), 0x81, 0xc0, 0xdd, 0xee, 0xc1, 0x02) // MaxLoadTime + 1 µs
 	for name, b := range map[string][]byte{
 		"empty":                    nil,
 		"short header":             good[:envelope.HeaderLen-1],
@@ -66,6 +97,9 @@ func TestDecodeRejects(t *testing.T) {
 		"version flag, no version": versionFlagOnly,
 		"version cut short":        versioned[:len(versioned)-1],
 		"empty version":            emptyVersion,
+		"load flag, no time":       loadFlagOnly[:envelope.HeaderLen],
+		"zero load time":           zeroLoad,
+		"load time too long":       longLoad,
 		"json text":                []byte(`{"id":1,"name":"not an envelope"}`),
 	} {
 		if _, _, err := envelope.Decode(b); !errors.Is(err, envelope.ErrCorrupt) {
@@ -120,6 +154,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{1, 1, 0})
 	f.Add(bytes.Repeat([]byte{0xff}, 40))
 	f.Add(envelope.Append(nil, envelope.Header{Codec: 1, Written: time.UnixMilli(1), Tags: []string{"a", "bc"}}, []byte("1")))
+	f.Add(envelope.Append(nil, envelope.Header{Codec: 1, Written: time.UnixMilli(1), Tags: []string{"a"}, LoadTime: time.Second}, []byte("1")))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, payload, err := envelope.Decode(b)
 		if err != nil {
