@@ -338,17 +338,18 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then
 	// the waiters; then the shared tier; then the instances waiting for
-	// our leases.
+	// our leases. A write left out is counted before the waiters wake.
+	local := e.skip&SkipRemoteWrite != 0 && h == nil // no lease under it
+	if local && c.remote != nil {
+		c.skipped(SkipRemoteWrite, len(fws))
+	}
 	finish(idx, func(i int) (V, error) {
 		if vals[i].it.absent && notFound != nil {
 			return zero, notFound
 		}
 		return f.result(i)
 	})
-	if e.skip&SkipRemoteWrite != 0 && h == nil { // no lease under it
-		if c.remote != nil {
-			c.skipped(SkipRemoteWrite, len(fws))
-		}
+	if local {
 		return
 	}
 	c.storeLoaded(ctx, fws, loaded, h)

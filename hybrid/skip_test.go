@@ -351,7 +351,8 @@ func TestSkipRefused(t *testing.T) {
 			return err
 		}, false},
 		{"Get hit, SkipRemoteWrite", func() error { _, _, err := c.Get(ctx, "hit", skip(hybrid.SkipRemoteWrite)); return err }, false},
-		{"Get hit, WithTTL", func() error { _, _, err := c.Get(ctx, "hit", hybrid.WithTTL(time.Second)); return err }, false},
+		{"Get hit, WithTTL (checked, of no effect)", func() error { _, _, err := c.Get(ctx, "hit", hybrid.WithTTL(time.Second)); return err }, true},
+		{"Get miss, a bad WithTTL", func() error { _, _, err := c.Get(ctx, "nothing", hybrid.WithTTL(-time.Second)); return err }, false},
 		{"Get, both reads skipped", func() error { _, _, err := c.Get(ctx, "k", skip(hybrid.SkipL1Read|hybrid.SkipRemoteRead)); return err }, false},
 		{"Get without a Remote, SkipL1Read", func() error { _, _, err := l1only.Get(ctx, "k", skip(hybrid.SkipL1Read)); return err }, false},
 		{"GetMany, SkipAnnounce", func() error { _, err := c.GetMany(ctx, []string{"k"}, skip(hybrid.SkipAnnounce)); return err }, false},
