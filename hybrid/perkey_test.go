@@ -268,3 +268,55 @@ func TestEntryOptionsOnSwap(t *testing.T) {
 		return b.c.Stats().L2.Hits > hits
 	}, nil)
 }
+
+// SetMany writes each key under its own defaults, as Set does, and a key
+// whose defaults are refused fails the whole batch before anything is
+// written. A Get with a flag reads a key under its defaults too.
+func TestEntryOptionsSetMany(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	p := &byPrefix{}
+	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, EntryOptions: p.options})
+	a, b := ins[0], ins[1]
+	ctx := context.Background()
+	if err := a.c.SetMany(ctx, map[string]string{"short:m": "v", "long:m": "v"}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]struct {
+		lo, hi time.Duration
+		tags   []string
+	}{
+		"short:m": {20 * time.Second, 30 * time.Second, []string{"short"}},
+		"long:m":  {9 * time.Minute, 10 * time.Minute, nil},
+	} {
+		s := waitStored(t, a.rdb, ns, key)
+		within(t, key+"'s PTTL", s.pttl, want.lo, want.hi)
+		if !slices.Equal(s.h.Tags, want.tags) {
+			t.Errorf("%s's tags: got %q, want %q", key, s.h.Tags, want.tags)
+		}
+	}
+	err := a.c.SetMany(ctx, map[string]string{"bad:m": "v", "long:n": "v"})
+	if err == nil || !strings.Contains(err.Error(), "EntryOptions") {
+		t.Fatalf("SetMany with a refused key: got %v, want the provider's error", err)
+	}
+	if _, ok := redisValue(t, a.rdb, ns, "long:n"); ok {
+		t.Error("SetMany refused for one key wrote another")
+	}
+	if v, ok, err := b.c.Get(ctx, "short:m", hybrid.WithSkip(hybrid.SkipL1Read)); v != "v" || !ok || err != nil {
+		t.Errorf("B: Get(short:m) past L1: %q, %v, %v", v, ok, err)
+	}
+	if _, _, err := b.c.Get(ctx, "bad:m", hybrid.WithSkip(hybrid.SkipL1Read)); err == nil {
+		t.Error("B: Get(bad:m): no error, want the provider's")
+	}
+}
+
+// The provider may not give WithSkip: it is per call.
+func TestEntryOptionsNoSkip(t *testing.T) {
+	c := newTestCache[string](t, hybrid.Options{Namespace: "ns", EntryOptions: func(string) []hybrid.EntryOption {
+		return []hybrid.EntryOption{hybrid.WithSkip(hybrid.SkipL1Write)}
+	}})
+	err := c.Set(context.Background(), "k", "v")
+	if err == nil || !strings.Contains(err.Error(), "per-call") {
+		t.Fatalf("Set: got %v, want WithSkip refused as a default", err)
+	}
+}
