@@ -151,10 +151,13 @@ func TestXFetchProbability(t *testing.T) {
 // the first, and the fleet makes about one load per lifetime.
 func TestXFetchFleetLease(t *testing.T) {
 	const (
-		ttl   = 2 * time.Second
+		ttl   = 4 * time.Second
 		delay = 50 * time.Millisecond
-		run   = 5 * time.Second
-		beta  = 2 // refreshes up to 1 s before expiry: room for a loaded machine
+		run   = 9 * time.Second
+		// Refreshes up to 2 s before expiry: room for a loaded machine,
+		// whose L1 clock lags the time (a draw at its due time refreshes
+		// with probability exp(-2 s / (beta × delta)) at least).
+		beta = 4
 	)
 	ns := redistest.Prefix(t)
 	o := hybrid.Options{Namespace: ns, TTL: ttl, LocalTTL: ttl, XFetchBeta: beta, LoadLease: time.Second}
@@ -221,8 +224,8 @@ func TestXFetchFleetLease(t *testing.T) {
 	if misses != 1 {
 		t.Errorf("%d reads found the key in neither tier, want 1 (the first): callers waited for loads", misses)
 	}
-	// Refreshed up to 10 × beta × delta = 1 s before each expiry: a load
-	// every 1 to 2 s of the 5 s, and the first.
+	// Refreshed up to 10 × beta × delta = 2 s before each expiry: a load
+	// every 2 to 4 s of the 9 s, and the first.
 	if n := loads.Load(); n < 3 || n > 8 {
 		t.Errorf("%d loads in %v of a %v lifetime, want about one per lifetime", n, run, ttl)
 	}
