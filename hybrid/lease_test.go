@@ -200,8 +200,13 @@ func TestLeaseOneLoadAcrossFleet(t *testing.T) {
 				}
 			}
 		}
-		if taken != 1 {
-			t.Errorf("%d leases taken, want 1", taken)
+		// An instance whose miss came before the holder's write and whose
+		// take came after its release takes the lease, finds the value
+		// with the take (the take returns what the lease guards) and
+		// releases it unused: a loaded machine makes that more likely.
+		// The loads are what count (one, above).
+		if taken < 1 || taken > uint64(len(ins)) {
+			t.Errorf("%d leases taken, want 1 to %d", taken, len(ins))
 		}
 		if answered == 0 {
 			t.Errorf("no instance was answered by the lease holder; stats: %+v", ins[1].c.Stats())
