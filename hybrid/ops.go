@@ -46,6 +46,7 @@ const (
 	OpReplayClear     Op = "replay_clear"      // the replay of a queued Clear
 
 	OpDeleteMany Op = "delete_many" // DeleteMany's write of tombstones
+	OpExplain    Op = "explain"     // Explain's read of a key, its lease and the records that may delete it
 )
 
 // readOp is the op of a fill's read of keys, and the key it is about.

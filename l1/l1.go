@@ -156,6 +156,18 @@ func (c *Cache[V]) GetExpiry(key string) (v V, expires int64, ok bool) {
 	return e.Value.v, e.ExpiresAtNano, true
 }
 
+// Peek is GetExpiry for inspection: it also returns the entry's weight,
+// and it counts neither a hit nor a miss and tells the eviction policy
+// nothing, so that looking at an entry does not change what the cache
+// keeps.
+func (c *Cache[V]) Peek(key string) (v V, expires int64, weight uint32, ok bool) {
+	e, ok := c.c.GetEntryQuietly(key)
+	if !ok {
+		return v, 0, 0, false
+	}
+	return e.Value.v, e.ExpiresAtNano, e.Value.weight(), true
+}
+
 // hitWindow is how many hits of a stripe, from the first that finds upkeep
 // queued after the cache's last write, run the upkeep that otter asks for
 // (see hitUpkeep). The production traces in bench/traces have runs of hits

@@ -378,3 +378,22 @@ func TestGetExpiry(t *testing.T) {
 		t.Errorf("Stats: got %d hits %d misses, want 1 and 1", s.Hits, s.Misses)
 	}
 }
+
+func TestPeekCountsNothing(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	if _, _, _, ok := c.Peek("k"); ok {
+		t.Fatal("Peek on an empty cache: got a value")
+	}
+	before := c.Now()
+	c.Set("k", "v", 10, time.Minute)
+	v, exp, w, ok := c.Peek("k")
+	if !ok || v != "v" || w != 10 {
+		t.Fatalf("Peek: got %q weight %d %v, want \"v\" weight 10 true", v, w, ok)
+	}
+	if left := time.Duration(exp - before); left < time.Minute-time.Second || left > time.Minute+time.Second {
+		t.Errorf("Peek: expires %v after the Set, want about a minute", left)
+	}
+	if s := c.Stats(); s.Hits != 0 || s.Misses != 0 {
+		t.Errorf("Stats after two Peeks: got %d hits %d misses, want none", s.Hits, s.Misses)
+	}
+}

@@ -11,6 +11,10 @@
 //	GET /products/{id}   the product as JSON; ids 1 to 1000, others are 404
 //	GET /metrics         the hybridcache_* metrics, Prometheus text format
 //	GET /                the cache's hit ratio
+//	GET /debug/cache/    the cache's stats, and what it holds for a key, as
+//	                     JSON (package hybridhttp): /debug/cache/stats,
+//	                     /debug/cache/explain?key=7; behind debug
+//	                     authentication in a real service
 //
 // While serving, it logs the hit ratio every 10 seconds when it changed.
 package main
@@ -42,6 +46,7 @@ import (
 
 	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/hybridhttp"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
 	hybridotel "github.com/hybridcache/hybridcache/otel"
@@ -139,6 +144,14 @@ func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error
 	s.mux.HandleFunc("GET /products/{id}", s.product)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /{$}", s.index)
+	// The debug endpoint reveals keys: a real service mounts it behind its
+	// debug authentication, or on a separate, internal listener.
+	debug, err := hybridhttp.New(s.products)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.mux.Handle("/debug/cache/", http.StripPrefix("/debug/cache", debug))
 	return s, nil
 }
 
@@ -352,6 +365,43 @@ func selfTest(ctx context.Context, base string, out io.Writer) error {
 	}
 	if !strings.Contains(metrics, `hybridcache_hits_total{hybridcache_namespace="products",tier="l1"}`) {
 		return errors.New("selftest: /metrics lacks the L1 hits of the products cache")
+	}
+	return debugCheck(get, products, out)
+}
+
+// debugCheck asks the debug endpoint for the cache's stats and for the
+// explanations of a product read above (1 to products: in L1 and in Redis,
+// agreeing) and of one never read, and checks what they say.
+func debugCheck(get func(path string, want int) (string, error), products int, out io.Writer) error {
+	body, err := get("/debug/cache/stats?ns="+namespace, http.StatusOK)
+	if err != nil {
+		return err
+	}
+	var st hybrid.Stats
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return fmt.Errorf("selftest: /debug/cache/stats: %w", err)
+	}
+	if st.Namespace != namespace || st.L1.Hits == 0 || st.L1.Entries == 0 {
+		return fmt.Errorf("selftest: /debug/cache/stats: namespace %q, %d L1 hits, %d entries; want %q and some", st.Namespace, st.L1.Hits, st.L1.Entries, namespace)
+	}
+	fmt.Fprintf(out, "\nGET /debug/cache/stats: %d L1 hits, %d entries\n", st.L1.Hits, st.L1.Entries)
+	for _, tc := range []struct {
+		key  string
+		want hybrid.Agreement
+	}{{strconv.Itoa(products), hybrid.AgreementSame}, {"999", hybrid.AgreementNowhere}} {
+		path := "/debug/cache/explain?key=" + tc.key
+		body, err := get(path, http.StatusOK)
+		if err != nil {
+			return err
+		}
+		var x hybrid.Explanation
+		if err := json.Unmarshal([]byte(body), &x); err != nil {
+			return fmt.Errorf("selftest: %s: %w", path, err)
+		}
+		if x.Key != tc.key || x.Agreement != tc.want || x.L1.Present != (tc.want == hybrid.AgreementSame) {
+			return fmt.Errorf("selftest: %s: key %q, agreement %q (%s), in L1 %v; want %q", path, x.Key, x.Agreement, x.Detail, x.L1.Present, tc.want)
+		}
+		fmt.Fprintf(out, "GET %s: %s: %s\n", path, x.Agreement, x.Detail)
 	}
 	return nil
 }

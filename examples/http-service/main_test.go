@@ -158,3 +158,18 @@ func value(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// TestSelfTest runs the -selftest requests, the debug endpoint's included,
+// against a service on an embedded Redis.
+func TestSelfTest(t *testing.T) {
+	srv := newTestServer(t)
+	var out strings.Builder
+	if err := selfTest(t.Context(), srv.URL, &out); err != nil {
+		t.Fatalf("selfTest: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"GET /debug/cache/stats: ", "explain?key=5: agree", "explain?key=999: nowhere"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("selfTest output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
