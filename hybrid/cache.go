@@ -236,7 +236,7 @@ func (c *Cache[V]) worker(job func()) {
 }
 
 // Close unsubscribes from the bus, cancels fills in progress and waits for
-// them, stops the replay of queued writes (see Options.QueueWrites; writes
+// them and for the verifier (Options.VerifyRate), stops the replay of queued writes (see Options.QueueWrites; writes
 // still queued are dropped, logged as one warning with their number and
 // counted in Stats.Queue.DroppedOnClose) and waits for it, and stops L1's
 // goroutines. It does not close the Remote or the Bus,
