@@ -117,8 +117,8 @@ func (c *Cache[V]) startVerifier() {
 // taking n / VerifyRate, at a constant cost per sample.
 func (c *Cache[V]) verifyLoop() {
 	defer c.wg.Done()
-	next, stop := iter.Pull2(c.local.All())
-	defer func() { stop() }()
+	w := c.newVerifyWalk()
+	defer w.close()
 	tick := time.NewTicker(c.ver.every)
 	defer tick.Stop()
 	r := newVerifyRound[V](c.ver.batch)
@@ -128,23 +128,43 @@ func (c *Cache[V]) verifyLoop() {
 			return
 		case <-tick.C:
 		}
-		r.reset()
-		for len(r.keys) < c.ver.batch {
-			key, it, ok := next()
-			if !ok {
-				// The walk ended: the next starts in the next round,
-				// so no key is sampled twice in one.
-				stop()
-				next, stop = iter.Pull2(c.local.All())
-				break
-			}
-			r.add(c.prefix, key, it)
-		}
+		w.take(r, c.prefix, c.ver.batch)
 		if len(r.keys) > 0 {
 			c.verifyRound(c.stop, r)
 		}
 	}
 }
+
+// verifyWalk is the verifier's walk over L1.
+type verifyWalk[V any] struct {
+	all  iter.Seq2[string, item[V]]
+	next func() (string, item[V], bool)
+	stop func()
+}
+
+func (c *Cache[V]) newVerifyWalk() *verifyWalk[V] {
+	w := &verifyWalk[V]{all: c.local.All()}
+	w.next, w.stop = iter.Pull2(w.all)
+	return w
+}
+
+// take resets r to the walk's next batch keys (fewer where the walk ends:
+// the next walk starts with the next round, so that no key is sampled
+// twice in one).
+func (w *verifyWalk[V]) take(r *verifyRound[V], prefix string, batch int) {
+	r.reset()
+	for len(r.keys) < batch {
+		key, it, ok := w.next()
+		if !ok {
+			w.stop()
+			w.next, w.stop = iter.Pull2(w.all)
+			return
+		}
+		r.add(prefix, key, it)
+	}
+}
+
+func (w *verifyWalk[V]) close() { w.stop() }
 
 // verifyRound is one round's keys and the L1 items sampled for them.
 type verifyRound[V any] struct {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"runtime/metrics"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/l2"
 )
 
 // writtenAt returns the stored form of the JSON value v as a writer whose
@@ -333,4 +336,87 @@ func (w *records) has(key, val string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkVerifyRound measures one verifier round of 32 samples against
+// real Redis (one pipeline of 32 GETRANGE), reported per sample; the
+// WithGet case is a Remote without HeadReader, read with MGET of whole
+// values.
+func BenchmarkVerifyRound(b *testing.B) {
+	srv.NeedReal(b)
+	for _, tc := range []struct {
+		name string
+		wrap func(hybrid.Remote) hybrid.Remote
+	}{
+		{"Heads", func(r hybrid.Remote) hybrid.Remote { return r }},
+		{"WithGet", func(r hybrid.Remote) hybrid.Remote { return struct{ hybrid.Remote }{r} }},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rdb := benchClient(b)
+			c, err := hybrid.New[Record](hybrid.Options{Namespace: redistest.Prefix(b), Remote: tc.wrap(l2.New(rdb, l2.Options{})),
+				Codec: codec.Msgpack{}, TTL: time.Hour, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			ctx := context.Background()
+			for i := range 1024 {
+				k := strconv.Itoa(i)
+				r, _ := loadRecord(ctx, k)
+				if err := c.Set(ctx, k, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			cpu0 := busyCPU()
+			samples := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				samples += c.VerifyRounds(ctx, 1)
+			}
+			cpu := busyCPU() - cpu0
+			runtime.ReadMemStats(&ms1)
+			if s := c.Stats().Verify; s.Consistent != uint64(samples) {
+				b.Fatalf("Verify = %+v after %d samples, want all consistent", s, samples)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(samples), "ns/sample")
+			b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(samples), "allocs/sample")
+			b.ReportMetric(cpu*1e9/float64(samples), "cpu-ns/sample")
+		})
+	}
+}
+
+// BenchmarkVerifyLoad runs a cache of 1,000 L1 entries with the verifier
+// on for two seconds per op at each rate and reports the Redis commands
+// (one GETRANGE per sample) and round trips it sent per second.
+func BenchmarkVerifyLoad(b *testing.B) {
+	srv.NeedReal(b)
+	for _, rate := range []float64{10, 100, 1000} {
+		b.Run(strconv.FormatFloat(rate, 'f', -1, 64), func(b *testing.B) {
+			a := newInstances(b, 1, singleNode(nil), hybrid.Options{Namespace: redistest.Prefix(b), VerifyRate: rate})[0]
+			for i := range 1000 {
+				set(b, a.c, strconv.Itoa(i), "v")
+			}
+			var cmds, trips int64
+			var took time.Duration
+			for b.Loop() {
+				k0, h0, t0 := a.remote.headKeys.Load(), a.remote.heads.Load(), time.Now()
+				time.Sleep(2 * time.Second)
+				cmds += a.remote.headKeys.Load() - k0
+				trips += a.remote.heads.Load() - h0
+				took += time.Since(t0)
+			}
+			b.ReportMetric(float64(cmds)/took.Seconds(), "cmds/s")
+			b.ReportMetric(float64(trips)/took.Seconds(), "roundtrips/s")
+		})
+	}
+}
+
+// busyCPU is the CPU time the process has used, in seconds, as the Go
+// runtime estimates it (total less idle, GC included).
+func busyCPU() float64 {
+	ss := []metrics.Sample{{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+	metrics.Read(ss)
+	return ss[0].Value.Float64() - ss[1].Value.Float64()
 }
