@@ -103,12 +103,13 @@ type Cache[V any] struct {
 	queue   *writeQueue // nil: failed writes are not queued
 	br      breaker
 	n       counters
+	ver     verifier // Options.VerifyRate
 	log     limitedLog
 
 	// mu guards closed against wg.Add, so Close can wait for every fill.
 	mu     sync.RWMutex
 	closed atomic.Bool
-	wg     sync.WaitGroup  // fill workers
+	wg     sync.WaitGroup  // fill workers and the verifier
 	jobs   chan func()     // hands a fill to an idle worker
 	stop   context.Context // cancelled by Close; ends fills
 	cancel context.CancelFunc
@@ -192,6 +193,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	for _, line := range advice(&o, &set) {
 		o.Logger.Warn(line, "namespace", o.Namespace)
 	}
+	c.startVerifier()
 	return c, nil
 }
 
@@ -234,7 +236,7 @@ func (c *Cache[V]) worker(job func()) {
 }
 
 // Close unsubscribes from the bus, cancels fills in progress and waits for
-// them, stops the replay of queued writes (see Options.QueueWrites; writes
+// them and for the verifier (Options.VerifyRate), stops the replay of queued writes (see Options.QueueWrites; writes
 // still queued are dropped, logged as one warning with their number and
 // counted in Stats.Queue.DroppedOnClose) and waits for it, and stops L1's
 // goroutines. It does not close the Remote or the Bus,

@@ -92,6 +92,7 @@ const (
 	logStale
 	logQueue
 	logOptions // options a load set (EntryFrom) or Options.EntryOptions gave, refused
+	logVerify  // an L1 entry the background verifier found divergent, or its failed read
 	logKinds
 )
 

@@ -1,5 +1,7 @@
 package hybrid
 
+import "context"
+
 // DropLocal removes key from this instance's L1 only, so benchmarks can
 // measure the L1-miss path again and again.
 func (c *Cache[V]) DropLocal(key string) { c.local.Delete(key) }
@@ -7,3 +9,23 @@ func (c *Cache[V]) DropLocal(key string) { c.local.Delete(key) }
 // LocalNow is the L1 clock (see l1.Cache.Now), so benchmarks can wait for
 // an L1 entry to expire.
 func (c *Cache[V]) LocalNow() int64 { return c.local.Now() }
+
+// VerifyRounds runs n rounds of the verifier (Options.VerifyRate) at once,
+// of up to 32 keys each, on this goroutine and without pacing, as its
+// goroutine would, and returns how many entries they sampled; benchmarks
+// measure a round's cost with it.
+func (c *Cache[V]) VerifyRounds(ctx context.Context, n int) int {
+	c.ver.heads, _ = c.remote.(HeadReader)
+	w := c.newVerifyWalk()
+	defer w.close()
+	r := newVerifyRound[V](verifyBatch)
+	sampled := 0
+	for range n {
+		w.take(r, c.prefix, verifyBatch)
+		if len(r.keys) > 0 {
+			c.verifyRound(ctx, r)
+		}
+		sampled += len(r.keys)
+	}
+	return sampled
+}

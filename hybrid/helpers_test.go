@@ -338,6 +338,7 @@ type countingRemote struct {
 	batchMsgs                                        atomic.Int64 // Write calls announced as a whole (Feed.Msg)
 	touches                                          atomic.Int64 // writes with Touch, in no other count
 	valueBytes                                       atomic.Int64 // the bytes of every Write.Value sent
+	heads, headKeys                                  atomic.Int64 // Heads calls (the verifier's) and the keys they read
 
 	// afterGet, when set, runs after the Store's Get returned, once per
 	// key, and before the cache sees the result.
@@ -379,6 +380,13 @@ func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, erro
 		r.hook(k)
 	}
 	return v, err
+}
+
+// Heads counts the verifier's reads of stored headers (hybrid.HeadReader).
+func (r *countingRemote) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {
+	defer r.heads.Add(1)
+	defer r.headKeys.Add(int64(len(keys)))
+	return r.s.Heads(ctx, keys, n)
 }
 
 // Write counts a call by the kind of its writes: a lease holder's write, a
@@ -459,6 +467,7 @@ type remoteCalls struct {
 	SetAndPublish, CompareAndSet, ReplaceAndPublish       int64
 	FillAndRelease                                        int64
 	RecordGet                                             int64 // Gets of records, not counted in Get
+	Heads                                                 int64 // reads of stored headers (the verifier's)
 }
 
 func (r *countingRemote) calls() remoteCalls {
@@ -468,14 +477,14 @@ func (r *countingRemote) calls() remoteCalls {
 		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
 		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
 		ReplaceAndPublish: r.replaces.Load(), FillAndRelease: r.fillAndReleases.Load(),
-		RecordGet: r.recordGets.Load(),
+		RecordGet: r.recordGets.Load(), Heads: r.heads.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
 	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet + c.ReplaceAndPublish +
-		c.FillAndRelease + c.RecordGet
+		c.FillAndRelease + c.RecordGet + c.Heads
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when

@@ -153,6 +153,19 @@ type Options struct {
 	// probes. Default: 5 seconds.
 	BreakerOpenFor time.Duration
 
+	// VerifyRate turns on the background verifier (docs/operations.md):
+	// about this many L1 entries a second, at most 10,000, are checked
+	// against the header of what the shared tier holds, in rounds of up to
+	// 32 keys that each cost one read; an entry older than the shared
+	// tier's value by more than VerifyWindow is dropped, counted in
+	// Stats.Verify and logged. Needs a Remote. Default: 0, off (no
+	// goroutine, no calls).
+	VerifyRate float64
+	// VerifyWindow is how long an invalidation may take to arrive before
+	// the verifier takes an entry that it should have changed as
+	// divergent. At most 24 hours. Default: 1 second.
+	VerifyWindow time.Duration
+
 	// Logger receives the read path's and the bus's errors, one per kind
 	// per LogEvery, and New's advice. Default: slog.Default().
 	Logger *slog.Logger
@@ -211,7 +224,7 @@ func (o Options) withDefaults() (Options, error) {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}, {"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}, {"RefreshBackoff", o.RefreshBackoff}} {
+	}{{"TTL", o.TTL}, {"LocalTTL", o.LocalTTL}, {"LoadTimeout", o.LoadTimeout}, {"LogEvery", o.LogEvery}, {"NegativeTTL", o.NegativeTTL}, {"BreakerOpenFor", o.BreakerOpenFor}, {"FailSafeMaxAge", o.FailSafeMaxAge}, {"FailSafeThrottle", o.FailSafeThrottle}, {"SoftTimeout", o.SoftTimeout}, {"LossGrace", o.LossGrace}, {"LoadLease", o.LoadLease}, {"LeaseWait", o.LeaseWait}, {"RefreshBackoff", o.RefreshBackoff}, {"VerifyWindow", o.VerifyWindow}} {
 		if f.d < 0 {
 			return o, fmt.Errorf("hybrid: Options.%s is negative (%v)", f.name, f.d)
 		}
@@ -270,6 +283,9 @@ func (o Options) withDefaults() (Options, error) {
 		if o.LoadLease < minLease {
 			return o, fmt.Errorf("hybrid: Options.LoadLease (%v) is shorter than %v", o.LoadLease, minLease)
 		}
+	}
+	if err := o.checkVerify(); err != nil {
+		return o, err
 	}
 	if o.ReplayLogLen == 0 {
 		o.ReplayLogLen = 10_000

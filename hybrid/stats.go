@@ -19,6 +19,7 @@ type Stats struct {
 	Queue         QueueStats        // the queue of failed writes (Options.QueueWrites)
 	Leases        LeaseStats        // load leases (Options.LoadLease)
 	Skipped       SkipStats         // steps calls left out (WithSkip)
+	Verify        VerifyStats       // the background verifier (Options.VerifyRate)
 }
 
 // L1Stats counts the in-process tier.
@@ -246,5 +247,6 @@ func (c *Cache[V]) Stats() Stats {
 			RemoteWrites: c.n.skipRemoteWrites.Load(),
 			Announces:    c.n.skipAnnounces.Load(),
 		},
+		Verify: c.verifyStats(),
 	}
 }

@@ -78,6 +78,7 @@ func conformance() []group {
 		{"Read", []check{
 			{"Info", checkInfo},
 			{"Get", checkGet},
+			{"Heads", checkHeads},
 			{"EmptyInput", checkEmptyInput},
 		}},
 		{"Write", []check{

@@ -1,6 +1,7 @@
 package hybridtest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -37,6 +38,41 @@ func checkGet(e *env) {
 		if !same(got[i], want[i]) {
 			e.t.Errorf("Get(%q) = %s, want %s", keys, showAll(got), showAll(want))
 			break
+		}
+	}
+}
+
+// checkHeads: a Remote that is a hybrid.HeadReader returns the first n
+// bytes of each value (all of a shorter one), nil for a missing key or an
+// empty value, in order. A Remote without the capability has nothing to
+// check.
+func checkHeads(e *env) {
+	hr, ok := e.r.(hybrid.HeadReader)
+	if !ok {
+		return
+	}
+	long := bytes.Repeat([]byte{0xff, 'x', 0}, 20)
+	e.put("long", long, longTTL)
+	e.put("short", raw("ab"), longTTL)
+	e.put("empty", []byte{}, longTTL)
+	keys := []string{"long", "missing", "short", "empty", "long"}
+	want := [][]byte{long[:19], nil, raw("ab"), nil, long[:19]}
+	got, err := hr.Heads(e.ctx, keys, 19)
+	if err != nil {
+		e.t.Fatalf("Heads(%q, 19): %v", keys, err)
+	}
+	if len(got) != len(want) {
+		e.t.Fatalf("Heads(%q, 19) = %s, want %s", keys, showAll(got), showAll(want))
+	}
+	for i := range want {
+		if !same(got[i], want[i]) {
+			e.t.Errorf("Heads(%q, 19) = %s, want %s", keys, showAll(got), showAll(want))
+			break
+		}
+	}
+	for _, keys := range [][]string{nil, {}} {
+		if vs, err := hr.Heads(e.ctx, keys, 19); err != nil || len(vs) != 0 {
+			e.t.Errorf("Heads(%#v, 19) = %q, %v; want no values, nil", keys, vs, err)
 		}
 	}
 }

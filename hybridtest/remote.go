@@ -3,6 +3,7 @@ package hybridtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -61,7 +62,10 @@ type Remote struct {
 	journal   journal
 }
 
-var _ hybrid.Remote = (*Remote)(nil)
+var (
+	_ hybrid.Remote     = (*Remote)(nil)
+	_ hybrid.HeadReader = (*Remote)(nil)
+)
 
 type item struct {
 	value   []byte
@@ -75,6 +79,8 @@ type Calls struct {
 	// the calls of each method, one per call however many keys or writes
 	// it covers: for Get and Write, one per round trip to the shared tier.
 	Get, Write, TakeLeases, ExtendLeases, ReleaseLeases, ReadLog int
+	// Heads counts the calls of Heads (hybrid.HeadReader), one per call.
+	Heads int
 	// OpenLog counts the ReadLog calls that opened a log (after == "");
 	// ReadLog counts them too.
 	OpenLog int
@@ -90,7 +96,7 @@ type Calls struct {
 
 // Total returns the number of calls of every method.
 func (c Calls) Total() int {
-	return c.Get + c.Write + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases + c.ReadLog
+	return c.Get + c.Write + c.TakeLeases + c.ExtendLeases + c.ReleaseLeases + c.ReadLog + c.Heads
 }
 
 // ErrNoBus is returned by Write and ReleaseLeases of a Remote whose Bus is
@@ -281,6 +287,34 @@ func (r *Remote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	if hook != nil {
 		for _, k := range keys {
 			hook(k)
+		}
+	}
+	return out, nil
+}
+
+// Heads returns a copy of the first n bytes (n > 0) of the value of each
+// of keys (all of a shorter one), in order, nil for a missing or expired
+// key, as one read: hybrid.HeadReader, as l2.Store has it (an empty value
+// reads as missing there, and here). It takes the steps of Get but for
+// the hooks, and counts in Calls.Heads.
+func (r *Remote) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("hybridtest: Heads: length %d, want at least 1", n)
+	}
+	if len(keys) == 0 {
+		return [][]byte{}, nil
+	}
+	defer r.count(func(c *Calls) { c.Heads++ })
+	if err := r.begin(ctx); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		if v, ok := r.getLocked(k, now); ok && len(v) > 0 {
+			out[i] = stored(v[:min(n, len(v))])
 		}
 	}
 	return out, nil

@@ -399,3 +399,30 @@ func TestRemoteConcurrentUse(t *testing.T) {
 		t.Errorf("got %d calls, want 800", got)
 	}
 }
+
+// TestRemoteHeads counts each Heads call with work to do once, in
+// Calls.Heads and Total, and fails it as FailWith says.
+func TestRemoteHeads(t *testing.T) {
+	r, _, _ := newRemote(t)
+	ctx := t.Context()
+	r.Put("k", []byte("value"), 0)
+	got, err := r.Heads(ctx, []string{"k", "m"}, 3)
+	if err != nil || string(got[0]) != "val" || got[1] != nil {
+		t.Fatalf("Heads = %q, %v; want [val nil], nil", got, err)
+	}
+	_, _ = r.Heads(ctx, nil, 3)
+	if _, err := r.Heads(ctx, []string{"k"}, 0); err == nil {
+		t.Error("Heads with length 0: no error")
+	}
+	if c := r.Calls(); c.Heads != 1 || c.Total() != 1 || c.Get != 0 {
+		t.Errorf("Calls = %+v, want one Heads and nothing else", c)
+	}
+	down := errors.New("down")
+	r.FailWith(down)
+	if _, err := r.Heads(ctx, []string{"k"}, 3); !errors.Is(err, down) {
+		t.Errorf("Heads after FailWith = %v, want %v", err, down)
+	}
+	if c := r.Calls(); c.Heads != 2 {
+		t.Errorf("Calls.Heads = %d after a failed call, want 2", c.Heads)
+	}
+}

@@ -397,3 +397,30 @@ func TestPeekCountsNothing(t *testing.T) {
 		t.Errorf("Stats after two Peeks: got %d hits %d misses, want none", s.Hits, s.Misses)
 	}
 }
+
+// TestAll walks every live entry once, without counting a hit or a miss.
+func TestAll(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	want := map[string]string{"a": "1", "b": "2", "c": "3"}
+	for k, v := range want {
+		c.Set(k, v, 10, time.Minute)
+	}
+	got := map[string]string{}
+	for k, v := range c.All() {
+		if _, dup := got[k]; dup {
+			t.Errorf("%s walked twice", k)
+		}
+		got[k] = v
+	}
+	if len(got) != len(want) {
+		t.Errorf("All walked %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("All: %s = %q, want %q", k, got[k], v)
+		}
+	}
+	if s := c.Stats(); s.Hits != 0 || s.Misses != 0 {
+		t.Errorf("All counted %d hits and %d misses, want none", s.Hits, s.Misses)
+	}
+}

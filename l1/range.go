@@ -1,6 +1,10 @@
 package l1
 
-import "github.com/maypok86/otter/v2"
+import (
+	"iter"
+
+	"github.com/maypok86/otter/v2"
+)
 
 // DeleteIf deletes every entry for which match reports true and returns how
 // many it deleted. It visits every entry, so it costs a pass over the
@@ -21,4 +25,19 @@ func (c *Cache[V]) DeleteIf(match func(key string, v V) bool) int {
 		})
 	}
 	return n
+}
+
+// All returns an iterator over the live entries, in no set order (otter's
+// table order), that neither counts hits or misses nor tells the eviction
+// policy of a read. It is weakly consistent: safe while the cache changes,
+// which it may or may not reflect. A walk costs a pass over the cache in
+// all; each step is about constant.
+func (c *Cache[V]) All() iter.Seq2[string, V] {
+	return func(yield func(string, V) bool) {
+		for key, s := range c.c.All() {
+			if !yield(key, s.v) {
+				return
+			}
+		}
+	}
 }

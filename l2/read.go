@@ -176,3 +176,45 @@ func fill(out [][]byte, idx []int, vals []any) error {
 	}
 	return nil
 }
+
+// Heads returns the first n bytes (n > 0) of the value of each of keys
+// (all of a shorter value), in order, nil for a missing key, as
+// hybrid.HeadReader asks. It sends one GETRANGE key 0 n-1 per key, all in
+// one pipeline, which go-redis sends to each node in one round trip (in
+// parallel on Redis Cluster, where single-key commands need no grouping by
+// slot). GETRANGE answers a missing key and an empty value alike, so an
+// empty value reads as missing (the cache never stores one). If any
+// command fails (a key holding another type, say), Heads returns only an
+// error. With no keys it returns at once.
+func (s *Store) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("l2: heads: length %d, want at least 1", n)
+	}
+	out := make([][]byte, len(keys))
+	err := call(ctx, s.read, about("heads", "keys", keys), func(ctx context.Context) error {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.StringCmd, len(keys))
+		for i, key := range keys {
+			cmds[i] = pipe.GetRange(ctx, s.prefix+key, 0, int64(n)-1)
+		}
+		// Exec reports the first failed command: look at each instead.
+		_, _ = pipe.Exec(ctx)
+		for i, cmd := range cmds {
+			v, err := cmd.Bytes()
+			if err != nil {
+				return err
+			}
+			if len(v) > 0 {
+				out[i] = v
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -59,10 +59,19 @@
 //	skipped                   counter  {key}      kind l1_read: Skipped.L1Reads, l1_write: .L1Writes,
 //	                                              l2_read: .RemoteReads, l2_write: .RemoteWrites,
 //	                                              announce: .Announces
+//	verify.sampled            counter  {entry}    Verify.Sampled
+//	verify.outcomes           counter  {entry}    result consistent: Verify.Consistent, divergent: .Divergent,
+//	                                              missing: .Missing, error: .Errors
+//	verify.dropped            counter  {entry}    Verify.Dropped
 //
 // A miss in L1 that a fill answers from L2 counts as an l1 miss and an l2
 // hit, so the share of requests answered without load is
 // (hits{l1} + hits{l2}) / (hits{l1} + misses{l1}).
+//
+// The verifier's coherence (hybrid.VerifyStats.Coherence) over a window is
+// rate(verify.outcomes{result=consistent}) / (rate(verify.outcomes{result=consistent})
+// + rate(verify.outcomes{result=divergent})); it has no gauge of its own, so
+// that it reads over the window asked for rather than since the start.
 //
 // # Traces and durations
 //

@@ -233,5 +233,15 @@ func catalogue() []instrument {
 			by(keyKind, "l2_write", func(s *hybrid.Stats) uint64 { return s.Skipped.RemoteWrites }),
 			by(keyKind, "announce", func(s *hybrid.Stats) uint64 { return s.Skipped.Announces }),
 		}},
+		{name: "verify.sampled", unit: "{entry}", desc: "L1 entries the background verifier checked against the shared tier (Options.VerifyRate).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Verify.Sampled })},
+		{name: "verify.outcomes", unit: "{entry}", desc: "Verifier samples by outcome: consistent with the shared tier, divergent (older than its value beyond VerifyWindow: a missed invalidation), missing there, or not judged (error).", series: []series{
+			by(keyResult, "consistent", func(s *hybrid.Stats) uint64 { return s.Verify.Consistent }),
+			by(keyResult, "divergent", func(s *hybrid.Stats) uint64 { return s.Verify.Divergent }),
+			by(keyResult, "missing", func(s *hybrid.Stats) uint64 { return s.Verify.Missing }),
+			by(keyResult, "error", func(s *hybrid.Stats) uint64 { return s.Verify.Errors }),
+		}},
+		{name: "verify.dropped", unit: "{entry}", desc: "Divergent L1 entries the verifier dropped.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Verify.Dropped })},
 	}
 }

@@ -194,22 +194,9 @@ func TagsLen(tags []string) int {
 
 // Decode splits b into its header and payload. The payload aliases b.
 func Decode(b []byte) (Header, []byte, error) {
-	if len(b) < HeaderLen {
-		return Header{}, nil, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderLen)
-	}
-	if b[0] != Format {
-		return Header{}, nil, fmt.Errorf("%w: unknown format %d", ErrCorrupt, b[0])
-	}
-	if b[2]&^knownFlags != 0 {
-		return Header{}, nil, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, b[2])
-	}
-	h := Header{
-		Codec:   b[1],
-		Flags:   b[2],
-		Written: time.UnixMilli(int64(binary.BigEndian.Uint64(b[3:11]))),
-	}
-	if exp := int64(binary.BigEndian.Uint64(b[11:19])); exp != 0 {
-		h.Expires = time.UnixMilli(exp)
+	h, err := ReadHeader(b)
+	if err != nil {
+		return Header{}, nil, err
 	}
 	payload := b[HeaderLen:]
 	if h.Flags&FlagVersioned != 0 {
@@ -234,6 +221,32 @@ func Decode(b []byte) (Header, []byte, error) {
 		h.LoadTime, payload = time.Duration(us)*time.Microsecond, payload[k:]
 	}
 	return h, payload, nil
+}
+
+// ReadHeader reads the fixed header at the front of b (format, codec,
+// flags, write time and logical expiry), and nothing after it: b may be
+// cut anywhere past HeaderLen, as a read of the first HeaderLen bytes of a
+// stored value is. A short header, another format or an unknown flag is
+// an error wrapping ErrCorrupt, as in Decode.
+func ReadHeader(b []byte) (Header, error) {
+	if len(b) < HeaderLen {
+		return Header{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderLen)
+	}
+	if b[0] != Format {
+		return Header{}, fmt.Errorf("%w: unknown format %d", ErrCorrupt, b[0])
+	}
+	if b[2]&^knownFlags != 0 {
+		return Header{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, b[2])
+	}
+	h := Header{
+		Codec:   b[1],
+		Flags:   b[2],
+		Written: time.UnixMilli(int64(binary.BigEndian.Uint64(b[3:11]))),
+	}
+	if exp := int64(binary.BigEndian.Uint64(b[11:19])); exp != 0 {
+		h.Expires = time.UnixMilli(exp)
+	}
+	return h, nil
 }
 
 // decodeTags splits the tags off the front of a tagged payload.

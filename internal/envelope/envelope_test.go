@@ -174,3 +174,27 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestReadHeader reads the fixed header of whole envelopes and of their
+// first HeaderLen bytes alike, and rejects what Decode rejects in it.
+func TestReadHeader(t *testing.T) {
+	written := time.UnixMilli(1_700_000_000_123)
+	h := envelope.Header{Codec: 2, Flags: envelope.FlagDeleted, Written: written, Expires: written.Add(time.Minute), Tags: []string{"a"}, Version: "v1"}
+	b := envelope.Append(nil, h, []byte("payload"))
+	for _, cut := range []int{len(b), envelope.HeaderLen} {
+		got, err := envelope.ReadHeader(b[:cut])
+		if err != nil {
+			t.Fatalf("ReadHeader of %d bytes: %v", cut, err)
+		}
+		if !got.Written.Equal(written) || !got.Expires.Equal(h.Expires) || got.Codec != 2 || got.Flags != envelope.FlagDeleted|envelope.FlagTagged|envelope.FlagVersioned {
+			t.Errorf("ReadHeader of %d bytes = %+v, want written %v, expiry %v, codec 2, flags deleted|tagged|versioned", cut, got, written, h.Expires)
+		}
+	}
+	bad := slices.Clone(b[:envelope.HeaderLen])
+	bad[2] = 128
+	for name, in := range map[string][]byte{"short": b[:envelope.HeaderLen-1], "empty": nil, "flag": bad, "format": append([]byte{9}, b[1:envelope.HeaderLen]...)} {
+		if _, err := envelope.ReadHeader(in); !errors.Is(err, envelope.ErrCorrupt) {
+			t.Errorf("ReadHeader(%s) error = %v, want ErrCorrupt", name, err)
+		}
+	}
+}
