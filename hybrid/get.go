@@ -56,6 +56,7 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 		if it.absent {
 			return it.v, ErrNotFound
 		}
+		c.sampleL1Age(it.t, it.stored)
 		if c.copy != nil {
 			return c.copy(it.v)
 		}
@@ -116,11 +117,15 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 					return v, false, ctx.Err()
 				}
 			}
-			if c.copy != nil && !it.absent {
+			if it.absent {
+				return v, false, nil
+			}
+			c.sampleL1Age(it.t, it.stored)
+			if c.copy != nil {
 				v, err = c.copy(it.v)
 				return v, err == nil, err
 			}
-			return it.v, !it.absent, nil
+			return it.v, true, nil
 		}
 	}
 	r, err := c.read(ctx, key, &skipGet, opts, it, found, false)
