@@ -44,7 +44,7 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 	if skip&SkipL1Read != 0 {
 		return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
 	}
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+	if it, hit, ok := c.local.GetCounted(key); ok && !c.closed.Load() {
 		if c.held(it) {
 			if it, ok = c.checkHeld(ctx, key, it); !ok {
 				return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
@@ -56,7 +56,7 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 		if it.absent {
 			return it.v, ErrNotFound
 		}
-		c.sampleL1Age(it.t, it.stored)
+		c.sampleL1Age(hit, it.t, it.stored)
 		if c.copy != nil {
 			return c.copy(it.v)
 		}
@@ -109,8 +109,9 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 	}
 	var it item[V]
 	var found bool
+	var hit uint64
 	if skip&SkipL1Read == 0 {
-		it, found = c.local.Get(key)
+		it, hit, found = c.local.GetCounted(key)
 		if found && !c.closed.Load() && c.live(it) {
 			if c.held(it) {
 				if it, ok = c.checkHeld(ctx, key, it); !ok {
@@ -120,7 +121,7 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 			if it.absent {
 				return v, false, nil
 			}
-			c.sampleL1Age(it.t, it.stored)
+			c.sampleL1Age(hit, it.t, it.stored)
 			if c.copy != nil {
 				v, err = c.copy(it.v)
 				return v, err == nil, err

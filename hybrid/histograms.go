@@ -13,8 +13,11 @@ import (
 // values served from each tier.
 
 // ageSample is how many L1 hits there are for one whose age is recorded:
-// a power of two, so that the draw is a mask.
-const ageSample = 64
+// a power of two, 1<<ageSampleBits.
+const (
+	ageSampleBits = 6
+	ageSample     = 1 << ageSampleBits
+)
 
 // DurationStats summarises a histogram of durations: how many were
 // recorded, percentiles estimated from its buckets, and the largest. The
@@ -90,10 +93,22 @@ func (c *Cache[V]) recordLag(m *message.Message) {
 	c.n.lag.Record(time.Duration(time.Now().UnixNano() - m.Sent))
 }
 
-// sampleL1Age records, for one L1 hit in ageSample, the age of the value
-// it served: from its write time if L1 knows it (t), else from when L1
-// stored it. It is the one cost the histograms add to an L1 hit: a draw.
-func (c *Cache[V]) sampleL1Age(t *timing, stored uint32) {
+// sampleL1Age records the age of the value an L1 hit served for one hit in
+// ageSample: the hits whose count hit (see l1.Cache.GetCounted), mixed by
+// a multiplication so that a pattern of reads that repeats every
+// ageSample hits is not sampled at the same place each time, has its top
+// bits zero. It is the one cost the histograms add to an L1 hit: a
+// multiplication and a branch. The age is from the value's write time if
+// L1 knows it (t), else from when L1 stored it.
+func (c *Cache[V]) sampleL1Age(hit uint64, t *timing, stored uint32) {
+	if (hit*0x9e3779b97f4a7c15)>>(64-ageSampleBits) == 0 {
+		c.recordL1Age(t, stored)
+	}
+}
+
+// drawL1Age is sampleL1Age for a hit that was not counted by stripe: one
+// in ageSample, drawn at random.
+func (c *Cache[V]) drawL1Age(t *timing, stored uint32) {
 	if rand.Uint64()&(ageSample-1) == 0 {
 		c.recordL1Age(t, stored)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
 )
 
 // TestLagRecorded sends real messages from A to B over Redis: B records one
@@ -54,14 +55,20 @@ func TestLagRecorded(t *testing.T) {
 				t.Errorf("A: Lag.Count %d, want 0 (its own messages are ignored)", own)
 			}
 
-			// A delete from an instance that predates send times.
+			// A delete from an instance that predates send times, and a
+			// Set from one that leaves them out (NoSendTime).
 			old := message.Encode(message.Message{Op: message.OpDelete, Origin: message.Origin{7}, Namespace: ns, Keys: []string{"k1"}}, m.secret)
 			if err := b.rdb.Publish(ctx, ns+":bus", old).Err(); err != nil {
 				t.Fatal(err)
 			}
-			waitStat(t, b, "Invalidations.Applied", statReceived, sets+deletes+1)
+			c := newInstance(t, "C", singleNode(nil), hybrid.Options{Namespace: ns, Channel: ns + ":bus", Secret: m.secret, NoSendTime: true}, invalidate.Options{})
+			setStr(t, c, "k2", "from C")
+			waitStat(t, b, "Invalidations.Applied", statReceived, sets+deletes+2)
 			if got := b.c.Stats().Invalidations.Lag.Count; got != sets+deletes {
-				t.Errorf("B: Lag.Count after a message without a send time: %d, want %d (unchanged)", got, sets+deletes)
+				t.Errorf("B: Lag.Count after two messages without a send time: %d, want %d (unchanged)", got, sets+deletes)
+			}
+			if got := b.c.Stats().Invalidations.Invalid; got != 0 {
+				t.Errorf("B: Invalidations.Invalid %d, want 0 (messages without a send time are valid)", got)
 			}
 		})
 	}

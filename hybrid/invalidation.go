@@ -28,10 +28,13 @@ type Bus interface {
 }
 
 // encodeMsg returns m in the format of the bus, stamped with its send time
-// (now), by which receivers measure its lag (see InvalidationStats.Lag).
+// (now, unless Options.NoSendTime), by which receivers measure its lag
+// (see InvalidationStats.Lag).
 // Every message the cache sends is encoded here.
 func (c *Cache[V]) encodeMsg(m message.Message) []byte {
-	m.Sent = time.Now().UnixNano()
+	if !c.o.NoSendTime {
+		m.Sent = time.Now().UnixNano()
+	}
 	return message.Encode(m, c.o.Secret)
 }
 
