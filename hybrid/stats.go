@@ -34,9 +34,10 @@ type L1Stats struct {
 	Size           uint64 // weight now, in bytes: values, keys and overhead (approximate)
 	// ServedAge is the age of the values L1 hits served: now minus the
 	// value's write time, or, for an entry whose write time L1 does not
-	// know, minus when L1 stored it. It is sampled: one hit in 64 (drawn
-	// at random) is recorded, so that a hit stays as cheap as it was;
-	// Count is about L1.Hits / 64. A write time set by another instance is
+	// know, minus when L1 stored it. It is sampled: one hit in 64 is
+	// recorded (picked by L1's own hit count for Get and GetOrCreate, at
+	// random for GetEntry and batches), so that a hit stays as cheap as
+	// it was; Count is about L1.Hits / 64. A write time set by another instance is
 	// read on its clock (see InvalidationStats.Lag for the caveat).
 	ServedAge DurationStats
 }
