@@ -180,6 +180,7 @@ func (c *Cache[V]) localMany(keys []string, distinct, noL1 bool, due *pastDue[V]
 					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
 				}
 				if !it.absent {
+					c.drawL1Age(it.t, it.stored)
 					if out == nil {
 						out = make(map[string]V, len(keys))
 					}

@@ -44,7 +44,7 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 	if skip&SkipL1Read != 0 {
 		return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
 	}
-	if it, ok := c.local.Get(key); ok && !c.closed.Load() {
+	if it, hit, ok := c.local.GetCounted(key); ok && !c.closed.Load() {
 		if c.held(it) {
 			if it, ok = c.checkHeld(ctx, key, it); !ok {
 				return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
@@ -56,6 +56,7 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 		if it.absent {
 			return it.v, ErrNotFound
 		}
+		c.sampleL1Age(hit, it.t, it.stored)
 		if c.copy != nil {
 			return c.copy(it.v)
 		}
@@ -108,19 +109,24 @@ func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v 
 	}
 	var it item[V]
 	var found bool
+	var hit uint64
 	if skip&SkipL1Read == 0 {
-		it, found = c.local.Get(key)
+		it, hit, found = c.local.GetCounted(key)
 		if found && !c.closed.Load() && c.live(it) {
 			if c.held(it) {
 				if it, ok = c.checkHeld(ctx, key, it); !ok {
 					return v, false, ctx.Err()
 				}
 			}
-			if c.copy != nil && !it.absent {
+			if it.absent {
+				return v, false, nil
+			}
+			c.sampleL1Age(hit, it.t, it.stored)
+			if c.copy != nil {
 				v, err = c.copy(it.v)
 				return v, err == nil, err
 			}
-			return it.v, !it.absent, nil
+			return it.v, true, nil
 		}
 	}
 	r, err := c.read(ctx, key, &skipGet, opts, it, found, false)

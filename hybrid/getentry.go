@@ -94,6 +94,7 @@ func (c *Cache[V]) GetEntry(ctx context.Context, key string, opts ...EntryOption
 		if it.absent {
 			return e, false, nil
 		}
+		c.drawL1Age(it.t, it.stored)
 		e = c.entryOf(it, TierL1, exp)
 		if e.Value, err = c.out(it.v, nil); err != nil {
 			return Entry[V]{}, false, err

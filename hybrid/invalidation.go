@@ -27,9 +27,20 @@ type Bus interface {
 	Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (unsubscribe func(), err error)
 }
 
+// encodeMsg returns m in the format of the bus, stamped with its send time
+// (now, unless Options.NoSendTime), by which receivers measure its lag
+// (see InvalidationStats.Lag).
+// Every message the cache sends is encoded here.
+func (c *Cache[V]) encodeMsg(m message.Message) []byte {
+	if !c.o.NoSendTime {
+		m.Sent = time.Now().UnixNano()
+	}
+	return message.Encode(m, c.o.Secret)
+}
+
 // publish sends m on the bus, as a call to the shared tier (see call).
 func (c *Cache[V]) publish(ctx context.Context, m message.Message) error {
-	msg := message.Encode(m, c.o.Secret)
+	msg := c.encodeMsg(m)
 	if err := c.call(ctx, OpPublish, "", func(ctx context.Context) error { return c.bus.Publish(ctx, c.o.Channel, msg) }); err != nil {
 		c.n.publishErrors.Add(1)
 		return err
@@ -97,6 +108,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 	defer c.invalidated(op, keys)
 	c.apply(m)
 	c.noteApplied(m)
+	c.recordLag(&m)
 }
 
 // noteApplied records m's position as one a replay may start after, unless

@@ -138,11 +138,11 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 	h.halt()
 	h.released = true
 	m := message.Message{Op: message.OpFilled, Origin: c.origin, Namespace: c.scope, Keys: h.keys, Token: h.token}
-	unstored := message.Encode(m, c.o.Secret)
+	unstored := c.encodeMsg(m)
 	stored := unstored
 	if len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
 		m.Value = message.PackValues([][]byte{b})
-		stored = message.Encode(m, c.o.Secret)
+		stored = c.encodeMsg(m)
 	}
 	wrote, tried := false, false
 	err := c.retry(ctx, OpSet, key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
@@ -201,7 +201,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 		}
 		m.Value = message.PackValues(inline)
 	}
-	msg := message.Encode(m, c.o.Secret)
+	msg := c.encodeMsg(m)
 	// The fill's ctx may have ended (Close, LoadTimeout): the release is
 	// still wanted, for at most what the lease had left.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.life+time.Second)

@@ -47,6 +47,12 @@ type Options struct {
 	// InlineMaxBytes is the largest value a message carries. Default: 64
 	// KiB. Negative: never carry values.
 	InlineMaxBytes int
+	// NoSendTime leaves the send time out of the messages this instance
+	// sends, for a rolling upgrade from a version that predates send
+	// times: instances of that version reject a message that has one (and
+	// keep their copy). Receivers measure no lag for these messages (see
+	// InvalidationStats.Lag). Default: false, messages carry it.
+	NoSendTime bool
 	// NegativeTTL is how long an absence is remembered in both tiers when
 	// load returns an error wrapping ErrNotFound. Default: 0, not remembered.
 	NegativeTTL time.Duration

@@ -217,6 +217,7 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 		return readStale
 	}
 	c.n.l2Hits.Add(1)
+	c.recordL2Age(written)
 	c.storeLocal(lb, key, *it, c.size(b), min(ttl, p.localTTL), tok, p)
 	return readHit
 }
@@ -349,10 +350,10 @@ func (c *Cache[V]) announced(m message.Message) (msg, entry []byte) {
 	if c.feed.Channel == "" {
 		return nil, nil
 	}
-	msg = message.Encode(m, c.o.Secret)
+	msg = c.encodeMsg(m)
 	if c.logged() {
 		m.Value = nil
-		entry = message.Encode(m, c.o.Secret)
+		entry = c.encodeMsg(m)
 	}
 	return msg, entry
 }

@@ -2,6 +2,8 @@ package hybrid
 
 import (
 	"sync/atomic"
+
+	"github.com/hybridcache/hybridcache/internal/histogram"
 )
 
 // Stats is a snapshot of a Cache's counters since New, grouped by tier and
@@ -31,6 +33,14 @@ type L1Stats struct {
 	FillsDiscarded uint64 // fills not stored in L1 because the key changed meanwhile
 	Entries        int    // entries now (approximate)
 	Size           uint64 // weight now, in bytes: values, keys and overhead (approximate)
+	// ServedAge is the age of the values L1 hits served: now minus the
+	// value's write time, or, for an entry whose write time L1 does not
+	// know, minus when L1 stored it. It is sampled: one hit in 64 is
+	// recorded (picked by L1's own hit count for Get and GetOrCreate, at
+	// random for GetEntry and batches), so that a hit stays as cheap as
+	// it was; Count is about L1.Hits / 64. A write time set by another instance is
+	// read on its clock (see InvalidationStats.Lag for the caveat).
+	ServedAge DurationStats
 }
 
 // L2Stats counts the shared tier and the calls to it.
@@ -43,6 +53,11 @@ type L2Stats struct {
 	BreakerOpens  uint64 // times the breaker opened
 	WriteRetries  uint64 // background writes tried again
 	WritesDropped uint64 // background writes given up (value kept in L1)
+	// ServedAge is the age of the values read from the shared tier and
+	// served (one per hit, whatever the number of callers it answered):
+	// now minus the write time its envelope carries, by the writer's clock
+	// (see InvalidationStats.Lag for the caveat).
+	ServedAge DurationStats
 }
 
 // LoadStats counts the calls of load functions and what fail-safe and
@@ -93,6 +108,18 @@ type InvalidationStats struct {
 	Unauthentic   uint64 // messages whose signature did not verify (keys only dropped)
 	Swapped       uint64 // L1 entries replaced by a value carried in a message
 	Extended      uint64 // L1 entries extended by another instance's not-modified refresh
+	// Lag is the propagation lag of the messages applied: from when the
+	// sending instance built the message (just before the write that
+	// publishes it, so its round trip to Redis is included) to when this
+	// one had applied it to L1. Messages from instances that predate send
+	// times, and unsigned ones when a Secret is set, are not recorded, nor
+	// those replayed from the log after a bus loss (Bus.Replayed).
+	//
+	// NOTE: the two times are read on two clocks, which must be in sync
+	// (as tags already assume); the figure is off by their skew. A
+	// negative lag (the sender's clock ahead) is counted as 0, and also
+	// in Lag.Skewed.
+	Lag DurationStats
 }
 
 // BusStats counts the losses of the bus and how each ended.
@@ -158,6 +185,8 @@ type counters struct {
 	notCached, badOptions                                     atomic.Uint64
 	notModified, staleReads, extended                         atomic.Uint64
 	refreshBackoffs, refreshesCoalesced, refreshesDeferred    atomic.Uint64
+	// lag, servedL1 and servedL2 are the histograms of histograms.go.
+	lag, servedL1, servedL2 histogram.Histogram
 }
 
 // Stats returns a snapshot of the cache's counters.
@@ -178,6 +207,7 @@ func (c *Cache[V]) Stats() Stats {
 			FillsDiscarded: c.n.fillsDiscarded.Load(),
 			Entries:        c.local.Len(),
 			Size:           c.local.Weight(),
+			ServedAge:      durationStats(&c.n.servedL1),
 		},
 		L2: L2Stats{
 			Hits:          c.n.l2Hits.Load(),
@@ -188,6 +218,7 @@ func (c *Cache[V]) Stats() Stats {
 			BreakerOpens:  c.br.opens.Load(),
 			WriteRetries:  c.n.writeRetries.Load(),
 			WritesDropped: c.n.writesDropped.Load(),
+			ServedAge:     durationStats(&c.n.servedL2),
 		},
 		Load: LoadStats{
 			Calls:        c.n.loads.Load(),
@@ -216,6 +247,7 @@ func (c *Cache[V]) Stats() Stats {
 			Unauthentic:   c.n.unauthentic.Load(),
 			Swapped:       c.n.swapped.Load(),
 			Extended:      c.n.extended.Load(),
+			Lag:           durationStats(&c.n.lag),
 		},
 		Bus: BusStats{
 			Losses:     c.n.busLosses.Load(),

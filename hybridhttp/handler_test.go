@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -156,7 +157,7 @@ func TestHandler(t *testing.T) {
 		if x.Key != "none" || x.Agreement != hybrid.AgreementNowhere || x.L1.Present || x.Remote.Present || x.Remote.State != "missing" {
 			t.Errorf("explain none: got %+v, want nowhere", x)
 		}
-		if after := plain.Stats(); after.L1 != before.L1 || after.L2.Hits != before.L2.Hits || after.L2.Misses != before.L2.Misses {
+		if after := plain.Stats(); !reflect.DeepEqual(after.L1, before.L1) || after.L2.Hits != before.L2.Hits || after.L2.Misses != before.L2.Misses {
 			t.Errorf("explain counted: before %+v, after %+v", before, after)
 		}
 		wantError(t, "GET", base+"/explain?ns="+ns+".plain", http.StatusBadRequest)                              // no key

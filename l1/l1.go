@@ -140,6 +140,23 @@ func (c *Cache[V]) Get(key string) (V, bool) {
 	return s.v, true
 }
 
+// GetCounted is Get that also returns, on a hit, hit: the count of the
+// hits of the stripe of the striped hit counter this one was counted on
+// (see count). It costs what Get costs, and lets a caller sample hits
+// without a random draw of its own: each stripe's counts are consecutive.
+func (c *Cache[V]) GetCounted(key string) (v V, hit uint64, ok bool) {
+	s, ok := c.c.GetIfPresent(key)
+	if !ok {
+		c.count(&c.misses)
+		return v, 0, false
+	}
+	st, n := c.count(&c.hits)
+	if c.tasks.queued.Load() > 0 {
+		c.hitUpkeep(st, n)
+	}
+	return s.v, n, true
+}
+
 // GetExpiry is Get that also returns when the entry expires, in Unix
 // nanoseconds on the cache's clock (see Now). It costs more than Get: use
 // it where the expiry is wanted.

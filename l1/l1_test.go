@@ -50,6 +50,33 @@ func TestSetGetDelete(t *testing.T) {
 	}
 }
 
+// GetCounted answers as Get does, and numbers the hits of each stripe
+// from 1: over a run of hits, the numbers it gives add up to what the
+// stripes counted.
+func TestGetCounted(t *testing.T) {
+	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
+	if _, n, ok := c.GetCounted("k"); ok || n != 0 {
+		t.Fatalf("GetCounted on an empty cache: got %d, %v, want 0, false", n, ok)
+	}
+	c.Set("k", "v", 10, time.Minute)
+	firsts := 0 // hits numbered 1: at most one per stripe
+	for range 1000 {
+		v, n, ok := c.GetCounted("k")
+		if !ok || v != "v" || n == 0 || n > 1000 {
+			t.Fatalf("GetCounted: got %q, %d, %v; want \"v\", a count from 1 to 1000, true", v, n, ok)
+		}
+		if n == 1 {
+			firsts++
+		}
+	}
+	if firsts == 0 || firsts > 8 {
+		t.Errorf("%d hits numbered 1, want 1 to 8 (one per stripe used)", firsts)
+	}
+	if s := c.Stats(); s.Hits != 1000 || s.Misses != 1 {
+		t.Errorf("Stats: got %d hits %d misses, want 1000 and 1", s.Hits, s.Misses)
+	}
+}
+
 func TestSetNonPositiveTTLDrops(t *testing.T) {
 	c := newCache(t, l1.Options{MaxWeight: 1 << 20})
 	c.Set("k", "v", 10, time.Minute)

@@ -43,6 +43,8 @@
 //	invalidations.received    counter  {message}  result applied: Invalidations.Applied, own: .Own,
 //	                                              invalid: .Invalid
 //	invalidations.unauthentic counter  {message}  Invalidations.Unauthentic
+//	invalidation.lag.skewed   counter  {message}  Invalidations.Lag.Skewed
+//	served.age.skewed         counter  {value}    tier l1: L1.ServedAge.Skewed, l2: L2.ServedAge.Skewed
 //	invalidations.swapped     counter  {entry}    Invalidations.Swapped
 //	invalidations.extended    counter  {entry}    Invalidations.Extended
 //	bus.losses                counter  {loss}     Bus.Losses
@@ -63,6 +65,34 @@
 //	verify.outcomes           counter  {entry}    result consistent: Verify.Consistent, divergent: .Divergent,
 //	                                              missing: .Missing, error: .Errors
 //	verify.dropped            counter  {entry}    Verify.Dropped
+//
+// and two histograms, in seconds, with the buckets of the cache's own
+// (hybrid.DurationBounds: 10 µs to about 10.5 s by factors of √2):
+//
+//	invalidation.lag          histogram  s        Invalidations.Lag: from another instance
+//	                                              sending a message to its being applied here
+//	served.age                histogram  s        tier l1: L1.ServedAge (one hit in 64), l2: L2.ServedAge
+//
+// The lag and the ages compare times read on different instances' clocks,
+// which must be in sync (as tags already assume); a negative one is
+// counted as 0 and in the matching .skewed counter.
+//
+// The cache keeps these histograms itself (lock-free buckets, nothing
+// allocated on a hit), and the OpenTelemetry API has no observable
+// histogram. So at each collection the callback records into two
+// synchronous histograms what each bucket gained since the last
+// collection: one measurement per observation, of a value inside its
+// bucket (the geometric middle of its bounds). With the bounds it
+// advises (the cache's), the exported histogram counts exactly what the
+// cache counted, bucket by bucket, with every reader seeing each
+// observation once; its sum and min are approximate, and a view that
+// changes the bounds gets values placed to within a bucket. The cost is
+// one Record per observation at collection time, not on the cache's
+// calls (L1 ages are sampled one hit in 64, which bounds it). Stats gives
+// the same histograms as percentiles, and their buckets.
+//
+// The names are hybridcache.*: there is no semantic convention for caches
+// yet (open-telemetry/semantic-conventions#1747).
 //
 // A miss in L1 that a fill answers from L2 counts as an l1 miss and an l2
 // hit, so the share of requests answered without load is

@@ -258,8 +258,9 @@ func TestMetricsAndSpans(t *testing.T) {
 		{"skipped", "kind=l2_read", 0, 0},
 		{"skipped", "kind=l2_write", 0, 0},
 		{"skipped", "kind=announce", 0, 0},
-		{"errors", "kind=options", 0, 0}, // missing from the list before issue 23
-		{"load.not_cached", "", 0, 0},    // likewise
+		{"invalidation.lag.skewed", "", 0, 0},
+		{"served.age.skewed", "tier=l1", 0, 0},
+		{"served.age.skewed", "tier=l2", 0, 0},
 		{"verify.sampled", "", 0, 0},
 		{"verify.outcomes", "result=consistent", 0, 0},
 		{"verify.outcomes", "result=divergent", 0, 0},
@@ -283,6 +284,18 @@ func TestMetricsAndSpans(t *testing.T) {
 		"op=open_log,outcome=ok":  2, // New of each cache
 	} {
 		want["hybridcache.operation.duration{"+k+"}"] = n
+	}
+	// Histograms (counts): b applied a's Set and read k1 from the shared
+	// tier; L1 hits are sampled, one in 64: as many as Stats says.
+	want[point("invalidation.lag", "catalog", "")] = 1
+	want[point("served.age", "catalog", "tier=l2")] = 1
+	for _, c := range []struct {
+		ns string
+		n  uint64
+	}{{"catalog", a.Stats().L1.ServedAge.Count + b.Stats().L1.ServedAge.Count}, {"users", users.Stats().L1.ServedAge.Count}} {
+		if c.n > 0 {
+			want[point("served.age", c.ns, "tier=l1")] = float64(c.n)
+		}
 	}
 	// L1's weight is the encoded size, and otter counts it after a delay:
 	// only check that it is reported.
@@ -694,6 +707,75 @@ func TestMetricsVerify(t *testing.T) {
 	} {
 		if got[k] < want {
 			t.Errorf("%s = %v, want at least %v", k, got[k], want)
+		}
+	}
+}
+
+// TestMetricsHistograms checks that the histograms exported count what the
+// cache's own buckets count, with the same bounds, across collections
+// (each records only what its buckets gained since the last).
+func TestMetricsHistograms(t *testing.T) {
+	tel := newTelemetry(t)
+	bus := new(hybridtest.Bus)
+	t.Cleanup(func() { bus.Close() })
+	remote := &hybridtest.Remote{Bus: bus}
+	o := hybrid.Options{Namespace: "catalog", Remote: remote, Bus: bus, Logger: quiet}
+	a, err := hybrid.New[string](o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	b, err := hybrid.New[string](o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	reg, err := hybridotel.RegisterMetrics(tel.mp.Meter("test"), a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	ctx := context.Background()
+	bounds := hybrid.DurationBounds()
+	for round, sets := range []int{25, 40} {
+		for i := range sets {
+			if err := a.Set(ctx, fmt.Sprintf("k%d", i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := bus.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lag := b.Stats().Invalidations.Lag
+		var rm metricdata.ResourceMetrics
+		if err := tel.reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name != "hybridcache.invalidation.lag" {
+					continue
+				}
+				found = true
+				d := m.Data.(metricdata.Histogram[float64])
+				if len(d.DataPoints) != 1 {
+					t.Fatalf("round %d: %d data points, want 1", round, len(d.DataPoints))
+				}
+				p := d.DataPoints[0]
+				if p.Count != lag.Count || !slices.Equal(p.BucketCounts, lag.Buckets) {
+					t.Errorf("round %d: exported count %d, buckets %v; want %d, %v (as Stats)", round, p.Count, p.BucketCounts, lag.Count, lag.Buckets)
+				}
+				if len(p.Bounds) != len(bounds) || p.Bounds[0] != bounds[0].Seconds() || p.Bounds[len(bounds)-1] != bounds[len(bounds)-1].Seconds() {
+					t.Errorf("round %d: bounds %v, want those of hybrid.DurationBounds in seconds", round, p.Bounds)
+				}
+				if max, ok := p.Max.Value(); !ok || max <= 0 || max > 2*lag.Max.Seconds()+bounds[0].Seconds() {
+					t.Errorf("round %d: exported max %v, want within the bucket of Stats' %v", round, max, lag.Max)
+				}
+			}
+		}
+		if !found || lag.Count != uint64(25+sets*round) {
+			t.Errorf("round %d: histogram found %v, Stats count %d; want true, %d", round, found, lag.Count, 25+sets*round)
 		}
 	}
 }

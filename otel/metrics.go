@@ -69,11 +69,17 @@ func RegisterMetrics(meter metric.Meter, caches ...StatsSource) (metric.Registra
 		insts = append(insts, inst)
 	}
 
-	reg, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	hists, err := newHistograms(meter, len(caches))
+	if err != nil {
+		return nil, err
+	}
+
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		stats := make([]hybrid.Stats, len(caches))
 		for i, c := range caches {
 			stats[i] = c.Stats()
 		}
+		hists.record(ctx, stats)
 		for i := range stats {
 			ns := stats[i].Namespace
 			if slices.ContainsFunc(stats[:i], func(s hybrid.Stats) bool { return s.Namespace == ns }) {
@@ -192,6 +198,12 @@ func catalogue() []instrument {
 			by(keyResult, "applied", func(s *hybrid.Stats) uint64 { return s.Invalidations.Applied }),
 			by(keyResult, "own", func(s *hybrid.Stats) uint64 { return s.Invalidations.Own }),
 			by(keyResult, "invalid", func(s *hybrid.Stats) uint64 { return s.Invalidations.Invalid }),
+		}},
+		{name: "invalidation.lag.skewed", unit: "{message}", desc: "Applied messages sent, by their sender's clock, after they were applied here (lag counted as 0).",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Lag.Skewed })},
+		{name: "served.age.skewed", unit: "{value}", desc: "Values served whose write time was ahead of this instance's clock (age counted as 0).", series: []series{
+			by(keyTier, "l1", func(s *hybrid.Stats) uint64 { return s.L1.ServedAge.Skewed }),
+			by(keyTier, "l2", func(s *hybrid.Stats) uint64 { return s.L2.ServedAge.Skewed }),
 		}},
 		{name: "invalidations.unauthentic", unit: "{message}", desc: "Applied messages whose signature did not verify (keys only dropped).",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Unauthentic })},

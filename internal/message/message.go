@@ -15,7 +15,7 @@
 //	          store them), 10 extend (the key's value was found not
 //	          modified and its lifetime extended in place)
 //	[2]       flags: 1 carries a value (only signed, but for extend), 2
-//	          signed, 4 carries a lease token
+//	          signed, 4 carries a lease token, 8 carries its send time
 //	[3:19]    origin instance id
 //	uvarint   namespace length, then the namespace
 //	uvarint   key count, then per key: uvarint length, key bytes
@@ -27,7 +27,14 @@
 //	           when, as its sender puts it)
 //	if flag 4: uvarint token length (1 to MaxTokenLen), then the token of
 //	           the lease holder that sent it (ops 6 to 9 only)
+//	if flag 8: 8 bytes, big-endian: the sender's clock when it built the
+//	           message, in Unix nanoseconds (see Message.Sent)
 //	if flag 2: the last 32 bytes are HMAC-SHA256(secret, everything before)
+//
+// Flag 8 came after the others: a message without it is the same as
+// before, and a receiver takes it with Sent zero. A receiver that predates
+// it rejects a message that has it (bad flags), as it rejects any flag it
+// does not know.
 //
 // The token is inside the signature, so that a signed lease holder's news
 // cannot be passed off as another lease's: a receiver takes news only from
@@ -135,6 +142,8 @@ const (
 	flagValue  = 1
 	flagSigned = 2
 	flagToken  = 4
+	flagSent   = 8
+	sentLen    = 8
 	macLen     = sha256.Size
 	// MaxTokenLen bounds the length of a lease token.
 	MaxTokenLen = 255
@@ -172,6 +181,10 @@ type Message struct {
 	// every other op). It is covered by the signature: it is only to be
 	// trusted when Authentic, or when no secret is used at all.
 	Token string
+	// Sent is when the sender built the message, in Unix nanoseconds by
+	// its clock, 0 for unknown (a message from a sender that predates it).
+	// It is covered by the signature. Encode writes it when it is not 0.
+	Sent int64
 }
 
 // Encode returns m in version 1. With a non-empty secret the message is
@@ -183,7 +196,7 @@ func Encode(m Message, secret []byte) []byte {
 	if m.Token != "" && (!leaseNews(m.Op) || len(m.Token) > MaxTokenLen) {
 		panic(fmt.Sprintf("message: Encode: token of %d bytes on op %v", len(m.Token), m.Op))
 	}
-	n := 3 + len(Origin{}) + binary.MaxVarintLen64*4 + len(m.Namespace) + len(m.Value) + len(m.Token) + macLen
+	n := 3 + len(Origin{}) + binary.MaxVarintLen64*4 + len(m.Namespace) + len(m.Value) + len(m.Token) + sentLen + macLen
 	for _, k := range m.Keys {
 		n += binary.MaxVarintLen64 + len(k)
 	}
@@ -197,6 +210,9 @@ func Encode(m Message, secret []byte) []byte {
 	}
 	if m.Token != "" {
 		flags |= flagToken
+	}
+	if m.Sent != 0 {
+		flags |= flagSent
 	}
 	b = append(b, Version, byte(m.Op), flags)
 	b = append(b, m.Origin[:]...)
@@ -214,6 +230,9 @@ func Encode(m Message, secret []byte) []byte {
 	if flags&flagToken != 0 {
 		b = binary.AppendUvarint(b, uint64(len(m.Token)))
 		b = append(b, m.Token...)
+	}
+	if flags&flagSent != 0 {
+		b = binary.BigEndian.AppendUint64(b, uint64(m.Sent))
 	}
 	if flags&flagSigned != 0 {
 		mac := hmac.New(sha256.New, secret)
@@ -289,7 +308,7 @@ func decode(b []byte, secret []byte) (Message, error) {
 		return m, fmt.Errorf("%w: unknown op %d", ErrInvalid, b[1])
 	}
 	flags := b[2]
-	if flags&^(flagValue|flagSigned|flagToken) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0 && m.Op != OpExtend) ||
+	if flags&^(flagValue|flagSigned|flagToken|flagSent) != 0 || (flags&flagValue != 0 && flags&flagSigned == 0 && m.Op != OpExtend) ||
 		(flags&flagToken != 0 && !leaseNews(m.Op)) {
 		return m, fmt.Errorf("%w: bad flags %#x for op %d", ErrInvalid, flags, m.Op)
 	}
@@ -330,6 +349,9 @@ func decode(b []byte, secret []byte) (Message, error) {
 			return Message{}, fmt.Errorf("%w: token of %d bytes", ErrInvalid, len(tok))
 		}
 		m.Token = string(tok)
+	}
+	if flags&flagSent != 0 {
+		m.Sent = r.int64()
 	}
 	if r.err != nil {
 		return Message{}, r.err
@@ -399,6 +421,20 @@ func (r *reader) uvarint() uint64 {
 		return 0
 	}
 	r.b = r.b[n:]
+	return v
+}
+
+// int64 reads 8 bytes, big-endian.
+func (r *reader) int64() int64 {
+	if r.err != nil {
+		return 0
+	}
+	if len(r.b) < sentLen {
+		r.err = fmt.Errorf("%w: %d bytes left for a time of %d", ErrInvalid, len(r.b), sentLen)
+		return 0
+	}
+	v := int64(binary.BigEndian.Uint64(r.b))
+	r.b = r.b[sentLen:]
 	return v
 }
 

@@ -133,7 +133,9 @@ func TestDecodeRejects(t *testing.T) {
 		"empty token":       append([]byte{1, 6, 4}, append(bytes.Clone(valid[3:]), 0)...),
 		"long token":        append([]byte{1, 6, 4}, append(append(bytes.Clone(valid[3:]), 0x80, 0x02), bytes.Repeat([]byte("x"), 256)...)...),
 		"truncated token":   append([]byte{1, 6, 4}, append(bytes.Clone(valid[3:]), 3, 'x')...),
-		"flag 8":            append([]byte{1, 6, 8}, valid[3:]...),
+		"flag 16":           append([]byte{1, 2, 16}, valid[3:]...),
+		"no send time":      append([]byte{1, 2, 8}, valid[3:]...),
+		"short send time":   append([]byte{1, 2, 8}, append(bytes.Clone(valid[3:]), 1, 2, 3)...),
 	} {
 		if _, err := message.Decode(b, nil); !errors.Is(err, message.ErrInvalid) {
 			t.Errorf("%s: got err %v, want ErrInvalid", name, err)
@@ -162,6 +164,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{2, 3, '1', '-', '0'})
 	f.Add([]byte{2, 200, '1', '-', '0'})
 	f.Add([]byte{2})
+	f.Add(message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v"), Sent: 1}, secret))
+	f.Add(message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"k"}, Sent: -1}, nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := message.Decode(b, secret)
 		if err != nil {
@@ -189,6 +193,41 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded position %q is not a valid stream id", m.Position)
 		}
 	})
+}
+
+// A message carries its send time inside the signature; one without it
+// (from a sender that predates it) decodes as before, with Sent 0.
+func TestSent(t *testing.T) {
+	secret := []byte("s")
+	sent := int64(1_700_000_000_123_456_789)
+	for _, sec := range [][]byte{nil, secret} {
+		m := message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v"), Sent: sent}
+		b := message.Encode(m, sec)
+		got, err := message.Decode(b, sec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Sent != sent || got.Authentic != (sec != nil) {
+			t.Errorf("secret %q: got Sent %d, Authentic %v; want %d, %v", sec, got.Sent, got.Authentic, sent, sec != nil)
+		}
+		m.Sent = 0
+		old := message.Encode(m, sec)
+		if len(old) != len(b)-8 || old[2]&8 != 0 {
+			t.Errorf("secret %q: a message without a send time has %d bytes and flags %#x, want %d and no flag 8", sec, len(old), old[2], len(b)-8)
+		}
+		if got, err := message.Decode(old, sec); err != nil || got.Sent != 0 {
+			t.Errorf("secret %q: old format: got Sent %d, err %v; want 0, nil", sec, got.Sent, err)
+		}
+	}
+	b := message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"k"}, Sent: sent}, secret)
+	b[len(b)-32-1]++ // the last byte of the send time, inside the signature
+	got, err := message.Decode(b, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Authentic || got.Sent != sent+1 {
+		t.Errorf("send time changed: got Authentic %v, Sent %d; want false, %d", got.Authentic, got.Sent, sent+1)
+	}
 }
 
 func TestPackValues(t *testing.T) {
