@@ -46,6 +46,8 @@ const (
 	OpReplayClear     Op = "replay_clear"      // the replay of a queued Clear
 
 	OpDeleteMany Op = "delete_many" // DeleteMany's write of tombstones
+
+	OpHotSet Op = "hot_set" // a read or write of the namespace's hot set (RecordHot, HotSet)
 )
 
 // readOp is the op of a fill's read of keys, and the key it is about.
