@@ -250,3 +250,30 @@ func TestWarmHot(t *testing.T) {
 		t.Errorf("WarmHot read %+v; want the hot set's record and one page", before)
 	}
 }
+
+// TestHotSetCorruptRecord: a hot-set record that does not decode is an
+// error for HotSet and WarmHot, and RecordHot replaces it.
+func TestHotSetCorruptRecord(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns})[0]
+	if err := a.rdb.Set(t.Context(), ns+":\x00hot", "\x07garbage", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.HotSet(t.Context()); err == nil {
+		t.Error("HotSet of a garbled record: no error")
+	}
+	if n, err := a.c.WarmHot(t.Context()); err == nil || n != 0 {
+		t.Errorf("WarmHot of a garbled record = %d, %v; want 0 and an error", n, err)
+	}
+	keys := storeKeys(t, a.c, 3)
+	for range 100 {
+		getString(t, a.c, keys[1])
+	}
+	if err := a.c.RecordHot(t.Context()); err != nil {
+		t.Fatalf("RecordHot over a garbled record: %v", err)
+	}
+	if hot, err := a.c.HotSet(t.Context()); err != nil || len(hot) != 1 || hot[0].Key != keys[1] {
+		t.Errorf("HotSet after RecordHot = %v, %v; want [%s]", hot, err, keys[1])
+	}
+}
