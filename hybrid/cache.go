@@ -190,6 +190,7 @@ func New[V any](o Options) (*Cache[V], error) {
 			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
 		}
 	}
+	c.startHotSet()
 	for _, line := range advice(&o, &set) {
 		o.Logger.Warn(line, "namespace", o.Namespace)
 	}

@@ -48,6 +48,8 @@ const (
 	OpDeleteMany Op = "delete_many" // DeleteMany's write of tombstones
 	OpExplain    Op = "explain"     // Explain's read of a key, its lease and the records that may delete it
 	OpVerify     Op = "verify"      // the background verifier's read of stored headers (Options.VerifyRate)
+
+	OpHotSet Op = "hot_set" // a read or write of the namespace's hot set (RecordHot, HotSet)
 )
 
 // readOp is the op of a fill's read of keys, and the key it is about.

@@ -185,6 +185,15 @@ type Options struct {
 	// module has one). Default: none.
 	Tracer Tracer
 
+	// HotSetEvery, if positive, records this instance's hot keys in the
+	// shared tier that often (see RecordHot), merged with other
+	// instances', so that a new instance can warm from them (WarmHot).
+	// It needs a Remote. Default: 0, not recorded.
+	HotSetEvery time.Duration
+	// HotSetSize is how many keys the hot set keeps, at most 100,000.
+	// Default: 1,000.
+	HotSetSize int
+
 	info RemoteInfo // what the Remote said of itself (withDefaults asks once)
 }
 
@@ -254,6 +263,9 @@ func (o Options) withDefaults() (Options, error) {
 		o.RefreshBackoff = time.Second
 	}
 	if err := o.RefreshBatch.check(); err != nil {
+		return o, err
+	}
+	if err := o.checkHotSet(); err != nil {
 		return o, err
 	}
 	if o.FailSafeThrottle == 0 {

@@ -223,8 +223,9 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 }
 
 // found is one key's result of a batch read: what it found (st) and the
-// value, if it found one (live, or stale for fail-safe); or of a wait for
-// another instance's lease: its value or its error.
+// value, if it found one (live, or stale for fail-safe), and the read's
+// error when it failed (readDown); or of a wait for another instance's
+// lease: its value or its error.
 type found[V any] struct {
 	it  item[V]
 	st  readState
@@ -253,7 +254,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	if err != nil {
 		c.readFailed(err)
 		for i := range res {
-			res[i].st = readDown
+			res[i].st, res[i].err = readDown, err
 		}
 		return nil, false
 	}

@@ -44,14 +44,9 @@ type Cache interface {
 }
 
 // HotKey is one key of a cache's hot set, as the hot-keys endpoint serves
-// it. A Cache that has a method HotKeys(n int) []HotKey is served there;
-// once package hybrid ranks keys itself (Cache.HotKeys, hybrid.HotKey),
-// HotKey becomes an alias of hybrid.HotKey, so that every *hybrid.Cache[V]
-// is, with no change to New or to what the endpoint serves.
-type HotKey struct {
-	Key   string
-	Reads uint64
-}
+// it (see hybrid.Cache.HotKeys): every *hybrid.Cache[V] is served there,
+// and any other Cache with a method HotKeys(n int) []HotKey.
+type HotKey = hybrid.HotKey
 
 // hotKeyer is the optional capability of a Cache to rank its keys by
 // reads; the hot-keys endpoint serves the caches that have it.

@@ -60,6 +60,10 @@ type ranked struct {
 
 func (r ranked) HotKeys(n int) []hybridhttp.HotKey { return r.keys[:min(n, len(r.keys))] }
 
+// unranked is a Cache without HotKeys: the hot-keys endpoint answers 501
+// for it.
+type unranked struct{ hybridhttp.Cache }
+
 // server serves h under /debug/cache/, as a service mounts it.
 func server(t *testing.T, h http.Handler) string {
 	t.Helper()
@@ -122,7 +126,7 @@ func TestHandler(t *testing.T) {
 	if err := plain.Set(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	h, err := hybridhttp.New(plain, ranked{hot, []hybridhttp.HotKey{{Key: "a", Reads: 9}, {Key: "b", Reads: 4}, {Key: "c", Reads: 1}}})
+	h, err := hybridhttp.New(unranked{plain}, ranked{hot, []hybridhttp.HotKey{{Key: "a", Reads: 9}, {Key: "b", Reads: 4}, {Key: "c", Reads: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +205,8 @@ func TestHandler(t *testing.T) {
 
 // TestHandlerOneCache: with one cache, ns may be left out.
 func TestHandlerOneCache(t *testing.T) {
-	c := newCache(t, redistest.Prefix(t), nil)
+	ns := redistest.Prefix(t)
+	c := newCache(t, ns, nil)
 	h, err := hybridhttp.New(c)
 	if err != nil {
 		t.Fatal(err)
@@ -212,10 +217,20 @@ func TestHandlerOneCache(t *testing.T) {
 	if x.Agreement != hybrid.AgreementNowhere {
 		t.Errorf("explain none: got %+v, want nowhere", x)
 	}
-	var all struct{ Caches []json.RawMessage }
-	call(t, "GET", base+"/hotkeys", http.StatusOK, &all)
-	if all.Caches == nil || len(all.Caches) != 0 {
-		t.Errorf("/hotkeys of a cache that does not rank: got %+v, want an empty list", all)
+	// A *hybrid.Cache ranks its keys by sampled L1 hits (one in 16).
+	ctx := context.Background()
+	if err := c.Set(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		if _, _, err := c.Get(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var one struct{ Keys []hybridhttp.HotKey }
+	call(t, "GET", base+"/hotkeys?n=5&ns="+ns, http.StatusOK, &one)
+	if len(one.Keys) != 1 || one.Keys[0].Key != "k" || one.Keys[0].Reads == 0 {
+		t.Errorf("/hotkeys of a cache read 400 times: got %+v, want k", one)
 	}
 }
 

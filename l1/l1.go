@@ -80,6 +80,7 @@ type Cache[V any] struct {
 	hits, misses counter
 	evictions    atomic.Uint64
 	tasks        tasks
+	hot          *hotSketch // sampled hits, for HotKeys (hot.go)
 }
 
 // New returns a Cache bounded by o.MaxWeight.
@@ -93,7 +94,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	if o.Resolution == 0 {
 		o.Resolution = 10 * time.Millisecond
 	}
-	c := &Cache[V]{clock: otter.NewCoarseClock(o.Resolution)}
+	c := &Cache[V]{clock: otter.NewCoarseClock(o.Resolution), hot: newHotSketch()}
 	c.tasks.init(o.Resolution)
 	oo := &otter.Options[string, cell[V]]{
 		MaximumWeight: o.MaxWeight,
@@ -137,6 +138,9 @@ func (c *Cache[V]) Get(key string) (V, bool) {
 	if c.tasks.queued.Load() > 0 {
 		c.hitUpkeep(st, n)
 	}
+	if sampled(n) {
+		c.hot.add(key)
+	}
 	return s.v, true
 }
 
@@ -154,6 +158,9 @@ func (c *Cache[V]) GetCounted(key string) (v V, hit uint64, ok bool) {
 	if c.tasks.queued.Load() > 0 {
 		c.hitUpkeep(st, n)
 	}
+	if sampled(n) {
+		c.hot.add(key)
+	}
 	return s.v, n, true
 }
 
@@ -169,6 +176,9 @@ func (c *Cache[V]) GetExpiry(key string) (v V, expires int64, ok bool) {
 	st, n := c.count(&c.hits)
 	if c.tasks.queued.Load() > 0 {
 		c.hitUpkeep(st, n)
+	}
+	if sampled(n) {
+		c.hot.add(key)
 	}
 	return e.Value.v, e.ExpiresAtNano, true
 }

@@ -11,11 +11,16 @@
 //	GET /products/{id}   the product as JSON; ids 1 to 1000, others are 404
 //	GET /metrics         the hybridcache_* metrics, Prometheus text format
 //	GET /                the cache's hit ratio
-//	GET /debug/cache/    the cache's stats, and what it holds for a key, as
-//	                     JSON (package hybridhttp): /debug/cache/stats,
+//	GET /readyz          503 until the warm start is done, then 200
+//	GET /debug/cache/    the cache's stats, hot keys, and what it holds for a
+//	                     key, as JSON (package hybridhttp):
+//	                     /debug/cache/stats, /debug/cache/hotkeys?n=10,
 //	                     /debug/cache/explain?key=7; behind debug
 //	                     authentication in a real service
 //
+// At start it warms its cache from the hot set that running instances
+// record in Redis every 30 seconds (hybrid.Options.HotSetEvery), and only
+// then reports ready, so a restart or a new instance takes traffic warm.
 // While serving, it logs the hit ratio every 10 seconds when it changed.
 package main
 
@@ -34,6 +39,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,6 +97,7 @@ type service struct {
 	meters   *sdkmetric.MeterProvider
 	log      *slog.Logger
 	mux      *http.ServeMux
+	ready    atomic.Bool // warmUp is done
 }
 
 // newService returns the service, with its cache over rdb. Close releases
@@ -129,6 +136,8 @@ func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error
 		LoadTimeout: 2 * time.Second,
 		Logger:      logger,
 		Tracer:      tracer,
+		HotSetEvery: 30 * time.Second,
+		HotSetSize:  1000,
 	})
 	if err != nil {
 		s.Close()
@@ -144,6 +153,7 @@ func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error
 	s.mux.HandleFunc("GET /products/{id}", s.product)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	s.mux.HandleFunc("GET /{$}", s.index)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
 	// The debug endpoint reveals keys: a real service mounts it behind its
 	// debug authentication, or on a separate, internal listener.
 	debug, err := hybridhttp.New(s.products)
@@ -153,6 +163,31 @@ func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error
 	}
 	s.mux.Handle("/debug/cache/", http.StripPrefix("/debug/cache", debug))
 	return s, nil
+}
+
+// warmUp warms the cache from the recorded hot set, then marks the
+// service ready. A failed warm-up (Redis down) is logged and the service
+// becomes ready all the same: it serves, colder. It returns how many
+// products it warmed.
+func (s *service) warmUp(ctx context.Context) int {
+	start := time.Now()
+	n, err := s.products.WarmHot(ctx)
+	if err != nil {
+		s.log.Warn("warm start failed; serving cold", "warmed", n, "err", err)
+	} else {
+		s.log.Info("warm start", "warmed", n, "took", time.Since(start).Round(time.Millisecond))
+	}
+	s.ready.Store(true)
+	return n
+}
+
+// readyz is the readiness probe: 503 until warmUp is done.
+func (s *service) readyz(w http.ResponseWriter, _ *http.Request) {
+	if !s.ready.Load() {
+		http.Error(w, "warming up", http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
 }
 
 // ServeHTTP serves the endpoints listed in the package comment.
@@ -269,8 +304,9 @@ func run(addr, redisAddr string, selftest bool) error {
 	log.Printf("serving on %s: GET /products/{id}, /metrics, /", base)
 
 	if selftest {
-		err = selfTest(ctx, base, os.Stdout)
+		err = selfTest(ctx, base, os.Stdout, s, func() (*service, error) { return newService(rdb, slog.Default()) })
 	} else {
+		s.warmUp(ctx)
 		err = wait(ctx, s, served)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -305,9 +341,11 @@ func wait(ctx context.Context, s *service, served <-chan error) error {
 	}
 }
 
-// selfTest asks the service at base for a few products, several times
-// each, then prints the hit ratio and the cache's main metrics.
-func selfTest(ctx context.Context, base string, out io.Writer) error {
+// selfTest checks that s at base is not ready before its warm-up and is
+// after, asks it for a few products, several times each, then prints the
+// hit ratio and the cache's main metrics. Last it records s's hot set and
+// starts a second instance (from another), which warms from it.
+func selfTest(ctx context.Context, base string, out io.Writer, s *service, another func() (*service, error)) error {
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	get := func(path string, want int) (string, error) {
@@ -329,6 +367,15 @@ func selfTest(ctx context.Context, base string, out io.Writer) error {
 		}
 		return string(body), nil
 	}
+
+	if _, err := get("/readyz", http.StatusServiceUnavailable); err != nil {
+		return err
+	}
+	s.warmUp(ctx)
+	if _, err := get("/readyz", http.StatusOK); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "GET /readyz: 503 before the warm start, 200 after")
 
 	const products, rounds = 5, 4
 	for round := 1; round <= rounds; round++ {
@@ -366,7 +413,10 @@ func selfTest(ctx context.Context, base string, out io.Writer) error {
 	if !strings.Contains(metrics, `hybridcache_hits_total{hybridcache_namespace="products",tier="l1"}`) {
 		return errors.New("selftest: /metrics lacks the L1 hits of the products cache")
 	}
-	return debugCheck(get, products, out)
+	if err := debugCheck(get, products, out); err != nil {
+		return err
+	}
+	return warmAnother(ctx, out, s, another, products)
 }
 
 // debugCheck asks the debug endpoint for the cache's stats and for the
@@ -402,6 +452,34 @@ func debugCheck(get func(path string, want int) (string, error), products int, o
 			return fmt.Errorf("selftest: %s: key %q, agreement %q (%s), in L1 %v; want %q", path, x.Key, x.Agreement, x.Detail, x.L1.Present, tc.want)
 		}
 		fmt.Fprintf(out, "GET %s: %s: %s\n", path, x.Agreement, x.Detail)
+	}
+	return nil
+}
+
+// warmAnother records s's hot set, as its recorder does every 30 seconds,
+// and warms a new instance from it, which must then hold want products.
+func warmAnother(ctx context.Context, out io.Writer, s *service, another func() (*service, error), want int) error {
+	// More traffic first: hot keys are ranked from a sample of 1 in 16
+	// hits, so a key needs some dozens of hits to rank.
+	for range 200 {
+		for id := 1; id <= want; id++ {
+			if _, err := s.products.GetOrCreate(ctx, strconv.Itoa(id), lookupProduct); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.products.RecordHot(ctx); err != nil {
+		return err
+	}
+	t, err := another()
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	n := t.warmUp(ctx)
+	fmt.Fprintf(out, "\na new instance warmed from the hot set: %d products in L1 before its first request\n", n)
+	if n < want {
+		return fmt.Errorf("selftest: the new instance warmed %d products, want %d", n, want)
 	}
 	return nil
 }

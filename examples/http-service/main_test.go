@@ -159,15 +159,77 @@ func value(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
 	return 0, false
 }
 
-// TestSelfTest runs the -selftest requests, the debug endpoint's included,
-// against a service on an embedded Redis.
+// TestReadyAfterWarmStart: /readyz is 503 until the warm-up, 200 after; a
+// second instance warms from the hot set the first recorded and answers
+// those products without a lookup.
+func TestReadyAfterWarmStart(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	start := func() (*service, *httptest.Server) {
+		s, err := newService(rdb, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+		srv := httptest.NewServer(s)
+		t.Cleanup(srv.Close)
+		return s, srv
+	}
+	a, srvA := start()
+	get(t, srvA, "/readyz", http.StatusServiceUnavailable)
+	if n := a.warmUp(t.Context()); n != 0 {
+		t.Errorf("the first instance warmed %d products from an empty hot set", n)
+	}
+	get(t, srvA, "/readyz", http.StatusOK)
+	for range 50 {
+		for _, id := range []string{"1", "2", "3"} {
+			get(t, srvA, "/products/"+id, http.StatusOK)
+		}
+	}
+	if err := a.products.RecordHot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	b, srvB := start()
+	get(t, srvB, "/readyz", http.StatusServiceUnavailable)
+	if n := b.warmUp(t.Context()); n != 3 {
+		t.Errorf("the second instance warmed %d products, want 3", n)
+	}
+	get(t, srvB, "/readyz", http.StatusOK)
+	get(t, srvB, "/products/2", http.StatusOK)
+	if st := b.products.Stats(); st.L1.Hits != 1 || st.Load.Calls != 0 {
+		t.Errorf("after the warm start, a read: L1 hits %d, loads %d; want 1 and 0", st.L1.Hits, st.Load.Calls)
+	}
+}
+
+// TestSelfTest runs the -selftest requests, the debug endpoint's and the
+// warm start of a second instance included, against a service on an
+// embedded Redis.
 func TestSelfTest(t *testing.T) {
-	srv := newTestServer(t)
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	s, err := newService(rdb, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
 	var out strings.Builder
-	if err := selfTest(t.Context(), srv.URL, &out); err != nil {
+	another := func() (*service, error) { return newService(rdb, slog.New(slog.DiscardHandler)) }
+	if err := selfTest(t.Context(), srv.URL, &out, s, another); err != nil {
 		t.Fatalf("selfTest: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"GET /debug/cache/stats: ", "explain?key=5: agree", "explain?key=999: nowhere"} {
+	for _, want := range []string{"GET /debug/cache/stats: ", "explain?key=5: agree", "explain?key=999: nowhere", "warmed from the hot set"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("selfTest output lacks %q:\n%s", want, out.String())
 		}
