@@ -128,26 +128,16 @@ func New[V any](o Options) (*Cache[V], error) {
 
 // Get returns the value stored under key, if any and not expired.
 func (c *Cache[V]) Get(key string) (V, bool) {
-	s, ok := c.c.GetIfPresent(key)
-	if !ok {
-		c.count(&c.misses)
-		var zero V
-		return zero, false
-	}
-	st, n := c.count(&c.hits)
-	if c.tasks.queued.Load() > 0 {
-		c.hitUpkeep(st, n)
-	}
-	if sampled(n) {
-		c.hot.add(key)
-	}
-	return s.v, true
+	v, _, ok := c.GetCounted(key)
+	return v, ok
 }
 
 // GetCounted is Get that also returns, on a hit, hit: the count of the
 // hits of the stripe of the striped hit counter this one was counted on
-// (see count). It costs what Get costs, and lets a caller sample hits
-// without a random draw of its own: each stripe's counts are consecutive.
+// (see count). It lets a caller sample hits without a random draw of its
+// own: each stripe's counts are consecutive. A hit runs the upkeep otter
+// asks for (see hitUpkeep) and may be sampled for the hot keys (see
+// sampled).
 func (c *Cache[V]) GetCounted(key string) (v V, hit uint64, ok bool) {
 	s, ok := c.c.GetIfPresent(key)
 	if !ok {
