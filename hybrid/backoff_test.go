@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -146,5 +147,68 @@ func TestRefreshLeftToLeaseHolder(t *testing.T) {
 	}
 	if st := a.c.Stats(); st.Leases.Taken != 2 || st.Load.Refreshes != 1 {
 		t.Errorf("A: %d leases taken, %d refreshes; want 2 (the cold fill's and the refresh's) and 1", st.Leases.Taken, st.Load.Refreshes)
+	}
+}
+
+// TestRefreshManyLeftToLeaseHolder: a batch refresh loads only the keys
+// whose lease it took; a key whose lease another instance holds is left
+// to it, and not in the batch load's keys.
+func TestRefreshManyLeftToLeaseHolder(t *testing.T) {
+	ns := redistest.Prefix(t)
+	o := leaseOptions(ns, nil)
+	o.TTL, o.LocalTTL, o.EagerRefresh = 4*time.Second, 4*time.Second, 0.25 // due after 1 s
+	ins := newInstances(t, 2, singleNode(nil), o)
+	a, b := ins[0], ins[1]
+	ctx := context.Background()
+	started := make(chan struct{}, 1)
+	block, release := gate(t)
+	var aLoads atomic.Int64
+	loadA := func(ctx context.Context, key string) (string, error) {
+		if aLoads.Add(1) <= 2 {
+			return "v1", nil
+		}
+		started <- struct{}{}
+		select {
+		case <-block:
+			return "v2", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	var mu sync.Mutex
+	var bKeys [][]string
+	loadB := func(_ context.Context, keys []string) (map[string]string, error) {
+		mu.Lock()
+		bKeys = append(bKeys, slices.Sorted(slices.Values(keys)))
+		mu.Unlock()
+		m := make(map[string]string, len(keys))
+		for _, k := range keys {
+			m[k] = "b"
+		}
+		return m, nil
+	}
+	for _, k := range []string{"k1", "k2"} {
+		if v, err := a.c.GetOrCreate(ctx, k, loadA); err != nil || v != "v1" {
+			t.Fatalf("A, cold %s: got %q, %v", k, v, err)
+		}
+		fillFromRemote(t, b.c, k, "v1")
+	}
+	time.Sleep(1100 * time.Millisecond) // due on both
+	if v, err := a.c.GetOrCreate(ctx, "k1", loadA); err != nil || v != "v1" {
+		t.Fatalf("A, due: got %q, %v; want v1 at once", v, err)
+	}
+	<-started // A's refresh of k1 holds its lease and loads
+	if got, err := b.c.GetOrCreateMany(ctx, []string{"k1", "k2"}, loadB); err != nil || got["k1"] != "v1" || got["k2"] != "v1" {
+		t.Fatalf("B, due page: got %v, %v; want its copies", got, err)
+	}
+	waitFor(t, 3*time.Second, "B's refresh of k2", func() bool {
+		v, ok := redisValue(t, b.rdb, ns, "k2")
+		return ok && v == "b"
+	}, nil)
+	release()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bKeys) != 1 || !slices.Equal(bKeys[0], []string{"k2"}) {
+		t.Errorf("B's batch loads: %q, want one of [k2] (k1's lease is A's)", bKeys)
 	}
 }

@@ -295,11 +295,6 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 	if len(todo) == 0 {
 		return
 	}
-	f.slot.begin()
-	note := newLoadNote[V](pick(keys, todo))
-	for _, i := range todo {
-		note.replaces(keys[i], held[i])
-	}
 	c.claim(keys, held, todo) // the read put them back in L1, due again
 	var h *heldLease
 	if c.leasing(&e) {
@@ -308,6 +303,13 @@ func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []ite
 		}
 		defer c.abandon(ctx, h, f.what()) // the load may call Goexit
 	}
+	// The load is of the keys left to this instance, with the values it
+	// replaces (StaleFrom) and its own settings (EntryFrom).
+	note := newLoadNote[V](pick(keys, todo))
+	for _, i := range todo {
+		note.replaces(keys[i], held[i])
+	}
+	f.slot.begin()
 	start := time.Now()
 	loaded, err := load.run(c, ctx, note.keys, nil, note)
 	took := loadTime(&e, time.Since(start))
