@@ -87,22 +87,28 @@ func TestRefreshBackoff(t *testing.T) {
 	}
 }
 
-// TestRefreshLeftToLeaseHolder: with LoadLease, a background refresh takes
-// the key's lease; an instance whose refresh finds the lease held by
-// another one's refresh does not load, serves its copy, puts its refresh
-// off, and gets the holder's value when it is written.
-func TestRefreshLeftToLeaseHolder(t *testing.T) {
-	ns := redistest.Prefix(t)
+// leaseRefreshPair returns two instances sharing a namespace under
+// LoadLease whose values are due for an eager refresh 1 s after they are
+// written (4 s lifetimes).
+func leaseRefreshPair(t *testing.T) (ns string, a, b *instance) {
+	t.Helper()
+	ns = redistest.Prefix(t)
 	o := leaseOptions(ns, nil)
 	o.TTL, o.LocalTTL, o.EagerRefresh = 4*time.Second, 4*time.Second, 0.25 // due after 1 s
 	ins := newInstances(t, 2, singleNode(nil), o)
-	a, b := ins[0], ins[1]
-	ctx := context.Background()
-	started := make(chan struct{}, 1)
+	return ns, ins[0], ins[1]
+}
+
+// blockedRefresh returns a load that answers "v1" to its first cold calls;
+// a later call signals started and blocks until release, then answers
+// "v2" (or ends with its ctx).
+func blockedRefresh(t *testing.T, cold int64) (load func(context.Context, string) (string, error), started chan struct{}, release func()) {
+	t.Helper()
+	started = make(chan struct{}, 1)
 	block, release := gate(t)
-	var aLoads atomic.Int64
-	loadA := func(ctx context.Context, key string) (string, error) {
-		if aLoads.Add(1) == 1 {
+	var calls atomic.Int64
+	load = func(ctx context.Context, key string) (string, error) {
+		if calls.Add(1) <= cold {
 			return "v1", nil
 		}
 		started <- struct{}{}
@@ -113,6 +119,17 @@ func TestRefreshLeftToLeaseHolder(t *testing.T) {
 			return "", ctx.Err()
 		}
 	}
+	return load, started, release
+}
+
+// TestRefreshLeftToLeaseHolder: with LoadLease, a background refresh takes
+// the key's lease; an instance whose refresh finds the lease held by
+// another one's refresh does not load, serves its copy, puts its refresh
+// off, and gets the holder's value when it is written.
+func TestRefreshLeftToLeaseHolder(t *testing.T) {
+	_, a, b := leaseRefreshPair(t)
+	ctx := context.Background()
+	loadA, started, release := blockedRefresh(t, 1)
 	var bLoads atomic.Int64
 	loadB := func(context.Context, string) (string, error) {
 		bLoads.Add(1)
@@ -154,27 +171,9 @@ func TestRefreshLeftToLeaseHolder(t *testing.T) {
 // whose lease it took; a key whose lease another instance holds is left
 // to it, and not in the batch load's keys.
 func TestRefreshManyLeftToLeaseHolder(t *testing.T) {
-	ns := redistest.Prefix(t)
-	o := leaseOptions(ns, nil)
-	o.TTL, o.LocalTTL, o.EagerRefresh = 4*time.Second, 4*time.Second, 0.25 // due after 1 s
-	ins := newInstances(t, 2, singleNode(nil), o)
-	a, b := ins[0], ins[1]
+	ns, a, b := leaseRefreshPair(t)
 	ctx := context.Background()
-	started := make(chan struct{}, 1)
-	block, release := gate(t)
-	var aLoads atomic.Int64
-	loadA := func(ctx context.Context, key string) (string, error) {
-		if aLoads.Add(1) <= 2 {
-			return "v1", nil
-		}
-		started <- struct{}{}
-		select {
-		case <-block:
-			return "v2", nil
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
+	loadA, started, release := blockedRefresh(t, 2)
 	var mu sync.Mutex
 	var bKeys [][]string
 	loadB := func(_ context.Context, keys []string) (map[string]string, error) {

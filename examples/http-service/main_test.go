@@ -25,9 +25,23 @@ func TestMain(m *testing.M) {
 // ends.
 func newTestServer(t *testing.T) *httptest.Server {
 	t.Helper()
+	_, srv := serve(t, newTestRedis(t))
+	return srv
+}
+
+// newTestRedis returns a client of an embedded Redis that lives as long as
+// the test.
+func newTestRedis(t *testing.T) *redis.Client {
+	t.Helper()
 	m := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+// serve starts a service on rdb and serves it until the test ends.
+func serve(t *testing.T, rdb redis.UniversalClient) (*service, *httptest.Server) {
+	t.Helper()
 	s, err := newService(rdb, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +53,7 @@ func newTestServer(t *testing.T) *httptest.Server {
 	})
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
-	return srv
+	return s, srv
 }
 
 // get returns the body of path, failing the test unless the status is
@@ -163,23 +177,8 @@ func value(f *dto.MetricFamily, labels map[string]string) (float64, bool) {
 // second instance warms from the hot set the first recorded and answers
 // those products without a lookup.
 func TestReadyAfterWarmStart(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	start := func() (*service, *httptest.Server) {
-		s, err := newService(rdb, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if err := s.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		srv := httptest.NewServer(s)
-		t.Cleanup(srv.Close)
-		return s, srv
-	}
+	rdb := newTestRedis(t)
+	start := func() (*service, *httptest.Server) { return serve(t, rdb) }
 	a, srvA := start()
 	get(t, srvA, "/readyz", http.StatusServiceUnavailable)
 	if n := a.warmUp(t.Context()); n != 0 {
@@ -210,20 +209,8 @@ func TestReadyAfterWarmStart(t *testing.T) {
 // warm start of a second instance included, against a service on an
 // embedded Redis.
 func TestSelfTest(t *testing.T) {
-	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { rdb.Close() })
-	s, err := newService(rdb, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	srv := httptest.NewServer(s)
-	t.Cleanup(srv.Close)
+	rdb := newTestRedis(t)
+	s, srv := serve(t, rdb)
 	var out strings.Builder
 	another := func() (*service, error) { return newService(rdb, slog.New(slog.DiscardHandler)) }
 	if err := selfTest(t.Context(), srv.URL, &out, s, another); err != nil {
