@@ -95,6 +95,11 @@ func TestNotModifiedEagerRefresh(t *testing.T) {
 		t.Fatalf("A: GetOrCreate due for a refresh: got %q, %v", v, err)
 	}
 	waitStat(t, a, "Load.NotModified", func(s hybrid.Stats) uint64 { return s.Load.NotModified }, 1)
+	// The refresh counts the extension before it touches Redis.
+	waitFor(t, 5*time.Second, "A's touch of k in Redis", func() bool {
+		now, _ := a.stored(t, ns, "k")
+		return !bytes.Equal(now, before)
+	}, nil)
 	if got := <-l.staleValues; got != "v1" {
 		t.Errorf("the refresh's load got stale value %q, want v1", got)
 	}
