@@ -48,10 +48,11 @@ func (c *Cache[V]) startRefresh(ctx context.Context, keys []string, held []item[
 
 // claim is startRefresh's claim again, for the keys[idx] a refresh is
 // about to load: its read of the shared tier stored their values in L1
-// anew, due as a new value is.
+// anew, due as a new value is. Each is due at its expiry, unless the
+// refresh fails (backOff) or another instance's lease puts it off.
 func (c *Cache[V]) claim(keys []string, held []item[V], idx []int) {
 	for _, i := range idx {
-		c.reschedule(keys[i], held[i], math.MaxInt64, held[i].t.fails, false, true)
+		c.reschedule(keys[i], held[i], math.MaxInt64, held[i].t.fails, false, false)
 	}
 }
 

@@ -10,9 +10,13 @@ import (
 )
 
 // This file holds fills: what runs, detached from its callers, when keys
-// miss L1. One engine serves GetOrCreate (a fill of one key) and
-// GetOrCreateMany (a fill of a batch's misses): one shared-tier read, one
-// load of what it did not find (with leases when asked), one write back.
+// miss L1 or come due for a background refresh. One engine serves
+// GetOrCreate (a fill of one key), GetOrCreateMany (a fill of a batch's
+// misses) and refreshes (a fill of keys whose current values go on being
+// served meanwhile): one shared-tier read, one load of what it did not find
+// (with leases when asked), one write back, made only where the key still
+// holds what the read found, so that a write or delete made since the read
+// wins over the load.
 
 // fill is one fill of keys, each with the call its callers wait on. Its
 // read fields are set by readFill, by the leader or by the fill itself.
@@ -24,6 +28,10 @@ type fill[V any] struct {
 	// stale holds, by key, L1 entries past their lifetime that fail-safe
 	// may serve.
 	stale map[string]item[V]
+	// held holds, by index, the L1 entries a refresh replaces (nil: f is
+	// no refresh). They go on being served while it runs; the read finds
+	// each either replaced already (written after it) or still to load.
+	held []item[V]
 
 	read    bool              // readFill ran
 	cut     bool              // the reader's ctx ended before the shared tier answered
@@ -142,11 +150,14 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	}
 	hits := 0
 	for i := range f.keys {
-		if f.vals[i].st == readHit {
+		if f.vals[i].st == readHit && (f.held == nil || refreshed(f.vals[i].it, f.held[i])) {
 			hits++
 		} else {
 			f.missIdx = append(f.missIdx, i)
 		}
+	}
+	if f.held != nil {
+		c.toRefresh(f)
 	}
 	if hits == 0 {
 		return
@@ -181,6 +192,10 @@ func (c *Cache[V]) fill(caller context.Context, f *fill[V]) {
 	}
 	keys, calls, e := f.keys, f.calls, &f.e
 	if len(f.missIdx) == 0 {
+		return
+	}
+	if f.held != nil {
+		c.refreshFill(ctx, f)
 		return
 	}
 	var fbs []fallback[V]
@@ -272,6 +287,11 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	for _, fb := range fbs {
 		note.replaces(fb.key, fb.it)
 	}
+	if f.held != nil {
+		for _, i := range idx {
+			note.replaces(keys[i], f.held[i])
+		}
+	}
 	var took time.Duration
 	loadErr := c.loadSoftly(fbs, e, func(queued func()) (err error) {
 		start := time.Now()
@@ -296,6 +316,9 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	if loadErr != nil {
 		if failSafe(loadErr) {
 			c.serveStale(fbs, loadErr, e)
+		}
+		if f.held != nil {
+			c.backOff(keys, f.held, idx) // the current values stay until they expire
 		}
 		finish(idx, func(int) (V, error) { return zero, loadErr })
 		c.releaseLeases(ctx, h, nil, loadErr)
@@ -333,7 +356,11 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 			}
 		}
 		c.storeLocal(lb, key, loadedItem(described(vals[i].it, b, p.tags, note.version(key), p.timed()), took, ttl), c.size(b), localTTL, toks[i], p)
-		fws = append(fws, fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]})
+		fw := fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]}
+		if f.held != nil {
+			fw.msg, fw.entry = c.refreshNews(key, b, p.skip)
+		}
+		fws = append(fws, fw)
 	}
 	lb.Done()
 	// L1 first, so that no caller arriving after finish loads again; then
@@ -352,7 +379,7 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 	if local {
 		return
 	}
-	c.storeLoaded(ctx, fws, loaded, h)
+	c.storeLoaded(ctx, fws, loaded, h, f.held != nil)
 }
 
 // storeLoaded writes a fill's loaded values back (see storeRemote) and
@@ -360,13 +387,14 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 // for them what they need: what was written travels to them, what the
 // load did not return they learn is not found, and what could not be
 // stored they load by themselves. A lease on one key is released by the
-// key's own write, in the same atomic step.
-func (c *Cache[V]) storeLoaded(ctx context.Context, fws []fillWrite, loaded map[string]V, h *heldLease) {
+// key's own write, in the same atomic step, unless the write is a
+// refresh's, whose message tells every instance of the new value.
+func (c *Cache[V]) storeLoaded(ctx context.Context, fws []fillWrite, loaded map[string]V, h *heldLease, refresh bool) {
 	if h == nil || len(h.keys) == 0 {
 		c.storeRemote(ctx, fws)
 		return
 	}
-	if len(h.keys) == 1 {
+	if len(h.keys) == 1 && !refresh {
 		for j := range fws {
 			if fws[j].key == h.keys[0] {
 				w := fws[j]

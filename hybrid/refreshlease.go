@@ -66,16 +66,6 @@ func (c *Cache[V]) refreshLeases(ctx context.Context, keys []string, held []item
 	return mine, h
 }
 
-// releaseRefreshed releases h, a refresh's lease on the keys it loaded and
-// wrote (nil: none), telling any instance that waits for one of them to
-// read it from the shared tier.
-func (c *Cache[V]) releaseRefreshed(ctx context.Context, h *heldLease) {
-	if h == nil || len(h.keys) == 0 {
-		return
-	}
-	c.releaseLeases(ctx, h, make([][]byte, len(h.keys)), nil)
-}
-
 // writtenAfter reports whether b, stored bytes, hold a value written after
 // held's.
 func writtenAfter[V any](b []byte, held item[V]) bool {

@@ -230,6 +230,7 @@ type found[V any] struct {
 	it  item[V]
 	st  readState
 	err error
+	b   []byte // the stored bytes of a hit (readHit)
 }
 
 // readRemoteMany reads keys from the shared tier in one call, storing hits
@@ -267,6 +268,9 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		}
 		st := c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p)
 		res[i].st = st
+		if st == readHit {
+			res[i].b = b
+		}
 		if st == readCorrupt || st == readStale || st == readDeleted {
 			if replace == nil {
 				replace = make(map[string][]byte)
@@ -278,30 +282,52 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 }
 
 // fillWrite is a loaded value that a fill writes back to the shared tier
-// for life (its lifetime there, fail-safe included): over old, the stale,
-// undecodable or deleted entry the fill read, if the key still holds it;
-// where the key holds nothing when old is nil. So a write by another
-// instance since the fill's read wins over its load. tok is the key's token
-// from before that read.
+// for life (its lifetime there, fail-safe included): over old, the entry
+// the fill read (stale, undecodable, deleted, or the live value a refresh
+// replaces), if the key still holds it; where the key holds nothing when
+// old is nil. So a write by another instance since the fill's read wins
+// over its load. tok is the key's token from before that read. msg and
+// entry, if not nil, announce the write (a refresh's) on the bus and in the
+// log, if it is made.
 type fillWrite struct {
-	key  string
-	b    []byte
-	life time.Duration
-	old  []byte
-	tok  token
+	key        string
+	b          []byte
+	life       time.Duration
+	old        []byte
+	tok        token
+	msg, entry []byte
 }
 
 // storeRemote writes a fill's values back in one call (retried). A fill
-// is not announced: it changes nothing other instances hold. A value whose
-// key changed here since its token (a Set or Delete here, or a message
-// from another instance) is not written: it may predate the change. Where
-// another value is found, ours leaves L1 too. wrote[i] reports whether
-// ws[i] was written.
+// of a missing key is not announced: it changes nothing other instances
+// hold; a refresh's write is, by its own message, sent only if it is made.
+// A value whose key changed here since its token (a Set or Delete here, or
+// a message from another instance) is not written: it may predate the
+// change. Where another value is found, ours leaves L1 too. wrote[i]
+// reports whether ws[i] was written.
 func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []bool) {
 	wrote = make([]bool, len(ws))
 	if c.remote == nil || len(ws) == 0 {
 		return wrote
 	}
+	var feed Feed
+	for i := range ws {
+		if ws[i].msg != nil {
+			feed = c.feed
+			c.echo.sent(ws[i].key) // counted back below if not sent
+		}
+	}
+	defer func() {
+		for i := range ws {
+			switch {
+			case ws[i].msg == nil:
+			case wrote[i]:
+				c.n.published.Add(1)
+			default:
+				c.echo.back(ws[i].key, "")
+			}
+		}
+	}()
 	var idx []int
 	var stored []bool
 	keep := func() bool {
@@ -321,12 +347,12 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 		reqs := make([]Write, len(idx))
 		for j, i := range idx {
 			w := &ws[i]
-			reqs[j] = Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: IfAbsent}
+			reqs[j] = Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: IfAbsent, Msg: w.msg, Log: w.entry}
 			if w.old != nil {
 				reqs[j].If, reqs[j].Old = IfEqual, w.old
 			}
 		}
-		stored, err = c.remote.Write(ctx, reqs, Feed{})
+		stored, err = c.remote.Write(ctx, reqs, feed)
 		if err == nil && len(stored) != len(reqs) {
 			err = fmt.Errorf("hybrid: Remote.Write returned %d results for %d writes", len(stored), len(reqs))
 		}

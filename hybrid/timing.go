@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/flight"
+	"github.com/hybridcache/hybridcache/internal/message"
 )
 
 // This file holds the timed behaviours: lifetimes and jitter, fail-safe
@@ -252,7 +253,7 @@ func (c *Cache[V]) refresh(ctx context.Context, key string, held item[V], load f
 }
 
 // refreshMany is refresh for keys whose L1 entries (held, by index) are
-// due: one load for those that no other fill or refresh has in hand.
+// due: one fill of those that no other fill or refresh has in hand.
 func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V], load loader[V], e policy) {
 	calls := make([]*flight.Call[V], len(keys))
 	lead := c.flights.JoinMany(keys, calls, make([]int, 0, len(keys)))
@@ -263,121 +264,73 @@ func (c *Cache[V]) refreshMany(ctx context.Context, keys []string, held []item[V
 		keys, held, calls = pick(keys, lead), pick(held, lead), pick(calls, lead)
 	}
 	c.n.refreshes.Add(uint64(len(keys)))
-	if !c.run(func() { c.refreshFill(ctx, keys, held, calls, load, e) }) {
+	f := &fill[V]{keys: keys, calls: calls, load: load, e: e, held: held}
+	if !c.run(func() { c.fill(ctx, f) }) {
 		var zero V
 		c.flights.FinishMany(keys, calls, all(len(keys)), func(int) (V, error) { return zero, ErrClosed })
 	}
 }
 
-// refreshFill is the fill of a refresh: one shared-tier read, one load for
-// what no other instance has refreshed, and a write of each value, like
-// Set. On failure the current values stay until they expire (and
-// fail-safe).
-func (c *Cache[V]) refreshFill(caller context.Context, keys []string, held []item[V], calls []*flight.Call[V], load loader[V], e policy) {
-	var zero V
-	f := &fill[V]{keys: keys, calls: calls, load: load}
-	defer c.abandoned(f)
-	ctx, cancel := c.fillContext(caller, e.loadTimeout, &f.slot)
-	defer cancel()
-
-	vals := make([]found[V], len(keys))
-	toks := c.tokens(keys)
-	c.readRemoteMany(ctx, keys, toks, vals, &e)
-	var done, todo []int
-	for i := range keys {
-		if refreshed(vals[i].it, vals[i].st, held[i]) {
-			done = append(done, i)
-		} else {
-			todo = append(todo, i)
+// toRefresh prepares the keys a refresh's read left to load (f.missIdx):
+// a key read as the value it refreshes is written back only over those
+// bytes, and each is claimed again, due at its expiry, since the read
+// stored the value anew with a new schedule. A refresh that stores nothing
+// (its load leaves the key out, or says not to cache it) so leaves the
+// current value to expire, refreshed no more; one that fails backs off.
+func (c *Cache[V]) toRefresh(f *fill[V]) {
+	for _, i := range f.missIdx {
+		if f.vals[i].st != readHit {
+			continue
 		}
+		if f.replace == nil {
+			f.replace = make(map[string][]byte, len(f.missIdx))
+		}
+		f.replace[f.keys[i]] = f.vals[i].b
 	}
-	c.flights.FinishMany(keys, calls, done, func(i int) (V, error) { return vals[i].it.v, nil })
-	if len(todo) == 0 {
-		return
-	}
-	c.claim(keys, held, todo) // the read put them back in L1, due again
+	c.claim(f.keys, f.held, f.missIdx)
+}
+
+// refreshFill is the part of f's fill that a refresh makes its own way:
+// with LoadLease, a key whose lease another instance holds is left to it
+// (see refreshLeases) rather than waited for; the rest are loaded and
+// written back as any fill's.
+func (c *Cache[V]) refreshFill(ctx context.Context, f *fill[V]) {
+	idx := f.missIdx
 	var h *heldLease
-	if c.leasing(&e) {
-		if todo, h = c.refreshLeases(ctx, keys, held, calls, todo, &e); len(todo) == 0 {
+	if c.leasing(&f.e) {
+		if idx, h = c.refreshLeases(ctx, f.keys, f.held, f.calls, idx, &f.e); len(idx) == 0 {
 			return
 		}
 		defer c.abandon(ctx, h, f.what()) // the load may call Goexit
 	}
-	// The load is of the keys left to this instance, with the values it
-	// replaces (StaleFrom) and its own settings (EntryFrom).
-	note := newLoadNote[V](pick(keys, todo))
-	for _, i := range todo {
-		note.replaces(keys[i], held[i])
-	}
-	f.slot.begin()
-	start := time.Now()
-	loaded, err := load.run(c, ctx, note.keys, nil, note)
-	took := loadTime(&e, time.Since(start))
-	l := f.slot.end()
-	nm, todo, err := unmodified(keys, todo, note, loaded, err)
-	if len(nm) > 0 {
-		xs := make([]extension[V], len(nm))
-		for j, i := range nm {
-			xs[j] = extension[V]{key: keys[i], it: held[i], tok: toks[i]}
-		}
-		c.extend(ctx, xs, &e)
-		c.flights.FinishMany(keys, calls, nm, func(i int) (V, error) { return held[i].v, nil })
-	}
-	if err != nil {
-		c.backOff(keys, held, todo)
-		c.releaseLeases(ctx, h, nil, err)
-		c.flights.FinishMany(keys, calls, todo, func(int) (V, error) { return zero, err })
-		return
-	}
-	var ad *adapted
-	if l != nil {
-		ad = &adapted{l: l, perKey: e.keys != nil}
-	}
-	for _, i := range todo {
-		v, ok := loaded[keys[i]]
-		if !ok {
-			continue
-		}
-		p := e.of(keys[i])
-		if ad != nil {
-			var skip bool
-			if p, skip = c.adapt(ad, keys[i], p); skip {
-				continue // the current value stays until it expires
-			}
-		}
-		c.setRefreshed(ctx, keys[i], v, p, note.version(keys[i]), took)
-	}
-	c.releaseRefreshed(ctx, h)
-	c.flights.FinishMany(keys, calls, todo, func(i int) (V, error) {
-		if v, ok := loaded[keys[i]]; ok {
-			return v, nil
-		}
-		return zero, ErrNotFound // the current value stays until it expires
-	})
+	c.loadFill(ctx, f, idx, nil, h)
 }
 
 // refreshed reports whether a refresh's read of the shared tier found a
-// value (it, st) written after held, the L1 entry that was due, or the
+// value (it, a hit) written after held, the L1 entry that was due, or the
 // same value with a later expiry: another instance refreshed it, or found
 // it not modified, and the read stored it in L1.
-func refreshed[V any](it item[V], st readState, held item[V]) bool {
-	if st != readHit || it.absent {
+func refreshed[V any](it item[V], held item[V]) bool {
+	if it.absent {
 		return false
 	}
 	w, hw := it.writtenAt(), held.writtenAt()
 	return w > hw || (w == hw && it.t != nil && held.t != nil && it.t.remote > held.t.remote && it.t.version == held.t.version)
 }
 
-// setRefreshed writes and announces v, the result of a refresh that took
-// took (see loadTime), with the version its load gave it, like Set. Under
-// SkipRemoteWrite, v is kept here only, unannounced, as a fill's.
-func (c *Cache[V]) setRefreshed(ctx context.Context, key string, v V, e *policy, version string, took time.Duration) {
-	if e.skip&SkipRemoteWrite != 0 {
-		p := *e
-		p.skip |= SkipAnnounce
-		e = &p
+// refreshNews returns the announcement of a refresh's write of b under key
+// (nil: none, under SkipAnnounce), as a Set's: it carries b where a Set's
+// message would.
+func (c *Cache[V]) refreshNews(key string, b []byte, skip Skip) (msg, entry []byte) {
+	if skip&SkipAnnounce != 0 {
+		if c.bus != nil {
+			c.skipped(SkipAnnounce, 1)
+		}
+		return nil, nil
 	}
-	if err := c.setLoaded(ctx, key, v, e, version, took); err != nil {
-		c.log.log(logL2, "hybrid: eager refresh could not write", "namespace", c.o.Namespace, "key", key, "err", err)
+	m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}
+	if len(c.o.Secret) > 0 && len(b) <= c.o.InlineMaxBytes {
+		m.Value = b
 	}
+	return c.announced(m)
 }
