@@ -195,3 +195,50 @@ func TestRefreshLosesToNewerWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshStoringNothingKeepsSchedule: a refresh whose load stores
+// nothing (it says DoNotCache, or a batch refresh leaves the key out) leaves
+// the current value to serve until it expires and does not come due again
+// meanwhile: one refresh load per lifetime, however many hits, where a
+// re-read of Redis used to give the entry a new schedule (a refresh due at
+// a fifth of what was left, about 8 loads in 1.5 s).
+func TestRefreshStoringNothingKeepsSchedule(t *testing.T) {
+	for _, mode := range []string{"do-not-cache", "batch-leaves-out"} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			ns := redistest.Prefix(t)
+			var refreshLoads atomic.Int64
+			var first atomic.Bool
+			load := func(ctx context.Context, key string) (string, error) {
+				if first.CompareAndSwap(false, true) {
+					return "v", nil
+				}
+				refreshLoads.Add(1)
+				hybrid.EntryFrom(ctx).DoNotCache()
+				return "not-cached", nil
+			}
+			o := hybrid.Options{Namespace: ns, TTL: 1500 * time.Millisecond, LocalTTL: 1500 * time.Millisecond, EagerRefresh: 0.2}
+			if mode == "batch-leaves-out" {
+				o.RefreshBatch = hybrid.BatchRefresh(func(context.Context, []string) (map[string]string, error) {
+					refreshLoads.Add(1)
+					return nil, nil
+				}, 1, time.Millisecond)
+			}
+			a := newInstances(t, 1, singleNode(nil), o)[0]
+			start := time.Now()
+			if v, err := a.c.GetOrCreate(ctx, "k", load); err != nil || v != "v" {
+				t.Fatalf("first: %q, %v", v, err)
+			}
+			// Hits every 2 ms until just before expiry.
+			for time.Since(start) < 1300*time.Millisecond {
+				if v, err := a.c.GetOrCreate(ctx, "k", load); err != nil || v != "v" {
+					t.Fatalf("hit at %v: %q, %v; want the current v", time.Since(start), v, err)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			if n := refreshLoads.Load(); n != 1 {
+				t.Errorf("%d refresh loads in one lifetime, want 1 (Stats.Load: %+v)", n, a.c.Stats().Load)
+			}
+		})
+	}
+}
