@@ -3,6 +3,7 @@ package hybrid_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -72,6 +73,13 @@ const (
 	histTailEvery = 50 * time.Millisecond
 	histMaxPause  = 15 * time.Millisecond // between a client's calls
 	histLoadTime  = time.Millisecond      // a load's "database" round trip
+
+	// histRefreshTTL and histRefreshLoad are the lifetime of a value and
+	// the time a load takes in the refresh scenario: slow loads, so that
+	// writes land while refreshes load, and lifetimes short enough for
+	// several refreshes of each key in histRun.
+	histRefreshTTL  = 500 * time.Millisecond
+	histRefreshLoad = 50 * time.Millisecond
 
 	// histCutEvery is how often the cut scenarios kill every pub/sub
 	// connection (CLIENT KILL TYPE pubsub); histReconnect is the buses'
@@ -801,19 +809,30 @@ type histScenario struct {
 	drop   bool // no Secret: messages carry no values, peers drop the key
 	cut    bool // kill the pub/sub connections every histCutEvery
 	strict bool // Options.StrictLoss
-	bound  time.Duration
+	// refresh: values live histRefreshTTL and are refreshed in the
+	// background (EagerRefresh on A and B, XFetch on C) by loads of
+	// histRefreshLoad from a database (histDB) that each Set and Delete
+	// changes first; clients read with GetOrCreate only (a Get would miss
+	// a value that expired). A load is then no write of its own but reads
+	// the database as it starts, so a refresh whose older value lands after
+	// a Set or Delete that returned meanwhile is a stale read.
+	refresh bool
+	bound   time.Duration
 }
 
 // TestHistory records histories of three instances and checks them (see
 // the top of the file): with the bus healthy (messages carrying values,
 // and without a Secret, dropping keys), cut repeatedly in the default
-// loss mode (LossGrace short, replay log on), and cut with StrictLoss.
+// loss mode (LossGrace short, replay log on), cut with StrictLoss, and
+// healthy with background refreshes loading slowly from a database that
+// writes change first (histScenario.refresh).
 func TestHistory(t *testing.T) {
 	for _, sc := range []histScenario{
 		{name: "healthy", bound: histPropagation},
 		{name: "healthy-drop", drop: true, bound: histPropagation},
 		{name: "cut", cut: true, bound: histCutBound},
 		{name: "cut-strict", cut: true, strict: true, bound: histStrictBound},
+		{name: "refresh", refresh: true, bound: histPropagation},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			if sc.cut {
@@ -836,6 +855,46 @@ type histRecorder struct {
 	loads []histOp // call is the load's start until assemble
 	msgs  map[instKey][]int64
 	kills []int64
+}
+
+// histDB is the database behind the loads of the refresh scenario: a row
+// per key, changed by each Set or Delete before the cache is, under a lock
+// per key that orders the two writes alike.
+type histDB struct {
+	mu    sync.Mutex
+	rows  map[string]string
+	locks map[string]*sync.Mutex
+}
+
+func newHistDB(keys []string) *histDB {
+	d := &histDB{rows: map[string]string{}, locks: map[string]*sync.Mutex{}}
+	for _, k := range keys {
+		d.locks[k] = new(sync.Mutex)
+	}
+	return d
+}
+
+func (d *histDB) get(key string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	v, ok := d.rows[key]
+	return v, ok
+}
+
+// write sets key's row to v ("" deletes it), then calls cache, the
+// cache's write, both under key's lock.
+func (d *histDB) write(key, v string, cache func() error) error {
+	l := d.locks[key]
+	l.Lock()
+	defer l.Unlock()
+	d.mu.Lock()
+	if v == "" {
+		delete(d.rows, key)
+	} else {
+		d.rows[key] = v
+	}
+	d.mu.Unlock()
+	return cache()
 }
 
 // applied records that instance inst applied a message for keys.
@@ -923,9 +982,18 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 		bo.ReconnectMin, bo.ReconnectMax = histReconnect, histReconnect
 	}
 	rec := &histRecorder{start: time.Now(), msgs: map[instKey][]int64{}}
+	if sc.refresh {
+		o.TTL, o.LocalTTL = histRefreshTTL, histRefreshTTL
+	}
 	caches := make([]*hybrid.Cache[string], histInstances)
 	for i := range caches {
 		o.Events.Invalidated = func(_ hybrid.Op, keys []string) { rec.applied(i, keys) }
+		if sc.refresh {
+			o.EagerRefresh, o.XFetchBeta = 0.3, 0
+			if i == 2 {
+				o.EagerRefresh, o.XFetchBeta = 0, 10
+			}
+		}
 		rdb := singleNode(nil)(t)
 		o.Remote = l2.New(rdb, l2.Options{ReadTimeout: 2 * time.Second}) // no read gives up on a busy machine
 		bus := invalidate.New(rdb, bo)
@@ -936,6 +1004,10 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 	keys := make([]string, histKeys)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
+	}
+	var db *histDB
+	if sc.refresh {
+		db = newHistDB(keys)
 	}
 
 	var (
@@ -965,6 +1037,7 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 			}
 		})
 	}
+	loads := make([]func(context.Context, string) (string, error), len(caches))
 	for i, c := range caches {
 		load := func(_ context.Context, key string) (string, error) {
 			l := histOp{inst: i, kind: histLoad, key: key, value: fmt.Sprintf("l%d.%d", i, loadSeqs[i].Add(1)), call: rec.now()}
@@ -973,9 +1046,20 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 			rec.addLoad(l)
 			return l.value, nil
 		}
+		if db != nil {
+			load = func(_ context.Context, key string) (string, error) {
+				v, ok := db.get(key)
+				time.Sleep(histRefreshLoad)
+				if !ok {
+					return "", hybrid.ErrNotFound
+				}
+				return v, nil
+			}
+		}
+		loads[i] = load
 		for client := range histClients {
 			wg.Go(func() {
-				runHistClient(rec, &errs, c, i, client, keys, load, stop)
+				runHistClient(rec, &errs, c, i, client, keys, load, db, stop)
 			})
 		}
 	}
@@ -990,7 +1074,11 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 		wg.Go(func() {
 			for range histTail / histTailEvery {
 				for _, k := range keys {
-					histRead(rec, &errs, c, i, histClients, k)
+					if sc.refresh {
+						histFill(rec, &errs, c, i, histClients, k, loads[i])
+					} else {
+						histRead(rec, &errs, c, i, histClients, k)
+					}
 				}
 				time.Sleep(histTailEvery)
 			}
@@ -1005,13 +1093,27 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 		st = append(st, fmt.Sprintf("%c: L1.Hits %d, Load.Calls %d, Invalidations.Applied %d, Invalidations.Swapped %d, Bus.Losses %d, Bus.Replays %d, Bus.Replayed %d, Bus.Flushed %d, L1.FillsDiscarded %d, L2.Errors %d",
 			'A'+i, s.L1.Hits, s.Load.Calls, s.Invalidations.Applied, s.Invalidations.Swapped, s.Bus.Losses, s.Bus.Replays, s.Bus.Replayed, s.Bus.Flushed, s.L1.FillsDiscarded, s.L2.Errors))
 	}
+	if sc.refresh {
+		for i, c := range caches {
+			s := c.Stats()
+			st = append(st, fmt.Sprintf("%c: Load.Refreshes %d", 'A'+i, s.Load.Refreshes))
+		}
+	}
 	t.Logf("%s: %d pub/sub kills; %s", sc.name, kills.Load(), strings.Join(st, "; "))
 	return rec.assemble(t)
 }
 
 // runHistClient makes random calls on c until stop: half of them reads
-// (Get), a fifth GetOrCreate, a fifth Set and the rest Delete.
-func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], inst, client int, keys []string, load func(context.Context, string) (string, error), stop <-chan struct{}) {
+// (Get), a fifth GetOrCreate, a fifth Set and the rest Delete. With db,
+// nine in ten are GetOrCreate and each write changes db first (see
+// histDB).
+func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], inst, client int, keys []string, load func(context.Context, string) (string, error), db *histDB, stop <-chan struct{}) {
+	write := func(key, v string, cache func() error) error {
+		if db == nil {
+			return cache()
+		}
+		return db.write(key, v, cache)
+	}
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -1020,22 +1122,23 @@ func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], i
 		}
 		key := keys[rand.IntN(len(keys))]
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		switch p := rand.IntN(100); {
-		case p < 50:
+		p := rand.IntN(100)
+		if db != nil {
+			// Writes rarer, so that values live until their refresh
+			// comes due, and then land while it loads.
+			p = 70 + rand.IntN(30)
+			if rand.IntN(100) < 90 {
+				p = 50
+			}
+		}
+		switch {
+		case p < 50 && db == nil:
 			histRead(rec, errs, c, inst, client, key)
 		case p < 70:
-			o := histOp{inst: inst, client: client, kind: histGetOrCreate, key: key, call: rec.now()}
-			v, err := c.GetOrCreate(ctx, key, load)
-			o.ret = rec.now()
-			if err != nil {
-				errs.addf("%c: GetOrCreate(%q): %v", 'A'+inst, key, err)
-				break
-			}
-			o.value = v
-			rec.add(o)
+			histFill(rec, errs, c, inst, client, key, load)
 		case p < 92:
 			o := histOp{inst: inst, client: client, kind: histSet, key: key, value: fmt.Sprintf("w%d.%d.%d", inst, client, n), call: rec.now()}
-			err := c.Set(ctx, key, o.value)
+			err := write(key, o.value, func() error { return c.Set(ctx, key, o.value) })
 			o.ret = rec.now()
 			if err != nil {
 				errs.addf("%c: Set(%q): %v", 'A'+inst, key, err)
@@ -1044,7 +1147,7 @@ func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], i
 			rec.add(o)
 		default:
 			o := histOp{inst: inst, client: client, kind: histDelete, key: key, call: rec.now()}
-			err := c.Delete(ctx, key)
+			err := write(key, "", func() error { return c.Delete(ctx, key) })
 			o.ret = rec.now()
 			if err != nil {
 				errs.addf("%c: Delete(%q): %v", 'A'+inst, key, err)
@@ -1055,6 +1158,24 @@ func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], i
 		cancel()
 		time.Sleep(time.Duration(rand.Int64N(int64(histMaxPause))))
 	}
+}
+
+// histFill records a GetOrCreate of key on c.
+func histFill(rec *histRecorder, errs *failures, c *hybrid.Cache[string], inst, client int, key string, load func(context.Context, string) (string, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	o := histOp{inst: inst, client: client, kind: histGetOrCreate, key: key, call: rec.now()}
+	v, err := c.GetOrCreate(ctx, key, load)
+	o.ret = rec.now()
+	if errors.Is(err, hybrid.ErrNotFound) {
+		v, err = "", nil // the load found no row
+	}
+	if err != nil {
+		errs.addf("%c: GetOrCreate(%q): %v", 'A'+inst, key, err)
+		return
+	}
+	o.value = v
+	rec.add(o)
 }
 
 // histRead records a Get of key on c.
