@@ -959,7 +959,13 @@ func (r *histRecorder) assemble(t *testing.T) *history {
 		t.Logf("%d loaded values were returned to no caller; left out of the history", unreturned)
 	}
 	slices.SortFunc(h, func(a, b histOp) int { return cmp.Compare(a.call, b.call) })
-	return &history{ops: h, msgs: r.msgs, kills: r.kills}
+	// Copies: messages go on being applied (a refresh announces in the
+	// background) while the history is checked.
+	msgs := make(map[instKey][]int64, len(r.msgs))
+	for k, v := range r.msgs {
+		msgs[k] = slices.Clone(v)
+	}
+	return &history{ops: h, msgs: msgs, kills: slices.Clone(r.kills)}
 }
 
 // recordHistory runs sc's instances and clients and returns the history.
