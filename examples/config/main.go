@@ -327,7 +327,15 @@ type instance struct {
 func open(ctx context.Context, id int, cfg config, ns string, secret []byte) (*instance, error) {
 	addr, versions := cfg.Redis, cfg.Updates+1
 	in := &instance{id: id, seen: make([]atomic.Int64, versions+1)}
-	in.rdb = redis.NewClient(&redis.Options{Addr: addr})
+	// The client as the cache's startup advisor asks for it: l2's time
+	// bounds reach the socket, and a dial gives up at once.
+	in.rdb = redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           250 * time.Millisecond,
+		DialerRetries:         1,
+		MaxRetries:            1,
+	})
 	pctx, cancel := context.WithTimeout(ctx, redisCalls)
 	defer cancel()
 	if err := in.rdb.Ping(pctx).Err(); err != nil {

@@ -565,7 +565,15 @@ func runInstance() error {
 	}
 	ctx := context.Background()
 
-	rdb := redis.NewClient(&redis.Options{Addr: cfg.Redis})
+	// The client as the cache's startup advisor asks for it: l2's time
+	// bounds reach the socket, and a dial gives up at once.
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  cfg.Redis,
+		ContextTimeoutEnabled: true,
+		DialTimeout:           250 * time.Millisecond,
+		DialerRetries:         1,
+		MaxRetries:            1,
+	})
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", cfg.Redis, err)
