@@ -169,6 +169,7 @@ func TestExplainChangesNothing(t *testing.T) {
 	a, b := p[0], p[1]
 	setStr(t, a, "both", "v")
 	setStr(t, a, "remote-only", "v")
+	waitStat(t, b, "Invalidations.Applied", statReceived, 2) // A's messages land before, not during, the explains
 	fill(t, b, "both", "v")
 	before := b.c.Stats()
 	calls := b.remote.calls()
