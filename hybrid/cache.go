@@ -237,11 +237,13 @@ func (c *Cache[V]) worker(job func()) {
 }
 
 // Close unsubscribes from the bus, cancels fills in progress and waits for
-// them and for the verifier (Options.VerifyRate), stops the replay of queued writes (see Options.QueueWrites; writes
-// still queued are dropped, logged as one warning with their number and
-// counted in Stats.Queue.DroppedOnClose) and waits for it, and stops L1's
-// goroutines. It does not close the Remote or the Bus,
-// which the caller owns and may share. Later calls return ErrClosed.
+// them, for the verifier (Options.VerifyRate) and for the hot-set recorder
+// (Options.HotSetEvery), stops the replay of queued writes (see
+// Options.QueueWrites; writes still queued are dropped, logged as one
+// warning with their number and counted in Stats.Queue.DroppedOnClose) and
+// waits for it, and stops L1's goroutines. It does not close the Remote or
+// the Bus, which the caller owns and may share. Later calls return
+// ErrClosed.
 func (c *Cache[V]) Close() error {
 	c.mu.Lock()
 	if c.closed.Swap(true) {

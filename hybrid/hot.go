@@ -58,6 +58,9 @@ func (o *Options) checkHotSet() error {
 	if o.HotSetEvery < 0 {
 		return fmt.Errorf("hybrid: Options.HotSetEvery is negative (%v)", o.HotSetEvery)
 	}
+	if o.HotSetEvery > 0 && o.Remote == nil {
+		return errors.New("hybrid: Options.HotSetEvery records the hot set in the shared tier: it needs a Remote")
+	}
 	if o.HotSetSize < 0 || o.HotSetSize > maxHotSetSize {
 		return fmt.Errorf("hybrid: Options.HotSetSize (%d) is outside [0, %d]", o.HotSetSize, maxHotSetSize)
 	}

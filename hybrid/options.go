@@ -188,7 +188,8 @@ type Options struct {
 	// HotSetEvery, if positive, records this instance's hot keys in the
 	// shared tier that often (see RecordHot), merged with other
 	// instances', so that a new instance can warm from them (WarmHot).
-	// It needs a Remote. Default: 0, not recorded.
+	// It needs a Remote (New refuses it without one). Default: 0, not
+	// recorded.
 	HotSetEvery time.Duration
 	// HotSetSize is how many keys the hot set keeps, at most 100,000.
 	// Default: 1,000.

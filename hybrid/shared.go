@@ -10,9 +10,12 @@ import (
 	"github.com/hybridcache/hybridcache/l1"
 )
 
-// This file holds every call to the shared tier: the Remote as New found
-// it, the protocol each call follows (call, retry), and the reads and
-// writes the cache makes through it. The contract is in remote.go.
+// This file holds the shared tier as New found it, the protocol every call
+// to it follows (do, call, retry: breaker, span, counts), and the reads and
+// writes of cached values through it. The cache's own records are read and
+// written through the same protocol by the files that own them (leases,
+// the replay log, tags, the hot set, the verifier, explain). The contract
+// is in remote.go.
 
 // shared is the Remote and what New learnt of it.
 type shared struct {

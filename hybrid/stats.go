@@ -7,9 +7,11 @@ import (
 )
 
 // Stats is a snapshot of a Cache's counters since New, grouped by tier and
-// concern. Each field is named as its metric in the otel module:
-// L1.Hits is hybridcache.hits{tier=l1}, Load.Errors is
-// hybridcache.load.errors, Queue.Length is hybridcache.queue.length.
+// concern. The otel module (package hybridotel) exports every field as a
+// metric, listed in its documentation: L1.Hits is
+// hybridcache.hits{tier=l1}, Load.Errors is hybridcache.load.errors,
+// L2.DecodeErrors is hybridcache.errors{kind=decode}, Queue.Length is
+// hybridcache.queue.length.
 type Stats struct {
 	Namespace string // the cache's Options.Namespace
 

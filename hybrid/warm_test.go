@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -199,6 +200,9 @@ func TestWarmBadInput(t *testing.T) {
 	}
 	if _, err := hybrid.New[string](hybrid.Options{HotSetSize: -1}); err == nil {
 		t.Error("New with a negative HotSetSize: no error")
+	}
+	if _, err := hybrid.New[string](hybrid.Options{HotSetEvery: time.Second}); err == nil || !strings.Contains(err.Error(), "HotSetEvery") {
+		t.Errorf("New with HotSetEvery and no Remote: %v, want an error naming HotSetEvery", err)
 	}
 }
 
