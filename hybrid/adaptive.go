@@ -107,10 +107,12 @@ func (e *EntrySettings) For(key string) *EntrySettings {
 }
 
 // SetTTL sets the shared-tier lifetime of the values, as WithTTL does. The
-// L1 lifetime is cut to it when longer.
+// L1 lifetime is cut to it when longer, whichever level set that (see
+// Options.LocalTTL).
 func (e *EntrySettings) SetTTL(d time.Duration) { e.add(WithTTL(d)) }
 
-// SetLocalTTL sets the L1 lifetime of the values, as WithLocalTTL does.
+// SetLocalTTL sets the L1 lifetime of the values, as WithLocalTTL does: cut
+// to their TTL when longer, whatever the order of SetLocalTTL and SetTTL.
 func (e *EntrySettings) SetLocalTTL(d time.Duration) { e.add(WithLocalTTL(d)) }
 
 // AddTags tags the values, as WithTags does, besides the tags the call

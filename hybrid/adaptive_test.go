@@ -270,7 +270,7 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 // Options the load sets are checked as EntryOptions are: refused, the value
 // is returned but not stored, counted and logged. Options the load sets
 // over the call's are applied after them: a TTL shorter than the call's
-// LocalTTL cuts it, as WithTTL's would.
+// LocalTTL cuts it, as WithTTL's would (see TestLocalTTLCutToTTL).
 func TestAdaptiveBadOptions(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
@@ -280,7 +280,6 @@ func TestAdaptiveBadOptions(t *testing.T) {
 	for key, set := range map[string]func(*hybrid.EntrySettings){
 		"negative": func(e *hybrid.EntrySettings) { e.SetTTL(-time.Second) },
 		"zero":     func(e *hybrid.EntrySettings) { e.SetLocalTTL(0) },
-		"local":    func(e *hybrid.EntrySettings) { e.SetLocalTTL(time.Minute); e.SetTTL(time.Second) },
 		"tag":      func(e *hybrid.EntrySettings) { e.AddTags("") },
 		"per-key":  func(e *hybrid.EntrySettings) { e.For("per-key").SetFailSafe(-1) },
 	} {
@@ -297,13 +296,13 @@ func TestAdaptiveBadOptions(t *testing.T) {
 	if rc := a.remote.calls(); rc.SetIfAbsent != 1 {
 		t.Errorf("%d fill writes, want good's alone", rc.SetIfAbsent)
 	}
-	for _, key := range []string{"negative", "zero", "local", "tag", "per-key"} {
+	for _, key := range []string{"negative", "zero", "tag", "per-key"} {
 		if _, ok := redisEntry(t, a.rdb, ns, key); ok {
 			t.Errorf("Redis holds %s, whose options were refused", key)
 		}
 	}
-	if n := a.c.Stats().Load.BadOptions; n != 5 {
-		t.Errorf("Load.BadOptions: got %d, want 5", n)
+	if n := a.c.Stats().Load.BadOptions; n != 4 {
+		t.Errorf("Load.BadOptions: got %d, want 4", n)
 	}
 	if !strings.Contains(buf.String(), "options set by the load refused") {
 		t.Errorf("nothing logged: %s", buf.String())

@@ -9,8 +9,8 @@ import (
 // costs its user, for New to log once at warning level: the Remote's own
 // advice first, then the cache's. o is the Options New runs with (defaults
 // filled in, the Remote's Info asked), set the Options as given, to tell a
-// setting from its default. A setting New refuses (LocalTTL longer than
-// TTL with a Remote, LoadLease without a Bus) is an error, not advice.
+// setting from its default. A setting New refuses (LoadLease without a
+// Bus) is an error, not advice.
 func advice(o, set *Options) []string {
 	lines := append([]string(nil), o.info.Advice...)
 	add := func(format string, args ...any) {
@@ -49,6 +49,9 @@ func advice(o, set *Options) []string {
 		}
 	}
 
+	if o.Remote != nil && o.LocalTTL > o.TTL {
+		add("Options.LocalTTL (%v) is longer than Options.TTL (%v): L1 keeps a value no longer than the shared tier does, so LocalTTL is cut to TTL", o.LocalTTL, o.TTL)
+	}
 	if o.LoadLease > o.LeaseWait {
 		add("Options.LoadLease (%v) is longer than Options.LeaseWait (%v): if a lease holder dies, every instance waiting for it loads the key itself after LeaseWait, instead of one taking the lease over when it ends; keep LoadLease at most LeaseWait", o.LoadLease, o.LeaseWait)
 	}

@@ -71,6 +71,14 @@ func TestAdvice(t *testing.T) {
 		{"bus settings without Bus", func() Options {
 			return Options{Namespace: "n", Remote: single, Secret: secret, StrictLoss: true, LossGrace: time.Second}
 		}, "hybrid: Options.Secret, Options.LossGrace, Options.StrictLoss: no effect without Options.Bus, which carries the messages they are about"},
+		{"LocalTTL longer than TTL", func() Options {
+			o := production()
+			o.TTL, o.LocalTTL = time.Minute, 2*time.Minute
+			return o
+		}, "hybrid: Options.LocalTTL (2m0s) is longer than Options.TTL (1m0s): L1 keeps a value no longer than the shared tier does, so LocalTTL is cut to TTL"},
+		{"LocalTTL longer than TTL without Remote", func() Options {
+			return Options{TTL: time.Minute, LocalTTL: 2 * time.Minute}
+		}, ""},
 		{"LoadLease longer than LeaseWait", func() Options {
 			o := production()
 			o.LoadLease = 10 * time.Second

@@ -50,8 +50,9 @@ const (
 // WithTTL sets the shared-tier lifetime of the value written by this call.
 func WithTTL(d time.Duration) EntryOption { return EntryOption{kind: kindTTL, d: d} }
 
-// WithLocalTTL sets the L1 lifetime of the value stored by this call. It is
-// capped by the call's TTL.
+// WithLocalTTL sets the L1 lifetime of the value stored by this call. With
+// a Remote, a LocalTTL longer than the TTL the value is written with is cut
+// to that TTL, whichever level set either (see Options.LocalTTL).
 func WithLocalTTL(d time.Duration) EntryOption { return EntryOption{kind: kindLocalTTL, d: d} }
 
 // WithNegativeTTL sets Options.NegativeTTL for this call: how long an
@@ -116,7 +117,10 @@ func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s
 // policy is the resolved configuration of one call: Options with its
 // EntryOptions applied.
 type policy struct {
-	ttl, localTTL    time.Duration
+	ttl, localTTL time.Duration // localTTL is cut to ttl with a Remote
+	// localAsked is the LocalTTL the last level that set one gave, before
+	// the cut, so that a later level's longer TTL lengthens it again.
+	localAsked       time.Duration
 	negativeTTL      time.Duration
 	jitter           float64
 	failSafe         time.Duration // FailSafeMaxAge
@@ -148,11 +152,23 @@ func (e *policy) physical(ttl time.Duration) time.Duration { return ttl + e.fail
 // defaults returns the policy of a call without options.
 func (o *Options) defaults() policy {
 	return policy{
-		ttl: o.TTL, localTTL: o.LocalTTL, negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
+		ttl: o.TTL, localTTL: o.cutLocal(o.LocalTTL, o.TTL), localAsked: o.LocalTTL,
+		negativeTTL: o.NegativeTTL, jitter: o.TTLJitter,
 		failSafe: o.FailSafeMaxAge, failSafeThrottle: o.FailSafeThrottle,
 		softTimeout: o.SoftTimeout, loadTimeout: o.LoadTimeout, eager: o.EagerRefresh,
 		lease: o.LoadLease, xfetch: o.XFetchBeta,
 	}
+}
+
+// cutLocal returns the L1 lifetime of a value asked to live local in L1
+// and ttl in the shared tier: local, cut to ttl with a Remote (which would
+// otherwise hold a value L1 serves after the shared tier dropped it).
+// Without a Remote, TTL bounds nothing and local stands.
+func (o *Options) cutLocal(local, ttl time.Duration) time.Duration {
+	if o.Remote != nil {
+		return min(local, ttl)
+	}
+	return local
 }
 
 // policy resolves opts over def, the cache's defaults.
@@ -161,7 +177,7 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 	if len(opts) == 0 {
 		return e, nil
 	}
-	localSet, leaseSet := false, false
+	leaseSet := false
 	for _, opt := range opts {
 		if err := opt.check(); err != nil {
 			return e, err
@@ -170,7 +186,7 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 		case kindTTL:
 			e.ttl = opt.d
 		case kindLocalTTL:
-			e.localTTL, localSet = opt.d, true
+			e.localAsked = opt.d
 		case kindNegativeTTL:
 			e.negativeTTL = opt.d
 		case kindTTLJitter:
@@ -222,12 +238,7 @@ func (o *Options) policy(def *policy, opts []EntryOption) (policy, error) {
 	if len(e.tags) > 0 && e.physical(e.ttl) > tagLife(o) {
 		return e, fmt.Errorf("hybrid: entry option: a tagged value may live at most %v in the shared tier (TTL plus fail-safe), not %v", tagLife(o), e.physical(e.ttl))
 	}
-	if e.localTTL > e.ttl && o.Remote != nil {
-		if localSet {
-			return e, fmt.Errorf("hybrid: entry option: LocalTTL (%v) is longer than TTL (%v)", e.localTTL, e.ttl)
-		}
-		e.localTTL = e.ttl
-	}
+	e.localTTL = o.cutLocal(e.localAsked, e.ttl)
 	return e, nil
 }
 

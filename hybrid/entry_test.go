@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
 func TestEntryOptionsValidated(t *testing.T) {
@@ -26,7 +27,6 @@ func TestEntryOptionsValidated(t *testing.T) {
 		{"zero TTL", []hybrid.EntryOption{hybrid.WithTTL(0)}},
 		{"negative LocalTTL", []hybrid.EntryOption{hybrid.WithLocalTTL(-time.Second)}},
 		{"zero EntryOption", []hybrid.EntryOption{{}}},
-		{"LocalTTL longer than TTL", []hybrid.EntryOption{hybrid.WithTTL(time.Second), hybrid.WithLocalTTL(time.Minute)}},
 		{"negative NegativeTTL", []hybrid.EntryOption{hybrid.WithNegativeTTL(-time.Second)}},
 		{"jitter of 1", []hybrid.EntryOption{hybrid.WithTTLJitter(1)}},
 		{"negative fail-safe", []hybrid.EntryOption{hybrid.WithFailSafe(-time.Second)}},
@@ -258,5 +258,113 @@ func TestWithNegativeTTLPerCall(t *testing.T) {
 	}
 	if _, err := c.GetOrCreate(ctx, "b", neverLoad(t)); !errors.Is(err, hybrid.ErrNotFound) {
 		t.Errorf("b after the batch: got %v, want the remembered ErrNotFound", err)
+	}
+}
+
+// TestLocalTTLCutToTTL: a LocalTTL longer than the TTL a value is written
+// with is cut to that TTL at every level that sets them (Options,
+// Options.EntryOptions, the call, the load, the load's For(key)), never
+// refused; each of the two comes from the last level that sets it, so a
+// later level's longer TTL does not keep an earlier level's cut.
+func TestLocalTTLCutToTTL(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, TTL: 10 * time.Minute, LocalTTL: time.Minute,
+		EntryOptions: func(key string) []hybrid.EntryOption {
+			switch key {
+			case "per-key":
+				return []hybrid.EntryOption{hybrid.WithTTL(3 * time.Second), hybrid.WithLocalTTL(20 * time.Second)}
+			case "per-key, the call's TTL":
+				return []hybrid.EntryOption{hybrid.WithTTL(2 * time.Second)}
+			}
+			return nil
+		}}
+	a := newInstances(t, 1, singleNode(nil), o)[0]
+	ctx := context.Background()
+	short, long := 3*time.Second, 20*time.Second
+	const slack = 1500 * time.Millisecond
+	get := func(key string, load func(context.Context, string) (string, error), opts ...hybrid.EntryOption) func() error {
+		return func() error {
+			_, err := a.c.GetOrCreate(ctx, key, load, opts...)
+			return err
+		}
+	}
+	batch := func() error {
+		_, err := a.c.GetOrCreateMany(ctx, []string{"batch, cut", "batch, uncut"}, func(ctx context.Context, keys []string) (map[string]string, error) {
+			e := hybrid.EntryFrom(ctx)
+			e.SetLocalTTL(long)
+			e.For("batch, cut").SetTTL(short)
+			out := make(map[string]string, len(keys))
+			for _, k := range keys {
+				out[k] = "v"
+			}
+			return out, nil
+		})
+		return err
+	}
+	tests := []struct {
+		key        string
+		write      func() error
+		ttl, local time.Duration // want, in the shared tier and in L1
+		writeFirst bool          // write runs before this key's check (batch keys share one)
+	}{
+		{"call", get("call", loadTop, hybrid.WithTTL(short), hybrid.WithLocalTTL(long)), short, short, true},
+		{"Set", func() error { return a.c.Set(ctx, "Set", "v", hybrid.WithLocalTTL(long), hybrid.WithTTL(short)) }, short, short, true},
+		{"load", get("load", loadWith("v", func(e *hybrid.EntrySettings) { e.SetLocalTTL(long); e.SetTTL(short) })), short, short, true},
+		{"per-key", get("per-key", loadTop), short, short, true},
+		{"batch, cut", batch, short, short, true},
+		{"batch, uncut", nil, 10 * time.Minute, long, false},
+		// An earlier level's short TTL cut the cache's LocalTTL; a later
+		// level's longer TTL gives it back.
+		{"per-key, the call's TTL", get("per-key, the call's TTL", loadTop, hybrid.WithTTL(5*time.Minute)), 5 * time.Minute, time.Minute, true},
+		{"the load's TTL", get("the load's TTL", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(5 * time.Minute) }), hybrid.WithTTL(short)), 5 * time.Minute, time.Minute, true},
+	}
+	for _, tt := range tests {
+		if tt.writeFirst {
+			if err := tt.write(); err != nil {
+				t.Errorf("%s: got %v, want the value stored", tt.key, err)
+				continue
+			}
+		}
+		var s stored
+		for deadline, ok := time.Now().Add(5*time.Second), false; !ok; time.Sleep(time.Millisecond) {
+			if s, ok = redisEntry(t, a.rdb, ns, tt.key); !ok && time.Now().After(deadline) {
+				break
+			}
+		}
+		if s.raw == nil {
+			t.Errorf("%s: Redis holds nothing, want the value", tt.key)
+			continue
+		}
+		within(t, tt.key+": PTTL in Redis", s.pttl, tt.ttl-slack, tt.ttl)
+		e, ok, err := a.c.GetEntry(ctx, tt.key)
+		if err != nil || !ok || e.Tier != hybrid.TierL1 {
+			t.Errorf("%s: GetEntry: got %+v, %v, %v; want the value from L1", tt.key, e, ok, err)
+			continue
+		}
+		within(t, tt.key+": LocalTTL", e.LocalTTL, tt.local-slack, tt.local)
+	}
+	if n := a.c.Stats().Load.BadOptions; n != 0 {
+		t.Errorf("Load.BadOptions: got %d, want 0", n)
+	}
+}
+
+// TestOptionsLocalTTLCut: New cuts Options.LocalTTL to Options.TTL with a
+// Remote, and says so once.
+func TestOptionsLocalTTLCut(t *testing.T) {
+	srv.NeedReal(t)
+	log, buf := captureLogger()
+	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: redistest.Prefix(t), TTL: 3 * time.Second, LocalTTL: time.Hour, Logger: log})[0]
+	ctx := context.Background()
+	if _, err := a.c.GetOrCreate(ctx, "k", loadTop); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := a.c.GetEntry(ctx, "k")
+	if err != nil || !ok || e.Tier != hybrid.TierL1 {
+		t.Fatalf("GetEntry: got %+v, %v, %v; want the value from L1", e, ok, err)
+	}
+	within(t, "LocalTTL", e.LocalTTL, 2*time.Second, 3*time.Second)
+	if !strings.Contains(buf.String(), "Options.LocalTTL (1h0m0s) is longer than Options.TTL (3s)") {
+		t.Errorf("New did not warn of the cut: %s", buf.String())
 	}
 }

@@ -151,7 +151,7 @@ type readResult[V any] struct {
 	ok       bool
 	tier     Tier
 	stale    bool
-	localTTL time.Duration // the L1 lifetime a live value from the shared tier was given
+	localTTL time.Duration // the L1 lifetime a live value from the shared tier was given (0: none)
 }
 
 // read is Get's and GetEntry's read past L1's live entries: the shared
@@ -172,7 +172,11 @@ func (c *Cache[V]) read(ctx context.Context, key string, k *skipCall, opts []Ent
 	p.meta = meta
 	it, st := c.readRemote(ctx, key, c.vers.token(key), &p)
 	if st == readHit && !it.absent {
-		return readResult[V]{it: it, ok: true, tier: TierL2, localTTL: p.localTTL}, nil
+		r = readResult[V]{it: it, ok: true, tier: TierL2, localTTL: p.localTTL}
+		if p.skip&SkipL1Write != 0 {
+			r.localTTL = 0 // L1 was not given the value
+		}
+		return r, nil
 	}
 	if p.allowStale {
 		var l1, l2 *item[V]

@@ -100,6 +100,32 @@ func TestGetEntryPlain(t *testing.T) {
 	}
 }
 
+// TestGetEntrySkipL1Write: a value read from the shared tier with
+// SkipL1Write is not stored in L1, and GetEntry reports its LocalTTL as 0,
+// as for any entry L1 does not hold; without the flag, the lifetime L1
+// gave it.
+func TestGetEntrySkipL1Write(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, TTL: time.Minute, LocalTTL: 30 * time.Second})
+	a, b := p[0], p[1]
+	setStr(t, a, "k", "v")
+	e, ok, err := b.c.GetEntry(ctx, "k", hybrid.WithSkip(hybrid.SkipL1Write))
+	if err != nil || !ok || e.Tier != hybrid.TierL2 || e.Value != "v" {
+		t.Fatalf("B: GetEntry with SkipL1Write: got %+v, %v, %v; want v from L2", e, ok, err)
+	}
+	if e.LocalTTL != 0 || !near(e.RemoteTTL, time.Minute, 2*time.Second) {
+		t.Errorf("B: GetEntry with SkipL1Write: got LocalTTL %v, RemoteTTL %v; want 0 (not in L1), about 1m", e.LocalTTL, e.RemoteTTL)
+	}
+	if v, ok, err := b.c.Get(ctx, "k", hybrid.WithSkip(hybrid.SkipRemoteRead)); ok || err != nil {
+		t.Errorf("B: L1 holds %q, %v, %v after a read with SkipL1Write; want nothing", v, ok, err)
+	}
+	e, ok, err = b.c.GetEntry(ctx, "k")
+	if err != nil || !ok || e.Tier != hybrid.TierL2 || !near(e.LocalTTL, 30*time.Second, 2*time.Second) {
+		t.Errorf("B: GetEntry: got %+v, %v, %v; want v from L2, LocalTTL about 30s", e, ok, err)
+	}
+}
+
 // TestGetAllowStale: past a value's lifetime, a read without a load
 // misses, unless AllowStale: then it returns the value fail-safe keeps,
 // marked stale, from L1 on the instance that holds it and from the shared

@@ -34,8 +34,13 @@ type Options struct {
 	Codec Codec
 	// TTL is how long a value lives in the shared tier. Default: 10 minutes.
 	TTL time.Duration
-	// LocalTTL is how long a value lives in L1, at most TTL with a Remote.
-	// Default: the smaller of TTL and 1 minute (cut at about 49.7 days).
+	// LocalTTL is how long a value lives in L1. With a Remote, it is cut to
+	// the TTL the value is written with, never refused: each of TTL and
+	// LocalTTL comes from the last level that sets it (these Options, then
+	// EntryOptions(key), then the call's EntryOptions, then the load's
+	// EntrySettings, then its For(key)), and the L1 lifetime is the smaller
+	// of the two. Default: the smaller of TTL and 1 minute (cut at about
+	// 49.7 days).
 	LocalTTL time.Duration
 	// LocalMaxBytes bounds L1 by the encoded size of its values, plus key
 	// and a fixed overhead per entry. Default: 64 MiB.
@@ -329,9 +334,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LocalTTL == 0 {
 		o.LocalTTL = min(o.TTL, defaultLocalTTL)
-	}
-	if o.Remote != nil && o.LocalTTL > o.TTL {
-		return o, fmt.Errorf("hybrid: Options.LocalTTL (%v) is longer than Options.TTL (%v)", o.LocalTTL, o.TTL)
 	}
 	if o.LocalMaxBytes == 0 {
 		o.LocalMaxBytes = defaultLocalMax

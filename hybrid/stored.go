@@ -44,7 +44,7 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Durat
 	if h.Codec != c.codec.ID() {
 		return 0, written, fmt.Errorf("hybrid: value written with codec %d, this cache uses %d", h.Codec, c.codec.ID())
 	}
-	ttl = c.o.LocalTTL
+	ttl = c.def.localTTL
 	if !h.Expires.IsZero() {
 		ttl = time.Until(h.Expires)
 	}

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/envelope"
+	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
 func TestCompression(t *testing.T) {
@@ -94,6 +96,7 @@ func corruptValues(t *testing.T) []struct {
 	unknownFlag[2] = 0x80
 	badPayload := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now(), Expires: time.Now().Add(time.Hour)}, []byte(`{"unterminated`))
 	wrongType := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: time.Now(), Expires: time.Now().Add(time.Hour)}, []byte(`12`))
+	year10000 := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	return []struct {
 		name string
 		b    []byte
@@ -106,6 +109,59 @@ func corruptValues(t *testing.T) []struct {
 		{"unknown flag", unknownFlag},
 		{"payload does not parse", badPayload},
 		{"payload of another type", wrongType},
+		{"write time in year 10000", withStamp(valid, 3, year10000)},
+		{"write time before 1970", withStamp(valid, 3, -1)},
+		{"expiry in year 10000", withStamp(valid, envelope.ExpiresAt, year10000)},
+		{"expiry before 1970", withStamp(valid, envelope.ExpiresAt, -1)},
+	}
+}
+
+// withStamp returns a copy of the envelope b whose write time (at offset
+// 3) or logical expiry (at envelope.ExpiresAt) is ms Unix milliseconds.
+func withStamp(b []byte, off int, ms int64) []byte {
+	b = slices.Clone(b)
+	binary.BigEndian.PutUint64(b[off:off+8], uint64(ms))
+	return b
+}
+
+// TestAbsurdTimesCorrupt: on real Redis, a stored value whose write time
+// or expiry no writer makes (past MaxTime, as in year 10000, or before
+// 1970) is corrupt: a miss counted in L2.DecodeErrors, which the fill's
+// value replaces, on the instance that reads it and on another.
+func TestAbsurdTimesCorrupt(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
+	a, b := ins[0], ins[1]
+	ctx := context.Background()
+	valid := envelopeOf(t, "planted", time.Hour)
+	year10000 := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	stamps := map[string][]byte{
+		"written-10000": withStamp(valid, 3, year10000),
+		"written-neg":   withStamp(valid, 3, -1),
+		"expires-10000": withStamp(valid, envelope.ExpiresAt, year10000),
+		"expires-neg":   withStamp(valid, envelope.ExpiresAt, -1),
+	}
+	for key, raw := range stamps {
+		if err := a.rdb.Set(ctx, ns+":"+key, raw, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := a.c.GetOrCreate(ctx, key, loadWith("loaded", func(*hybrid.EntrySettings) {})); err != nil || v != "loaded" {
+			t.Errorf("%s: A: GetOrCreate: got %q, %v; want the loaded value", key, v, err)
+		}
+		waitFor(t, 5*time.Second, key+" replaced in Redis", func() bool {
+			got, err := a.rdb.Get(ctx, ns+":"+key).Bytes()
+			return err == nil && !slices.Equal(got, raw)
+		}, nil)
+		if v, _ := redisValue(t, a.rdb, ns, key); v != "loaded" {
+			t.Errorf("%s: Redis holds %q, want the loaded value", key, v)
+		}
+		if v, ok := getStr(t, b, key); !ok || v != "loaded" {
+			t.Errorf("%s: B: got %q, %v; want the loaded value", key, v, ok)
+		}
+	}
+	if st := a.c.Stats(); st.L2.DecodeErrors != uint64(len(stamps)) || st.L2.Hits != 0 || st.Load.Calls != uint64(len(stamps)) {
+		t.Errorf("A: L2.DecodeErrors %d, L2.Hits %d, Load.Calls %d; want %d, 0, %d", st.L2.DecodeErrors, st.L2.Hits, st.Load.Calls, len(stamps), len(stamps))
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"math"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/envelope"
@@ -31,7 +31,8 @@ type HeadReader interface {
 
 // VerifyStats counts the background verifier's samples
 // (Options.VerifyRate). Each sampled entry is counted in Sampled and in
-// one of Consistent, Divergent, Missing and Errors.
+// one of Consistent, Divergent, Missing and Errors, all at once when its
+// round is judged, so that in every snapshot Sampled is their sum.
 type VerifyStats struct {
 	Sampled    uint64 // L1 entries checked
 	Consistent uint64 // entries the shared tier holds no later write of (beyond VerifyWindow)
@@ -86,7 +87,23 @@ type verifier struct {
 	batch int           // keys per round
 	every time.Duration // between rounds: batch / VerifyRate
 
-	sampled, consistent, divergent, dropped, missing, errors atomic.Uint64
+	// mu guards n, the counts, to which each round adds its own at once
+	// when judged, so that a snapshot never shows a round's samples
+	// ahead of their outcomes.
+	mu sync.Mutex
+	n  VerifyStats
+}
+
+// add adds a round's counts to v's.
+func (v *verifier) add(r *VerifyStats) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.n.Sampled += r.Sampled
+	v.n.Consistent += r.Consistent
+	v.n.Divergent += r.Divergent
+	v.n.Dropped += r.Dropped
+	v.n.Missing += r.Missing
+	v.n.Errors += r.Errors
 }
 
 // verifyPace returns the keys per round and the pause between rounds for
@@ -185,11 +202,11 @@ func (r *verifyRound[V]) add(prefix, key string, it item[V]) {
 	r.keys, r.rkeys, r.its = append(r.keys, key), append(r.rkeys, prefix+key), append(r.its, it)
 }
 
-// verifyRound reads the headers of r's keys in one call and judges each
-// sampled entry.
+// verifyRound reads the headers of r's keys in one call, judges each
+// sampled entry, and then counts the round.
 func (c *Cache[V]) verifyRound(ctx context.Context, r *verifyRound[V]) {
-	n := uint64(len(r.keys))
-	c.ver.sampled.Add(n)
+	n := VerifyStats{Sampled: uint64(len(r.keys))}
+	defer c.ver.add(&n)
 	if c.readBound == 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, verifyTimeout)
@@ -209,7 +226,7 @@ func (c *Cache[V]) verifyRound(ctx context.Context, r *verifyRound[V]) {
 		vals, err = c.get(ctx, OpVerify, "", r.rkeys)
 	}
 	if err != nil {
-		c.ver.errors.Add(n)
+		n.Errors = n.Sampled
 		if failed(err) {
 			c.log.log(logVerify, "hybrid: verifier could not read the shared tier; nothing dropped", "namespace", c.o.Namespace, "err", err)
 		}
@@ -217,7 +234,7 @@ func (c *Cache[V]) verifyRound(ctx context.Context, r *verifyRound[V]) {
 	}
 	now := time.Now().UnixNano()
 	for i, b := range vals {
-		c.verifyEntry(r.keys[i], r.its[i], b, now)
+		c.verifyEntry(r.keys[i], r.its[i], b, now, &n)
 	}
 }
 
@@ -227,15 +244,16 @@ func (c *Cache[V]) verifyRound(ctx context.Context, r *verifyRound[V]) {
 // it, and longer than VerifyWindow ago, so that its invalidation should
 // have arrived. Its own time is its write time when L1 keeps it (exact:
 // both come from envelopes); else the time it was stored here, with
-// VerifyWindow of slack for the writer's clock against ours.
-func (c *Cache[V]) verifyEntry(key string, it item[V], b []byte, now int64) {
+// VerifyWindow of slack for the writer's clock against ours. Its outcome
+// is counted in n.
+func (c *Cache[V]) verifyEntry(key string, it item[V], b []byte, now int64, n *VerifyStats) {
 	if b == nil {
-		c.ver.missing.Add(1)
+		n.Missing++
 		return
 	}
 	h, err := envelope.ReadHeader(b)
 	if err != nil {
-		c.ver.errors.Add(1)
+		n.Errors++
 		c.log.log(logVerify, "hybrid: verifier read a stored header that does not decode; entry kept", "namespace", c.o.Namespace, "key", key, "err", err)
 		return
 	}
@@ -246,10 +264,10 @@ func (c *Cache[V]) verifyEntry(key string, it item[V], b []byte, now int64) {
 		own = c.born.Add(time.Duration(it.stored)*time.Millisecond).UnixNano() + window
 	}
 	if remote <= own || now-remote <= window {
-		c.ver.consistent.Add(1)
+		n.Consistent++
 		return
 	}
-	c.ver.divergent.Add(1)
+	n.Divergent++
 	dropped := false
 	c.local.Update(key, func(old item[V]) (item[V], uint32, time.Duration, bool) {
 		if old.stored != it.stored || old.writtenAt() != it.writtenAt() {
@@ -259,21 +277,16 @@ func (c *Cache[V]) verifyEntry(key string, it item[V], b []byte, now int64) {
 		return old, 0, 0, true
 	})
 	if dropped {
-		c.ver.dropped.Add(1)
+		n.Dropped++
 	}
 	c.log.log(logVerify, "hybrid: verifier found an L1 entry older than the shared tier's value beyond VerifyWindow (an invalidation was missed); dropped",
 		"namespace", c.o.Namespace, "key", key, "remote_written", h.Written, "window", c.o.VerifyWindow, "dropped", dropped)
 }
 
-// verifyStats returns the verifier's counters.
+// verifyStats returns the verifier's counters: those of the rounds judged
+// so far, so that Sampled is the sum of the outcomes.
 func (c *Cache[V]) verifyStats() VerifyStats {
-	v := &c.ver
-	return VerifyStats{
-		Sampled:    v.sampled.Load(),
-		Consistent: v.consistent.Load(),
-		Divergent:  v.divergent.Load(),
-		Dropped:    v.dropped.Load(),
-		Missing:    v.missing.Load(),
-		Errors:     v.errors.Load(),
-	}
+	c.ver.mu.Lock()
+	defer c.ver.mu.Unlock()
+	return c.ver.n
 }

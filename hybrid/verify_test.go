@@ -259,6 +259,64 @@ func TestVerifyMissingAndCorrupt(t *testing.T) {
 	}
 }
 
+// pausedHeads is an l2.Store whose first Heads call (the verifier's
+// first round) waits, once it has read, until release is closed or its
+// ctx ends; entered is closed when it starts waiting.
+type pausedHeads struct {
+	*l2.Store
+	once             sync.Once
+	entered, release chan struct{}
+}
+
+func (r *pausedHeads) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {
+	vals, err := r.Store.Heads(ctx, keys, n)
+	first := false
+	r.once.Do(func() { first = true })
+	if first {
+		close(r.entered)
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return vals, err
+}
+
+// TestVerifySnapshotConsistent: on real Redis, a Stats snapshot taken
+// while a verifier round is reading shows none of the round's samples, and
+// one taken after shows them all with their outcomes: Sampled is always
+// the sum of the outcomes.
+func TestVerifySnapshotConsistent(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	remote := &pausedHeads{Store: l2.New(singleNode(nil)(t), l2.Options{}), entered: make(chan struct{}), release: make(chan struct{})}
+	c := newTestCache[string](t, hybrid.Options{Namespace: ns, Remote: remote, VerifyRate: 1000, Logger: quiet})
+	for i := range 10 {
+		set(t, c, fmt.Sprint("k", i), "v")
+	}
+	sum := func(v hybrid.VerifyStats) uint64 { return v.Consistent + v.Divergent + v.Missing + v.Errors }
+	select {
+	case <-remote.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no verifier round in 10s")
+	}
+	if v := c.Stats().Verify; v.Sampled != sum(v) {
+		t.Errorf("during a round: Verify = %+v; want Sampled the sum of the outcomes", v)
+	}
+	close(remote.release)
+	waitFor(t, 10*time.Second, "the first round's samples", func() bool { return c.Stats().Verify.Sampled >= 10 },
+		func() string { return fmt.Sprintf("%+v", c.Stats().Verify) })
+	for range 1000 { // later rounds run meanwhile
+		if v := c.Stats().Verify; v.Sampled != sum(v) {
+			t.Fatalf("Verify = %+v; want Sampled the sum of the outcomes", v)
+		}
+	}
+	if v := c.Stats().Verify; v.Consistent < 10 {
+		t.Errorf("Verify = %+v; want the 10 entries consistent", v)
+	}
+}
+
 // TestVerifyOptions refuses rates and windows out of bounds, and a rate
 // without a Remote, naming the field.
 func TestVerifyOptions(t *testing.T) {

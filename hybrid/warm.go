@@ -22,9 +22,11 @@ const warmPage = 500
 // missing in the shared tier, stale or undecodable are not stored, and a
 // remembered absence (NegativeTTL) is stored but not counted.
 //
-// Keys the cache refuses (empty, reserved, too long) are skipped and their
-// errors returned joined. When a read fails, Warm stops and returns the
-// count so far and the error; when ctx ends, the count so far and
+// Keys the cache refuses (empty, reserved, too long, or given options by
+// Options.EntryOptions that a call would refuse) are skipped, the rest
+// warmed, and their errors, which name them, returned joined. When a read
+// fails, Warm stops and returns the count so far and the error (joined
+// with those of keys skipped so far); when ctx ends, the count so far and
 // ctx.Err(). Either way what it stored is what the shared tier held.
 func (c *Cache[V]) Warm(ctx context.Context, keys []string) (int, error) {
 	if err := c.checkBatch(ctx); err != nil {
@@ -46,45 +48,51 @@ func (c *Cache[V]) Warm(ctx context.Context, keys []string) (int, error) {
 	for len(valid) > 0 {
 		page := valid[:min(warmPage, len(valid))]
 		valid = valid[len(page):]
-		got, err := c.warmPage(ctx, page)
+		got, refused, err := c.warmPage(ctx, page)
 		n += got
+		if refused != nil {
+			bad = append(bad, fmt.Errorf("hybrid: Warm: %w", refused))
+		}
 		if err != nil {
+			if len(bad) > 0 {
+				err = errors.Join(err, dedupe(bad))
+			}
 			return n, err
 		}
 	}
 	return n, dedupe(bad)
 }
 
-// warmPage reads and stores one page of valid keys.
-func (c *Cache[V]) warmPage(ctx context.Context, keys []string) (int, error) {
+// warmPage reads and stores one page of valid keys. refused joins the
+// errors of the keys whose per-key options are refused, which it skips;
+// err is a failed read, ctx's end or Close, which stop Warm.
+func (c *Cache[V]) warmPage(ctx context.Context, keys []string) (n int, refused, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if c.closed.Load() {
-		return 0, ErrClosed
+		return 0, nil, ErrClosed
 	}
 	p := &c.def
-	var badKey error
 	if c.o.EntryOptions != nil {
 		kp := *p
-		badKey = c.keyedMany(&kp, &keys, nil, nil, nil)
+		refused = c.keyedMany(&kp, &keys, nil, nil, nil)
 		p = &kp
+		if len(keys) == 0 {
+			return 0, refused, nil
+		}
 	}
 	res := make([]found[V], len(keys))
 	if _, cut := c.readRemoteMany(ctx, keys, c.tokens(keys), res, p); cut {
-		return 0, ctx.Err()
+		return 0, refused, ctx.Err()
 	}
-	n := 0
 	for i := range res {
 		switch {
 		case res[i].st == readDown:
-			return 0, fmt.Errorf("hybrid: Warm: %w", res[i].err)
+			return 0, refused, fmt.Errorf("hybrid: Warm: %w", res[i].err)
 		case res[i].st == readHit && !res[i].it.absent:
 			n++
 		}
 	}
-	if badKey != nil {
-		return n, fmt.Errorf("hybrid: Warm: %w", badKey)
-	}
-	return n, nil
+	return n, refused, nil
 }

@@ -80,6 +80,41 @@ func TestWarmFillsL1(t *testing.T) {
 	}
 }
 
+// TestWarmSkipsRefusedKeys: a key whose per-key options
+// (Options.EntryOptions) are refused is skipped, as GetMany and
+// GetOrCreateMany skip it, and named in the error; Warm goes on with the
+// rest of its page and the pages after it.
+func TestWarmSkipsRefusedKeys(t *testing.T) {
+	srv.NeedReal(t)
+	ns := redistest.Prefix(t)
+	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns})[0]
+	keys := storeKeys(t, a.c, 1200)
+	const refused = "w00100" // in the first page
+	b := newInstance(t, "B", singleNode(nil), hybrid.Options{Namespace: ns,
+		EntryOptions: func(key string) []hybrid.EntryOption {
+			if key == refused {
+				return []hybrid.EntryOption{hybrid.WithTTL(-time.Second)}
+			}
+			return nil
+		}}, invalidate.Options{})
+	n, err := b.c.Warm(t.Context(), keys)
+	if n != len(keys)-1 || err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", refused)) {
+		t.Errorf("Warm = %d, %v; want %d and an error naming %q", n, err, len(keys)-1, refused)
+	}
+	cold := 0
+	for _, key := range keys {
+		if key == refused {
+			continue // every call about it is refused
+		}
+		if _, ok := localOnly(t, b.c, key); !ok {
+			cold++
+		}
+	}
+	if cold > 0 {
+		t.Errorf("%d of the %d good keys not in L1 after Warm, want 0", cold, len(keys)-1)
+	}
+}
+
 // TestWarmKeepsConcurrentSet: a Set made on the warming instance after
 // Redis answered its page, before the page is stored, is not overwritten by
 // the page's older value.

@@ -23,10 +23,11 @@ import (
 // instance sees the new values.
 //
 // Every key and value is checked before anything is written: a key that
-// no call accepts (see ErrEmptyKey, ErrReservedKey, ErrKeyTooLong), a
-// value the codec refuses or one larger than MaxValueBytes fails the whole
-// call with an error naming each (and wrapping each sentinel), and nothing
-// is written. A batch may hold up to 65,536 keys.
+// no call accepts (see ErrEmptyKey, ErrReservedKey, ErrKeyTooLong), one
+// whose per-key options (Options.EntryOptions) are refused, a value the
+// codec refuses or one larger than MaxValueBytes (ErrValueTooLarge) fails
+// the whole call with an error naming each bad item (and wrapping each
+// sentinel), and nothing is written. A batch may hold up to 65,536 keys.
 //
 // With a Secret, other instances swap in the values the message carries
 // (up to InlineMaxBytes in all, the others dropped) where the Remote makes
@@ -50,16 +51,27 @@ func (c *Cache[V]) SetMany(ctx context.Context, items map[string]V, opts ...Entr
 		return err
 	}
 	b := &writeBatch[V]{op: OpSetMany, keys: slices.Sorted(maps.Keys(items))}
-	if err := c.checkKeys("SetMany", b.keys); err != nil || len(b.keys) == 0 {
-		return err
+	if len(b.keys) == 0 {
+		return nil
 	}
-	if _, err := c.perKey(&e, b.keys, opts); err != nil {
-		return fmt.Errorf("hybrid: SetMany: nothing written: %w", err)
+	if len(b.keys) > message.MaxKeys {
+		return fmt.Errorf("hybrid: SetMany: %d keys, at most %d", len(b.keys), message.MaxKeys)
+	}
+	// Every key, its options and its value are checked, so that the error
+	// names each bad item.
+	valid, errs := c.keyErrors(b.keys)
+	valid, err = c.perKey(&e, valid, opts)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	n := len(b.keys)
 	b.bs, b.lives, b.vs, b.localTTLs = make([][]byte, n), make([]time.Duration, n), make([]V, n), make([]time.Duration, n)
-	var errs []error
+	j := 0 // valid[j] is the next key whose value is to be checked
 	for i, key := range b.keys {
+		if j == len(valid) || valid[j] != key {
+			continue // refused above
+		}
+		j++
 		p := e.of(key)
 		v, err := c.out(items[key], nil)
 		ttl, localTTL := c.lifetimes(p)
@@ -125,19 +137,30 @@ func (b *writeBatch[V]) del() bool { return b.op == OpDeleteMany }
 // checkKeys returns an error naming each of keys that no call accepts, or
 // nil. A batch is refused whole: call names it.
 func (c *Cache[V]) checkKeys(call string, keys []string) error {
-	var errs []error
-	for _, key := range keys {
-		if err := c.checkKey(key); err != nil {
-			errs = append(errs, fmt.Errorf("key %q: %w", key, err))
-		}
-	}
-	if len(errs) > 0 {
+	if _, errs := c.keyErrors(keys); len(errs) > 0 {
 		return fmt.Errorf("hybrid: %s: nothing written: %w", call, errors.Join(errs...))
 	}
 	if len(keys) > message.MaxKeys {
 		return fmt.Errorf("hybrid: %s: %d keys, at most %d", call, len(keys), message.MaxKeys)
 	}
 	return nil
+}
+
+// keyErrors returns keys without those no call accepts (see checkKey), and
+// an error naming each of those.
+func (c *Cache[V]) keyErrors(keys []string) (valid []string, errs []error) {
+	valid = keys
+	for i, key := range keys {
+		if err := c.checkKey(key); err != nil {
+			if len(errs) == 0 {
+				valid = slices.Clone(keys[:i])
+			}
+			errs = append(errs, fmt.Errorf("key %q: %w", key, err))
+		} else if len(errs) > 0 {
+			valid = append(valid, key)
+		}
+	}
+	return valid, errs
 }
 
 // writeMany makes b: the shared tier's writes in one call (unless e.skip

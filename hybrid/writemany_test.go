@@ -295,6 +295,19 @@ func TestWriteManyRefusesBadKeys(t *testing.T) {
 	if !errors.Is(err, hybrid.ErrValueTooLarge) || !strings.Contains(err.Error(), `"big"`) {
 		t.Errorf("SetMany with a value over MaxValueBytes: got %v, want ErrValueTooLarge naming it", err)
 	}
+	// Bad keys and a bad value in one batch: each is named, each sentinel
+	// wrapped.
+	err = a.c.SetMany(ctx, map[string]string{"": "x", "\x00r": "y", "big": strings.Repeat("x", 100), "ok": "v2"})
+	for _, want := range []error{hybrid.ErrEmptyKey, hybrid.ErrReservedKey, hybrid.ErrValueTooLarge} {
+		if !errors.Is(err, want) {
+			t.Errorf("SetMany with bad keys and a value over MaxValueBytes: got %v, want it to wrap %v", err, want)
+		}
+	}
+	for _, name := range []string{`""`, `"\x00r"`, `"big"`} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("SetMany with bad keys and a value over MaxValueBytes: got %v, want it to name %s", err, name)
+		}
+	}
 	if err := a.c.DeleteMany(ctx, []string{"ok", ""}); !errors.Is(err, hybrid.ErrEmptyKey) {
 		t.Errorf("DeleteMany with an empty key: got %v, want ErrEmptyKey", err)
 	}

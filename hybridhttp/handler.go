@@ -17,7 +17,9 @@
 // parameter (key, n, ns among several), 404 for an unknown path or
 // namespace, 405 for another method, 501 for hot keys of a cache that does
 // not rank them, 503 when the shared tier could not be read or the cache
-// is closed (with the partial explanation), 500 otherwise.
+// is closed (with the partial explanation), 500 otherwise. A time of an
+// explanation that JSON cannot hold (past year 9999, or before year 0) is
+// left out, and named in its detail.
 //
 // NOTE: explain and hot keys reveal keys: mount the handler behind the
 // service's debug authentication.
@@ -32,6 +34,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
 )
@@ -158,6 +161,7 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x, err := c.Explain(r.Context(), q.Get("key"))
+	x = encodable(x)
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusOK, x)
@@ -172,6 +176,22 @@ func (h *Handler) explain(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
+}
+
+// encodable returns x with the times JSON holds (years 0 to 9999) as they
+// are, and any other left out (zero) and named in Detail, so that whatever
+// an Explain returns is served.
+func encodable(x hybrid.Explanation) hybrid.Explanation {
+	for _, f := range [...]struct {
+		name string
+		t    *time.Time
+	}{{"at", &x.At}, {"l1.written", &x.L1.Written}, {"remote.written", &x.Remote.Written}, {"remote.expires", &x.Remote.Expires}} {
+		if y := f.t.Year(); y < 0 || y > 9999 {
+			x.Detail += fmt.Sprintf(" [%s %v is outside the years JSON holds: left out]", f.name, *f.t)
+			*f.t = time.Time{}
+		}
+	}
+	return x
 }
 
 // partial is x, or nil when Explain returned none.

@@ -2,6 +2,7 @@ package hybridhttp_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -16,8 +17,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/hybridcache/hybridcache/codec"
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridhttp"
+	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
@@ -271,5 +274,80 @@ func TestNewRefuses(t *testing.T) {
 	}
 	if _, err := hybridhttp.New(nil); err == nil {
 		t.Error("New with a nil cache: no error")
+	}
+}
+
+// absurd returns an envelope of "v" whose write time (at offset 3) or
+// logical expiry (at envelope.ExpiresAt) is ms Unix milliseconds, as no
+// writer stores.
+func absurd(off int, ms int64) []byte {
+	now := time.Now()
+	b := envelope.Append(nil, envelope.Header{Codec: codec.IDJSON, Written: now, Expires: now.Add(time.Minute)}, []byte(`"v"`))
+	binary.BigEndian.PutUint64(b[off:off+8], uint64(ms))
+	return b
+}
+
+// TestHandlerAbsurdTimes: a stored value whose write time or expiry no
+// writer makes (past year 9999, or before 1970) is corrupt, and explain
+// answers 200 with JSON saying so.
+func TestHandlerAbsurdTimes(t *testing.T) {
+	ns := redistest.Prefix(t)
+	c := newCache(t, ns, nil)
+	h, err := hybridhttp.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := server(t, h)
+	rdb := srv.Client(t)
+	year10000 := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for key, b := range map[string][]byte{
+		"written-10000": absurd(3, year10000),
+		"written-neg":   absurd(3, -1),
+		"expires-10000": absurd(envelope.ExpiresAt, year10000),
+		"expires-neg":   absurd(envelope.ExpiresAt, -1),
+	} {
+		t.Run(key, func(t *testing.T) {
+			if err := rdb.Set(context.Background(), ns+":"+key, b, time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			var x hybrid.Explanation
+			call(t, "GET", base+"/explain?key="+key, http.StatusOK, &x)
+			if x.Remote.State != "corrupt" || x.Remote.DecodeError == "" {
+				t.Errorf("explain %s: remote state %q (%q), want corrupt", key, x.Remote.State, x.Remote.DecodeError)
+			}
+		})
+	}
+}
+
+// fixed is a Cache whose Explain returns x: any Cache's explanation is
+// served.
+type fixed struct{ x hybrid.Explanation }
+
+func (f fixed) Stats() hybrid.Stats { return hybrid.Stats{Namespace: f.x.Namespace} }
+
+func (f fixed) Explain(context.Context, string) (hybrid.Explanation, error) { return f.x, nil }
+
+// TestHandlerEncodesAnyExplanation: times JSON cannot hold are left out of
+// the answer, and named in its detail; the rest is served as it is.
+func TestHandlerEncodesAnyExplanation(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	far := time.Date(12000, 1, 1, 0, 0, 0, 0, time.UTC)
+	x := hybrid.Explanation{Namespace: "n", Key: "k", At: now, Agreement: hybrid.AgreementL1Older, Detail: "d",
+		L1:     hybrid.LocalView{Present: true, State: "live", Written: time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC)},
+		Remote: hybrid.RemoteView{Checked: true, Present: true, State: "value", Written: far, Expires: now}}
+	h, err := hybridhttp.New(fixed{x})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got hybrid.Explanation
+	call(t, "GET", server(t, h)+"/explain?key=k", http.StatusOK, &got)
+	if !got.L1.Written.IsZero() || !got.Remote.Written.IsZero() || !got.At.Equal(now) || !got.Remote.Expires.Equal(now) ||
+		got.Remote.State != "value" || got.Agreement != hybrid.AgreementL1Older {
+		t.Errorf("got %+v; want the times outside JSON's years left out, the rest as Explain gave it", got)
+	}
+	for _, name := range []string{"l1.written", "remote.written"} {
+		if !strings.Contains(got.Detail, name) {
+			t.Errorf("detail %q does not name %s", got.Detail, name)
+		}
 	}
 }

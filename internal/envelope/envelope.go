@@ -15,8 +15,9 @@
 //	         32 load time (the payload carries how long the value took
 //	         to load, see below);
 //	         any other bit is unknown
-//	[3:11]   write time, Unix milliseconds
-//	[11:19]  logical expiry, Unix milliseconds, 0 for none (ExpiresAt)
+//	[3:11]   write time, Unix milliseconds, 0 to MaxTime
+//	[11:19]  logical expiry, Unix milliseconds, 1 to MaxTime, 0 for none
+//	         (ExpiresAt)
 //	[19:]    payload
 //
 // With the versioned flag the payload starts with the value's version (an
@@ -31,7 +32,8 @@
 // did before the flag; one with it is refused, as corrupt, by a reader
 // older than the flag.
 //
-// Anything else (another format, an unknown flag, a short header) is
+// Anything else (another format, an unknown flag, a short header, a time
+// outside those bounds) is
 // rejected with an error wrapping ErrCorrupt, so a reader never misreads it.
 // A reader that predates a flag rejects the envelopes that carry it: one
 // without the versioned flag (16) takes a versioned envelope for a corrupt
@@ -42,6 +44,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -96,6 +99,16 @@ const (
 	MaxTags   = 32
 	MaxTagLen = 200
 )
+
+// MaxTime is the latest write time or logical expiry an envelope holds:
+// the last millisecond whose Unix nanoseconds fit in an int64 (in April
+// 2262), as a cache keeps them. Append stores a later time as MaxTime and
+// one before the Unix epoch as the epoch (an expiry as a millisecond past
+// it, since 0 means none); Decode rejects a time outside.
+var MaxTime = time.UnixMilli(maxMilli)
+
+// maxMilli is MaxTime in Unix milliseconds.
+const maxMilli = math.MaxInt64 / int64(time.Millisecond)
 
 // ErrCorrupt is wrapped by every error Decode returns; check with errors.Is.
 var ErrCorrupt = errors.New("corrupt envelope")
@@ -160,9 +173,9 @@ func Head(dst []byte, h Header) []byte {
 	if h.LoadTime > 0 {
 		hdr[2] |= FlagLoadTime
 	}
-	binary.BigEndian.PutUint64(hdr[3:11], uint64(h.Written.UnixMilli()))
+	binary.BigEndian.PutUint64(hdr[3:11], uint64(milli(h.Written, 0)))
 	if !h.Expires.IsZero() {
-		binary.BigEndian.PutUint64(hdr[ExpiresAt:ExpiresAt+8], uint64(h.Expires.UnixMilli()))
+		binary.BigEndian.PutUint64(hdr[ExpiresAt:ExpiresAt+8], uint64(milli(h.Expires, 1)))
 	}
 	dst = append(dst, hdr[:]...)
 	if h.Version != "" {
@@ -170,6 +183,17 @@ func Head(dst []byte, h Header) []byte {
 		dst = append(dst, h.Version...)
 	}
 	return dst
+}
+
+// milli returns t in Unix milliseconds, within [lo, MaxTime].
+func milli(t time.Time, lo int64) int64 {
+	switch {
+	case t.Before(time.UnixMilli(lo)):
+		return lo
+	case t.After(MaxTime):
+		return maxMilli
+	}
+	return t.UnixMilli()
 }
 
 // VersionLen is how many bytes Append adds for a version.
@@ -226,8 +250,9 @@ func Decode(b []byte) (Header, []byte, error) {
 // ReadHeader reads the fixed header at the front of b (format, codec,
 // flags, write time and logical expiry), and nothing after it: b may be
 // cut anywhere past HeaderLen, as a read of the first HeaderLen bytes of a
-// stored value is. A short header, another format or an unknown flag is
-// an error wrapping ErrCorrupt, as in Decode.
+// stored value is. A short header, another format, an unknown flag or a
+// time outside [the Unix epoch, MaxTime] is an error wrapping ErrCorrupt,
+// as in Decode.
 func ReadHeader(b []byte) (Header, error) {
 	if len(b) < HeaderLen {
 		return Header{}, fmt.Errorf("%w: %d bytes, shorter than the %d-byte header", ErrCorrupt, len(b), HeaderLen)
@@ -238,12 +263,15 @@ func ReadHeader(b []byte) (Header, error) {
 	if b[2]&^knownFlags != 0 {
 		return Header{}, fmt.Errorf("%w: unknown flags %#x", ErrCorrupt, b[2])
 	}
-	h := Header{
-		Codec:   b[1],
-		Flags:   b[2],
-		Written: time.UnixMilli(int64(binary.BigEndian.Uint64(b[3:11]))),
+	written, exp := int64(binary.BigEndian.Uint64(b[3:11])), int64(binary.BigEndian.Uint64(b[11:19]))
+	if written < 0 || written > maxMilli {
+		return Header{}, fmt.Errorf("%w: write time %d ms outside [0, %d]", ErrCorrupt, written, maxMilli)
 	}
-	if exp := int64(binary.BigEndian.Uint64(b[11:19])); exp != 0 {
+	if exp < 0 || exp > maxMilli {
+		return Header{}, fmt.Errorf("%w: expiry %d ms outside [0, %d]", ErrCorrupt, exp, maxMilli)
+	}
+	h := Header{Codec: b[1], Flags: b[2], Written: time.UnixMilli(written)}
+	if exp != 0 {
 		h.Expires = time.UnixMilli(exp)
 	}
 	return h, nil

@@ -2,6 +2,7 @@ package envelope_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"testing"
@@ -85,7 +86,21 @@ func TestDecodeRejects(t *testing.T) {
 	loadFlagOnly[2] = envelope.FlagLoadTime
 	zeroLoad := append(bytes.Clone(loadFlagOnly[:envelope.HeaderLen]), 0)
 	longLoad := append(bytes.Clone(loadFlagOnly[:envelope.HeaderLen]), 0x81, 0xc0, 0xdd, 0xee, 0xc1, 0x02) // MaxLoadTime + 1 µs
+	// Times no writer makes: beyond MaxTime (year 10000 here) or before
+	// the Unix epoch.
+	at := func(off int, ms int64) []byte {
+		b := bytes.Clone(good)
+		binary.BigEndian.PutUint64(b[off:off+8], uint64(ms))
+		return b
+	}
+	year10000 := time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 	for name, b := range map[string][]byte{
+		"written in year 10000":    at(3, year10000),
+		"written before 1970":      at(3, -1),
+		"written past MaxTime":     at(3, envelope.MaxTime.UnixMilli()+1),
+		"expiring in year 10000":   at(envelope.ExpiresAt, year10000),
+		"expiring before 1970":     at(envelope.ExpiresAt, -1),
+		"expiring past MaxTime":    at(envelope.ExpiresAt, envelope.MaxTime.UnixMilli()+1),
 		"empty":                    nil,
 		"short header":             good[:envelope.HeaderLen-1],
 		"other format":             future,
@@ -105,6 +120,30 @@ func TestDecodeRejects(t *testing.T) {
 		if _, _, err := envelope.Decode(b); !errors.Is(err, envelope.ErrCorrupt) {
 			t.Errorf("%s: got err %v, want ErrCorrupt", name, err)
 		}
+	}
+}
+
+// TestTimesBounded: Append stores a time outside what Decode accepts at
+// the nearest bound, so that what a writer stores always decodes, and
+// MaxTime itself round-trips.
+func TestTimesBounded(t *testing.T) {
+	for _, tt := range []struct {
+		name                     string
+		written, expires         time.Time
+		wantWritten, wantExpires time.Time
+	}{
+		{"zero write time", time.Time{}, time.Time{}, time.UnixMilli(0), time.Time{}},
+		{"expiry before 1970", time.UnixMilli(5), time.UnixMilli(-5), time.UnixMilli(5), time.UnixMilli(1)},
+		{"year 3000", time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(3000, 1, 2, 0, 0, 0, 0, time.UTC), envelope.MaxTime, envelope.MaxTime},
+		{"MaxTime", envelope.MaxTime, envelope.MaxTime, envelope.MaxTime, envelope.MaxTime},
+	} {
+		h, _, err := envelope.Decode(envelope.Append(nil, envelope.Header{Codec: 1, Written: tt.written, Expires: tt.expires}, nil))
+		if err != nil || !h.Written.Equal(tt.wantWritten) || !h.Expires.Equal(tt.wantExpires) {
+			t.Errorf("%s: got written %v, expiry %v, %v; want %v, %v", tt.name, h.Written, h.Expires, err, tt.wantWritten, tt.wantExpires)
+		}
+	}
+	if got := envelope.MaxTime.UnixNano() / int64(time.Millisecond); got != envelope.MaxTime.UnixMilli() {
+		t.Errorf("MaxTime's Unix nanoseconds overflow: %d ms from them, %d ms", got, envelope.MaxTime.UnixMilli())
 	}
 }
 
