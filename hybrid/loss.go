@@ -35,6 +35,9 @@ type lossState struct {
 	downUntil atomic.Int64
 	// checking is set while a held entry is being checked (see checkHeld).
 	checking atomic.Bool
+	// probing is set while the probe of an unreachable shared tier runs
+	// (see watchShared).
+	probing atomic.Bool
 
 	mu sync.Mutex
 	// seen holds the newest positioned messages applied, in arrival order
@@ -210,17 +213,81 @@ func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got i
 	got, st := c.readRemote(ctx, key, c.vers.token(key), c.keyDefaults(key))
 	switch st {
 	case readHit:
+		// Stored in L1 unless a change of key came first: either way the
+		// held entry, which the shared tier showed changed, must go.
+		c.dropHeld(key, it)
 		return got, true
 	case readDown: // readFailed took the shared tier as unreachable
 		c.n.heldServed.Add(1)
 		return it, true
 	}
+	// Deleted, stale or undecodable in the shared tier: readRemoteMany
+	// dropped the held entry (see dropIfHeld).
 	return got, false
 }
 
+// dropHeld drops key's L1 entry if it is still it, the held entry that a
+// read of the shared tier showed outdated (an entry stored since is kept).
+func (c *Cache[V]) dropHeld(key string, it item[V]) {
+	c.local.Update(key, func(cur item[V]) (item[V], uint32, time.Duration, bool) {
+		return cur, 0, 0, cur.stored == it.stored && cur.t == it.t
+	})
+}
+
+// dropIfHeld drops key's L1 entry if it is held (see held): a read of the
+// shared tier found no live value for key.
+func (c *Cache[V]) dropIfHeld(key string) {
+	c.local.Update(key, func(cur item[V]) (item[V], uint32, time.Duration, bool) {
+		return cur, 0, 0, c.held(cur)
+	})
+}
+
 // heldRecheck is how long held entries are served without trying the
-// shared tier again after it failed.
+// shared tier again after it failed, unless the probe (see watchShared)
+// finds it answering sooner.
 const heldRecheck = time.Second
+
+// heldProbe is how often the probe tries the shared tier while it is taken
+// as unreachable during a bus loss.
+const heldProbe = 20 * time.Millisecond
+
+// watchShared starts the probe of the shared tier, unless one runs, when a
+// read failed during a bus loss: held entries are then served as they are
+// (see sharedDown), and the probe makes them checked again as soon as the
+// shared tier answers, rather than heldRecheck after the failure.
+func (c *Cache[V]) watchShared() {
+	if !c.loss.lost.Load() || !c.loss.probing.CompareAndSwap(false, true) {
+		return
+	}
+	if !c.run(c.probeShared) {
+		c.loss.probing.Store(false)
+	}
+}
+
+// probeShared reads the Clear record every heldProbe while the shared
+// tier is taken as unreachable during a bus loss: a failure keeps it so
+// for heldRecheck more, and the first answer ends it.
+func (c *Cache[V]) probeShared() {
+	defer c.loss.probing.Store(false)
+	for c.loss.lost.Load() && c.sharedDown() {
+		if !pause(c.stop, heldProbe) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
+		err := c.do(ctx, OpProbe, "", func(ctx context.Context) error {
+			_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
+			return err
+		})
+		cancel()
+		switch {
+		case err == nil:
+			c.loss.downUntil.Store(0)
+			return
+		case failed(err):
+			c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+		}
+	}
+}
 
 // onLoss runs when the bus may have lost messages: restored false when its
 // connection dropped, true when it is back (or a message was lost on the

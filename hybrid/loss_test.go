@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/faultproxy"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
@@ -515,5 +517,100 @@ func TestLossReplayFromLossStart(t *testing.T) {
 				t.Errorf("B after the replay: k = %q, want it deleted (Bus.Replayed %d)", v, b.c.Stats().Bus.Replayed)
 			}
 		})
+	}
+}
+
+// heldPair is A, writing straight to Redis, and B, whose store and bus
+// each reach Redis through a proxy of their own, so that a test can cut
+// B's bus and its store apart. B's entries are held after grace.
+func heldPair(t *testing.T, grace time.Duration) (a, b *instance, store, bus *faultproxy.Proxy) {
+	t.Helper()
+	o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: grace}
+	a = newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	store, bus = startProxy(t, srv.Addr), startProxy(t, srv.Addr)
+	so := l2.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
+	b = newSplitInstance(t, "B", via(store, shortTimeouts)(t), via(bus, nil)(t), so, o, slowReconnect)
+	return a, b, store, bus
+}
+
+// TestLossHeldEntryDroppedOnceRedisShowedItOutdated: B holds d, g, m and c
+// through a bus loss; A deletes d, g and m and changes c meanwhile. B's
+// reads past LossGrace find that in Redis (not found, not found from a
+// load that finds nothing, not found in a batch, the new value). Then B's
+// store is cut too: B must not serve the held values Redis showed
+// outdated, with Get, GetOrCreate or GetMany.
+func TestLossHeldEntryDroppedOnceRedisShowedItOutdated(t *testing.T) {
+	srv.NeedReal(t)
+	const grace = 50 * time.Millisecond
+	a, b, store, bus := heldPair(t, grace)
+	ctx := t.Context()
+	for _, k := range []string{"d", "g", "m", "c"} {
+		setStr(t, a, k, "v1")
+	}
+	waitStat(t, b, "Invalidations.Applied", statReceived, 4)
+	for _, k := range []string{"d", "g", "m", "c"} {
+		fill(t, b, k, "v1")
+	}
+	bus.Cut()
+	waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+	for _, k := range []string{"d", "g", "m"} {
+		if err := a.c.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStr(t, a, "c", "v2")
+	time.Sleep(3 * grace) // past LossGrace: B's entries are held
+	notFound := func(context.Context, string) (string, error) { return "", hybrid.ErrNotFound }
+	check := func(when string) {
+		t.Helper()
+		if v, ok := getStr(t, b, "d"); ok {
+			t.Errorf("B %s: Get(d) = %q, want not found (A deleted it)", when, v)
+		}
+		if v, err := b.c.GetOrCreate(ctx, "g", notFound); !errors.Is(err, hybrid.ErrNotFound) {
+			t.Errorf("B %s: GetOrCreate(g) = %q, %v; want ErrNotFound (A deleted it)", when, v, err)
+		}
+		if m, err := b.c.GetMany(ctx, []string{"m"}); err != nil || m["m"] != "" {
+			t.Errorf("B %s: GetMany(m) = %v, %v; want no m (A deleted it)", when, m, err)
+		}
+		if v, ok := getStr(t, b, "c"); ok && v != "v2" {
+			t.Errorf("B %s: Get(c) = %q, want v2 or not found (A changed it)", when, v)
+		}
+	}
+	check("bus down, Redis answering")
+	store.Cut()
+	check("bus down, then Redis unreachable")
+	check("bus down, Redis unreachable, again")
+}
+
+// TestLossHeldRecheckWhenRedisAnswers: B's bus is down and a read of a
+// held entry found Redis unreachable, so held entries are served as they
+// are. Once Redis answers again, B rechecks them at once (not a second
+// after the failed read): A's change made meanwhile is served within a
+// fraction of heldRecheck.
+func TestLossHeldRecheckWhenRedisAnswers(t *testing.T) {
+	srv.NeedReal(t)
+	const grace = 50 * time.Millisecond
+	a, b, store, bus := heldPair(t, grace)
+	setStr(t, a, "k", "v1")
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+	fill(t, b, "k", "v1")
+	bus.Cut()
+	waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+	time.Sleep(3 * grace) // past LossGrace
+	store.Cut()
+	if v, _ := getStr(t, b, "k"); v != "v1" {
+		t.Fatalf("B, bus down, Redis unreachable: got %q, want the held v1", v)
+	}
+	setStr(t, a, "k", "v2") // B cannot hear of it
+	setFault(t, store.Pass())
+	back := time.Now()
+	waitFor(t, 5*time.Second, "B to see v2 once Redis answers", func() bool {
+		v, _ := getStr(t, b, "k")
+		return v == "v2"
+	}, nil)
+	took := time.Since(back)
+	t.Logf("B served the held v1 for %v after Redis answered again", took)
+	if took > 400*time.Millisecond {
+		t.Errorf("B served the held v1 for %v after Redis answered again, want well under the 1 s recheck", took)
 	}
 }

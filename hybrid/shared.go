@@ -185,6 +185,7 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *pol
 // through a bus loss (see checkHeld).
 func (c *Cache[V]) readFailed(err error) {
 	c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+	c.watchShared()
 	if failed(err) {
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 	}
@@ -293,6 +294,15 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 				replace = make(map[string][]byte)
 			}
 			replace[keys[i]] = b
+		}
+	}
+	if c.loss.lost.Load() {
+		// An entry held through the bus loss that the shared tier shows
+		// deleted must not come back if the shared tier stops answering.
+		for i := range res {
+			if res[i].st != readHit {
+				c.dropIfHeld(keys[i])
+			}
 		}
 	}
 	return replace, false
