@@ -614,3 +614,66 @@ func TestLossHeldRecheckWhenRedisAnswers(t *testing.T) {
 		t.Errorf("B served the held v1 for %v after Redis answered again, want well under the 1 s recheck", took)
 	}
 }
+
+// TestLossLogWentBackwards: A writes k=1, then k=2, which B sees. While
+// B's bus is down, Redis loses the second write, log entry included, as a
+// failover to a replica that missed it or a restart from an older
+// snapshot would (the log and k are put back as they were after k=1, with
+// DUMP and RESTORE); in one case a later write of another key follows, so
+// that the log's newest entry is newer than B's position again. Once B's
+// bus is back, its replay must notice that the log lost what B applied,
+// and B must serve what Redis holds (k=1), not k=2.
+func TestLossLogWentBackwards(t *testing.T) {
+	srv.NeedReal(t)
+	for _, later := range []bool{false, true} {
+		for _, m := range invalidationModes {
+			t.Run(fmt.Sprintf("%s/later=%v", m.name, later), func(t *testing.T) {
+				ctx := t.Context()
+				ns := redistest.Prefix(t)
+				o := hybrid.Options{Namespace: ns, Secret: m.secret, LossGrace: time.Minute}
+				a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+				bus := startProxy(t, srv.Addr)
+				bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
+				b := newSplitInstance(t, "B", singleNode(nil)(t), via(bus, nil)(t), l2.Options{}, o, bo)
+				admin := srv.Client(t)
+				setStr(t, a, "k", "1")
+				waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+				fill(t, b, "k", "1")
+				keys := []string{ns + ":k", ns + ":\x00log"}
+				dumps := make([]string, len(keys))
+				for i, key := range keys {
+					d, err := admin.Dump(ctx, key).Result()
+					if err != nil {
+						t.Fatalf("DUMP %q: %v", key, err)
+					}
+					dumps[i] = d
+				}
+				setStr(t, a, "k", "2")
+				waitStat(t, b, "Invalidations.Applied", statReceived, 2)
+				fill(t, b, "k", "2")
+
+				bus.Cut()
+				waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+				for i, key := range keys {
+					if err := admin.RestoreReplace(ctx, key, 0, dumps[i]).Err(); err != nil {
+						t.Fatalf("RESTORE %q: %v", key, err)
+					}
+				}
+				if later {
+					time.Sleep(2 * time.Millisecond) // the next log position is newer than k=2's
+					setStr(t, a, "j", "1")
+				}
+				if v, _ := redisValue(t, admin, ns, "k"); v != "1" {
+					t.Fatalf("Redis after losing the second write: k = %q, want 1", v)
+				}
+				setFault(t, bus.Pass())
+				waitStat(t, b, "Bus.Losses", statBusLosses, 2)
+				if v, ok := getStr(t, b, "k"); !ok || v != "1" {
+					t.Errorf("B after its replay: k = %q, %v; want 1, what Redis holds", v, ok)
+				}
+				st := b.c.Stats()
+				t.Logf("B: Bus.Replays %d, Bus.Flushed %d, Bus.Replayed %d", st.Bus.Replays, st.Bus.Flushed, st.Bus.Replayed)
+			})
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -606,10 +607,11 @@ func TestIntegrationQueuedWritesServedBeforeReplay(t *testing.T) {
 		}
 	}
 	t.Logf("served while queued: %s", strings.Join(seen, "; "))
-	for key, want := range map[string]string{"k": "", "d": "", "s": "2"} {
-		v, _ := getStr(t, a, key)
-		if v != want {
-			t.Errorf("A after the replay: %s = %q, want %q", key, v, want)
+	// A load after a Delete may have written its value back over the
+	// Delete's tombstone once the replay wrote it: newer, so it may stay.
+	for key, want := range map[string][]string{"k": {"", "loaded"}, "d": {"", "loaded"}, "s": {"2"}} {
+		if v, _ := getStr(t, a, key); !slices.Contains(want, v) {
+			t.Errorf("A after the replay: %s = %q, want one of %q", key, v, want)
 		}
 	}
 }
