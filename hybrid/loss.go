@@ -419,13 +419,13 @@ func (c *Cache[V]) replay() {
 // batch; ok false, that no position could be confirmed or the log cannot
 // cover the gap from it.
 //
-// The messages seen at newer positions that the log does not hold, lost,
-// were forged, or were lost by the log when Redis went back to an older
-// state (a failover to a replica that missed them, a restart from an older
-// snapshot): the log's newest position is then older than theirs, or the
+// lost holds the messages seen at newer positions that the log does not
+// hold: forged, or lost by the log when Redis went back to an older state
+// (a failover to a replica that missed them, a restart from an older
+// snapshot), when the log's newest position is older than theirs or the
 // log gave their positions to other entries since. Either way, at most the
 // keys they name are outdated here (see forget). A position the log itself
-// gave (trusted) that it no longer covers means it went back, or was
+// gave (trusted) that it no longer covers means that it went back, or was
 // trimmed past it: ok false.
 func (c *Cache[V]) replayStart(ctx context.Context) (after string, entries [][]byte, positions []string, lost []seenMsg, more, ok bool) {
 	for _, sm := range c.loss.candidates() {
