@@ -35,6 +35,9 @@ type lossState struct {
 	downUntil atomic.Int64
 	// checking is set while a held entry is being checked (see checkHeld).
 	checking atomic.Bool
+	// probing is set while the probe of an unreachable shared tier runs
+	// (see watchShared).
+	probing atomic.Bool
 
 	mu sync.Mutex
 	// seen holds the newest positioned messages applied, in arrival order
@@ -60,7 +63,7 @@ type seenMsg struct {
 	trusted bool
 	origin  message.Origin
 	op      message.Op
-	key     string
+	keys    []string // the keys the message names
 }
 
 // note records that the message m, at m.Position, has been applied.
@@ -68,11 +71,7 @@ func (s *lossState) note(m message.Message) {
 	if m.Position == "" {
 		return
 	}
-	sm := seenMsg{pos: m.Position, origin: m.Origin, op: m.Op}
-	if len(m.Keys) > 0 {
-		sm.key = m.Keys[0]
-	}
-	s.add(sm)
+	s.add(seenMsg{pos: m.Position, origin: m.Origin, op: m.Op, keys: m.Keys})
 }
 
 // noteTrusted records a position read from the shared tier.
@@ -210,17 +209,81 @@ func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got i
 	got, st := c.readRemote(ctx, key, c.vers.token(key), c.keyDefaults(key))
 	switch st {
 	case readHit:
+		// Stored in L1 unless a change of key came first: either way the
+		// held entry, which the shared tier showed changed, must go.
+		c.dropHeld(key, it)
 		return got, true
 	case readDown: // readFailed took the shared tier as unreachable
 		c.n.heldServed.Add(1)
 		return it, true
 	}
+	// Deleted, stale or undecodable in the shared tier: readRemoteMany
+	// dropped the held entry (see dropIfHeld).
 	return got, false
 }
 
+// dropHeld drops key's L1 entry if it is still it, the held entry that a
+// read of the shared tier showed outdated (an entry stored since is kept).
+func (c *Cache[V]) dropHeld(key string, it item[V]) {
+	c.local.Update(key, func(cur item[V]) (item[V], uint32, time.Duration, bool) {
+		return cur, 0, 0, cur.stored == it.stored && cur.t == it.t
+	})
+}
+
+// dropIfHeld drops key's L1 entry if it is held (see held): a read of the
+// shared tier found no live value for key.
+func (c *Cache[V]) dropIfHeld(key string) {
+	c.local.Update(key, func(cur item[V]) (item[V], uint32, time.Duration, bool) {
+		return cur, 0, 0, c.held(cur)
+	})
+}
+
 // heldRecheck is how long held entries are served without trying the
-// shared tier again after it failed.
+// shared tier again after it failed, unless the probe (see watchShared)
+// finds it answering sooner.
 const heldRecheck = time.Second
+
+// heldProbe is how often the probe tries the shared tier while it is taken
+// as unreachable during a bus loss.
+const heldProbe = 20 * time.Millisecond
+
+// watchShared starts the probe of the shared tier, unless one runs, when a
+// read failed during a bus loss: held entries are then served as they are
+// (see sharedDown), and the probe makes them checked again as soon as the
+// shared tier answers, rather than heldRecheck after the failure.
+func (c *Cache[V]) watchShared() {
+	if !c.loss.lost.Load() || !c.loss.probing.CompareAndSwap(false, true) {
+		return
+	}
+	if !c.run(c.probeShared) {
+		c.loss.probing.Store(false)
+	}
+}
+
+// probeShared reads the Clear record every heldProbe while the shared
+// tier is taken as unreachable during a bus loss: a failure keeps it so
+// for heldRecheck more, and the first answer ends it.
+func (c *Cache[V]) probeShared() {
+	defer c.loss.probing.Store(false)
+	for c.loss.lost.Load() && c.sharedDown() {
+		if !pause(c.stop, heldProbe) {
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
+		err := c.do(ctx, OpProbe, "", func(ctx context.Context) error {
+			_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
+			return err
+		})
+		cancel()
+		switch {
+		case err == nil:
+			c.loss.downUntil.Store(0)
+			return
+		case failed(err):
+			c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+		}
+	}
+}
 
 // onLoss runs when the bus may have lost messages: restored false when its
 // connection dropped, true when it is back (or a message was lost on the
@@ -318,7 +381,8 @@ func (c *Cache[V]) replay() {
 	}()
 	ctx, cancel := c.fillContext(context.Background(), 30*time.Second, nil)
 	defer cancel()
-	after, entries, positions, more, ok := c.replayStart(ctx)
+	after, entries, positions, lost, more, ok := c.replayStart(ctx)
+	ok = ok && c.forget(lost)
 	for read := 0; ok; read += len(entries) {
 		for i, b := range entries {
 			if m, err := message.Decode(b, c.o.Secret); err == nil && m.Namespace == c.scope {
@@ -354,28 +418,39 @@ func (c *Cache[V]) replay() {
 // first entries after it. more reports that the read returned a full
 // batch; ok false, that no position could be confirmed or the log cannot
 // cover the gap from it.
-func (c *Cache[V]) replayStart(ctx context.Context) (after string, entries [][]byte, positions []string, more, ok bool) {
+//
+// lost holds the messages seen at newer positions that the log does not
+// hold: forged, or lost by the log when Redis went back to an older state
+// (a failover to a replica that missed them, a restart from an older
+// snapshot), when the log's newest position is older than theirs or the
+// log gave their positions to other entries since. Either way, at most the
+// keys they name are outdated here (see forget). A position the log itself
+// gave (trusted) that it no longer covers means that it went back, or was
+// trimmed past it: ok false.
+func (c *Cache[V]) replayStart(ctx context.Context) (after string, entries [][]byte, positions []string, lost []seenMsg, more, ok bool) {
 	for _, sm := range c.loss.candidates() {
 		from := sm.pos
 		if !sm.trusted {
 			var valid bool
 			if from, valid = message.PositionBefore(sm.pos); !valid {
+				lost = append(lost, sm)
 				continue
 			}
 		}
 		entries, positions, complete, err := c.readLog(ctx, from)
 		switch {
 		case err != nil:
-			return "", nil, nil, false, false
-		case !complete:
-			continue // an older position may still be in the log
+			return "", nil, nil, nil, false, false
+		case sm.trusted && !complete:
+			return "", nil, nil, nil, false, false
 		case sm.trusted:
-			return sm.pos, entries, positions, len(entries) == replayBatch, true
-		case len(entries) > 0 && positions[0] == sm.pos && sm.is(entries[0], c.o.Secret):
-			return sm.pos, entries[1:], positions[1:], len(entries) == replayBatch, true
+			return sm.pos, entries, positions, lost, len(entries) == replayBatch, true
+		case complete && len(entries) > 0 && positions[0] == sm.pos && sm.is(entries[0], c.o.Secret):
+			return sm.pos, entries[1:], positions[1:], lost, len(entries) == replayBatch, true
 		}
+		lost = append(lost, sm) // an older position may still be in the log
 	}
-	return "", nil, nil, false, false
+	return "", nil, nil, nil, false, false
 }
 
 // is reports whether the log entry b is the message sm was noted from.
@@ -384,5 +459,35 @@ func (sm seenMsg) is(b, secret []byte) bool {
 	if err != nil || (len(secret) > 0 && !m.Authentic) || m.Origin != sm.origin || m.Op != sm.op {
 		return false
 	}
-	return len(m.Keys) == 0 && sm.key == "" || len(m.Keys) > 0 && m.Keys[0] == sm.key
+	return len(m.Keys) == len(sm.keys) && (len(m.Keys) == 0 || m.Keys[0] == sm.keys[0])
+}
+
+// forget drops from L1 the keys that lost names, messages applied here
+// that the log no longer holds (Redis failed over to a replica that missed
+// them, or restarted from an older snapshot): what they changed may be
+// gone from the shared tier too. It reports false, dropping nothing, when
+// one of them is not about keys (a Clear or a tag delete): only a flush
+// undoes that.
+func (c *Cache[V]) forget(lost []seenMsg) bool {
+	n := 0
+	for _, sm := range lost {
+		switch sm.op {
+		case message.OpSet, message.OpDelete, message.OpExpire, message.OpExtend, message.OpFilled:
+			n += len(sm.keys)
+		default:
+			return false
+		}
+	}
+	if n == 0 {
+		return true
+	}
+	for _, sm := range lost {
+		for _, key := range sm.keys {
+			c.vers.bump(key)
+			c.flights.Forget(key)
+			c.local.Delete(key)
+		}
+	}
+	c.log.log(logBus, "hybrid: the invalidation log lost messages applied here (Redis went back to an older state); their keys dropped from L1", "namespace", c.o.Namespace, "messages", len(lost), "keys", n)
+	return true
 }

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/faultproxy"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
@@ -515,5 +517,163 @@ func TestLossReplayFromLossStart(t *testing.T) {
 				t.Errorf("B after the replay: k = %q, want it deleted (Bus.Replayed %d)", v, b.c.Stats().Bus.Replayed)
 			}
 		})
+	}
+}
+
+// heldPair is A, writing straight to Redis, and B, whose store and bus
+// each reach Redis through a proxy of their own, so that a test can cut
+// B's bus and its store apart. B's entries are held after grace.
+func heldPair(t *testing.T, grace time.Duration) (a, b *instance, store, bus *faultproxy.Proxy) {
+	t.Helper()
+	o := hybrid.Options{Namespace: redistest.Prefix(t), LossGrace: grace}
+	a = newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	store, bus = startProxy(t, srv.Addr), startProxy(t, srv.Addr)
+	so := l2.Options{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond}
+	b = newSplitInstance(t, "B", via(store, shortTimeouts)(t), via(bus, nil)(t), so, o, slowReconnect)
+	return a, b, store, bus
+}
+
+// TestLossHeldEntryDroppedOnceRedisShowedItOutdated: B holds d, g, m and c
+// through a bus loss; A deletes d, g and m and changes c meanwhile. B's
+// reads past LossGrace find that in Redis (not found, not found from a
+// load that finds nothing, not found in a batch, the new value). Then B's
+// store is cut too: B must not serve the held values Redis showed
+// outdated, with Get, GetOrCreate or GetMany.
+func TestLossHeldEntryDroppedOnceRedisShowedItOutdated(t *testing.T) {
+	srv.NeedReal(t)
+	const grace = 50 * time.Millisecond
+	a, b, store, bus := heldPair(t, grace)
+	ctx := t.Context()
+	for _, k := range []string{"d", "g", "m", "c"} {
+		setStr(t, a, k, "v1")
+	}
+	waitStat(t, b, "Invalidations.Applied", statReceived, 4)
+	for _, k := range []string{"d", "g", "m", "c"} {
+		fill(t, b, k, "v1")
+	}
+	bus.Cut()
+	waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+	for _, k := range []string{"d", "g", "m"} {
+		if err := a.c.Delete(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStr(t, a, "c", "v2")
+	time.Sleep(3 * grace) // past LossGrace: B's entries are held
+	notFound := func(context.Context, string) (string, error) { return "", hybrid.ErrNotFound }
+	check := func(when string) {
+		t.Helper()
+		if v, ok := getStr(t, b, "d"); ok {
+			t.Errorf("B %s: Get(d) = %q, want not found (A deleted it)", when, v)
+		}
+		if v, err := b.c.GetOrCreate(ctx, "g", notFound); !errors.Is(err, hybrid.ErrNotFound) {
+			t.Errorf("B %s: GetOrCreate(g) = %q, %v; want ErrNotFound (A deleted it)", when, v, err)
+		}
+		if m, err := b.c.GetMany(ctx, []string{"m"}); err != nil || m["m"] != "" {
+			t.Errorf("B %s: GetMany(m) = %v, %v; want no m (A deleted it)", when, m, err)
+		}
+		if v, ok := getStr(t, b, "c"); ok && v != "v2" {
+			t.Errorf("B %s: Get(c) = %q, want v2 or not found (A changed it)", when, v)
+		}
+	}
+	check("bus down, Redis answering")
+	store.Cut()
+	check("bus down, then Redis unreachable")
+	check("bus down, Redis unreachable, again")
+}
+
+// TestLossHeldRecheckWhenRedisAnswers: B's bus is down and a read of a
+// held entry found Redis unreachable, so held entries are served as they
+// are. Once Redis answers again, B rechecks them at once (not a second
+// after the failed read): A's change made meanwhile is served within a
+// fraction of heldRecheck.
+func TestLossHeldRecheckWhenRedisAnswers(t *testing.T) {
+	srv.NeedReal(t)
+	const grace = 50 * time.Millisecond
+	a, b, store, bus := heldPair(t, grace)
+	setStr(t, a, "k", "v1")
+	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+	fill(t, b, "k", "v1")
+	bus.Cut()
+	waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+	time.Sleep(3 * grace) // past LossGrace
+	store.Cut()
+	if v, _ := getStr(t, b, "k"); v != "v1" {
+		t.Fatalf("B, bus down, Redis unreachable: got %q, want the held v1", v)
+	}
+	setStr(t, a, "k", "v2") // B cannot hear of it
+	setFault(t, store.Pass())
+	back := time.Now()
+	waitFor(t, 5*time.Second, "B to see v2 once Redis answers", func() bool {
+		v, _ := getStr(t, b, "k")
+		return v == "v2"
+	}, nil)
+	took := time.Since(back)
+	t.Logf("B served the held v1 for %v after Redis answered again", took)
+	if took > 400*time.Millisecond {
+		t.Errorf("B served the held v1 for %v after Redis answered again, want well under the 1 s recheck", took)
+	}
+}
+
+// TestLossLogWentBackwards: A writes k=1, then k=2, which B sees. While
+// B's bus is down, Redis loses the second write, log entry included, as a
+// failover to a replica that missed it or a restart from an older
+// snapshot would (the log and k are put back as they were after k=1, with
+// DUMP and RESTORE); in one case a later write of another key follows, so
+// that the log's newest entry is newer than B's position again. Once B's
+// bus is back, its replay must notice that the log lost what B applied,
+// and B must serve what Redis holds (k=1), not k=2.
+func TestLossLogWentBackwards(t *testing.T) {
+	srv.NeedReal(t)
+	for _, later := range []bool{false, true} {
+		for _, m := range invalidationModes {
+			t.Run(fmt.Sprintf("%s/later=%v", m.name, later), func(t *testing.T) {
+				ctx := t.Context()
+				ns := redistest.Prefix(t)
+				o := hybrid.Options{Namespace: ns, Secret: m.secret, LossGrace: time.Minute}
+				a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+				bus := startProxy(t, srv.Addr)
+				bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 100 * time.Millisecond}
+				b := newSplitInstance(t, "B", singleNode(nil)(t), via(bus, nil)(t), l2.Options{}, o, bo)
+				admin := srv.Client(t)
+				setStr(t, a, "k", "1")
+				waitStat(t, b, "Invalidations.Applied", statReceived, 1)
+				fill(t, b, "k", "1")
+				keys := []string{ns + ":k", ns + ":\x00log"}
+				dumps := make([]string, len(keys))
+				for i, key := range keys {
+					d, err := admin.Dump(ctx, key).Result()
+					if err != nil {
+						t.Fatalf("DUMP %q: %v", key, err)
+					}
+					dumps[i] = d
+				}
+				setStr(t, a, "k", "2")
+				waitStat(t, b, "Invalidations.Applied", statReceived, 2)
+				fill(t, b, "k", "2")
+
+				bus.Cut()
+				waitStat(t, b, "Bus.Losses", statBusLosses, 1)
+				for i, key := range keys {
+					if err := admin.RestoreReplace(ctx, key, 0, dumps[i]).Err(); err != nil {
+						t.Fatalf("RESTORE %q: %v", key, err)
+					}
+				}
+				if later {
+					time.Sleep(2 * time.Millisecond) // the next log position is newer than k=2's
+					setStr(t, a, "j", "1")
+				}
+				if v, _ := redisValue(t, admin, ns, "k"); v != "1" {
+					t.Fatalf("Redis after losing the second write: k = %q, want 1", v)
+				}
+				setFault(t, bus.Pass())
+				waitStat(t, b, "Bus.Losses", statBusLosses, 2)
+				if v, ok := getStr(t, b, "k"); !ok || v != "1" {
+					t.Errorf("B after its replay: k = %q, %v; want 1, what Redis holds", v, ok)
+				}
+				st := b.c.Stats()
+				t.Logf("B: Bus.Replays %d, Bus.Flushed %d, Bus.Replayed %d", st.Bus.Replays, st.Bus.Flushed, st.Bus.Replayed)
+			})
+		}
 	}
 }

@@ -135,6 +135,20 @@ func (q *writeQueue) has(rkey string) bool {
 	return q.byKey[rkey] != nil
 }
 
+// own returns the stored bytes (an envelope, or a delete's tombstone) of
+// the Set or Delete of this instance queued for the shared-tier key rkey;
+// nil when none is queued.
+func (q *writeQueue) own(rkey string) []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.byKey[rkey]; e != nil {
+		if w := e.Value.(*pendingWrite); w.own {
+			return w.b
+		}
+	}
+	return nil
+}
+
 // ownSets returns the queued Sets of this instance, oldest first.
 func (q *writeQueue) ownSets() []*pendingWrite {
 	q.mu.Lock()
@@ -152,6 +166,17 @@ func (q *writeQueue) ownSets() []*pendingWrite {
 // queue: L1 holds its value, which the shared tier does not have yet.
 func (c *Cache[V]) queued(key string) bool {
 	return c.queue != nil && c.queue.has(c.prefix+key)
+}
+
+// queuedState returns what this instance's write of key, queued for the
+// shared tier, stores there (nil when none is queued): a read answers
+// with it instead of the older value the shared tier may still hold, so
+// that read-your-writes holds until the replay.
+func (c *Cache[V]) queuedState(key string) []byte {
+	if c.queue == nil {
+		return nil
+	}
+	return c.queue.own(c.prefix + key)
 }
 
 // pinQueued puts the values of this instance's queued Sets back in L1
@@ -253,6 +278,12 @@ func (c *Cache[V]) replayQueue() {
 			continue
 		}
 		wait = queueRetryMin
+		if w.own {
+			// A read that found the older value before the replay wrote
+			// must not store it once the queue no longer answers for the
+			// key (see queuedState).
+			c.vers.bump(w.name)
+		}
 		c.queue.done(w)
 		if stored {
 			if w.own && w.m.Op == message.OpDelete {

@@ -188,16 +188,21 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *pol
 // through a bus loss (see checkHeld).
 func (c *Cache[V]) readFailed(err error) {
 	c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+	c.watchShared()
 	if failed(err) {
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
 	}
 }
 
-// take decodes b, read from the shared tier for key, into *it, which must
-// be the zero item, and stores a live value in L1 (as part of lb, if not
-// nil) as p says if tok is still valid. After readDeleted or readCorrupt,
-// *it is the zero item again.
+// take decodes b, read from the shared tier for key (or, while a write of
+// key by this instance is queued, that write's bytes: see queuedState),
+// into *it, which must be the zero item, and stores a live value in L1 (as
+// part of lb, if not nil) as p says if tok is still valid. After
+// readDeleted or readCorrupt, *it is the zero item again.
 func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy) readState {
+	if q := c.queuedState(key); q != nil {
+		b = q // our own write, newer than what the shared tier holds
+	}
 	p = p.of(key)
 	ttl, written, err := c.decodeInto(it, b, p.timed() || p.meta)
 	if err == nil && c.tagDeleted(ctx, it.tags(), written) {
@@ -223,6 +228,17 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 	c.recordL2Age(written)
 	c.storeLocal(lb, key, *it, c.size(b), min(ttl, p.localTTL), tok, p)
 	return readHit
+}
+
+// takeQueued answers the keys of a failed read that have a write of this
+// instance queued for the shared tier with that write (see queuedState),
+// as if the shared tier held it.
+func (c *Cache[V]) takeQueued(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) {
+	for i, key := range keys {
+		if q := c.queuedState(key); q != nil {
+			res[i].st, res[i].err = c.take(ctx, nil, &res[i].it, key, q, toks[i], p), nil
+		}
+	}
 }
 
 // found is one key's result of a batch read: what it found (st) and the
@@ -260,11 +276,17 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		for i := range res {
 			res[i].st, res[i].err = readDown, err
 		}
+		if c.queue != nil {
+			c.takeQueued(ctx, keys, toks, res, p)
+		}
 		return nil, false
 	}
 	lb := c.local.Batch()
 	defer lb.Done()
 	for i, b := range vals {
+		if q := c.queuedState(keys[i]); q != nil {
+			b = q // our own write, newer than what the shared tier holds
+		}
 		if b == nil {
 			c.n.l2Misses.Add(1)
 			continue
@@ -279,6 +301,15 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 				replace = make(map[string][]byte)
 			}
 			replace[keys[i]] = b
+		}
+	}
+	if c.loss.lost.Load() {
+		// An entry held through the bus loss that the shared tier shows
+		// deleted must not come back if the shared tier stops answering.
+		for i := range res {
+			if res[i].st != readHit {
+				c.dropIfHeld(keys[i])
+			}
 		}
 	}
 	return replace, false

@@ -3,6 +3,7 @@ package l2
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,6 +92,9 @@ type Store struct {
 	write  *timeout // bound of any other call
 	topo   topology
 	info   tier.Info
+	// evict is read once, at the first Info (see evictionAdvice).
+	evict     sync.Once
+	evictions []string
 }
 
 // New returns a Store that keeps its entries in rdb: a *redis.Client (also
@@ -117,10 +121,14 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 // makes an announced batch atomically (on one server or a
 // Sentinel-managed primary only); and, as ReadBound, the
 // longest a Get can block (see readBound), with a line of Advice when that
-// is not Options.ReadTimeout.
+// is not Options.ReadTimeout; and, read from Redis at the first call (one
+// CONFIG GET, quietly left out when refused), a line of Advice when Redis
+// evicts keys once full, saying which records of the cache it may evict
+// and what that costs.
 func (s *Store) Info() tier.Info {
+	s.evict.Do(func() { s.evictions = evictionAdvice(s.rdb, bound(s.read.d, defaultReadTimeout)) })
 	info := s.info
-	info.Advice = append([]string(nil), s.info.Advice...)
+	info.Advice = append(append([]string(nil), s.info.Advice...), s.evictions...)
 	return info
 }
 
