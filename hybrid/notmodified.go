@@ -230,7 +230,7 @@ func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []i
 	for j, x := range xs {
 		p := e.of(x.key)
 		ttl, localTTL := c.lifetimes(p)
-		exp := time.Now().Add(ttl).UnixMilli()
+		exp := min(time.Now().Add(ttl).UnixMilli(), envelope.MaxTime.UnixMilli()) // as the envelope's writer clamps it
 		t := *x.it.t
 		t.staleAt, t.remote, t.fresh = 0, exp*1e6, true
 		it := x.it
