@@ -40,6 +40,7 @@ type Server struct {
 	port  int
 	mini  *miniredis.Miniredis
 	extra bool // HYBRID_REDIS_ADDR: not ours, never killed
+	args  []string // more arguments for redis-server (StartWith)
 }
 
 // RequireReal reports whether HYBRID_REQUIRE_REDIS asks for a real server.
@@ -52,19 +53,7 @@ func Start() (*Server, error) {
 		return &Server{Addr: addr, extra: true}, nil
 	}
 	if path, err := exec.LookPath("redis-server"); err == nil {
-		s := &Server{}
-		var lastErr error
-		for attempt := 0; attempt < 5; attempt++ {
-			port, err := freePort()
-			if err != nil {
-				return nil, err
-			}
-			s.port = port
-			if lastErr = s.spawn(path); lastErr == nil {
-				return s, nil
-			}
-		}
-		return nil, fmt.Errorf("redistest: start redis-server: %w", lastErr)
+		return startReal(path, nil)
 	}
 	if RequireReal() {
 		return nil, errors.New("redistest: HYBRID_REQUIRE_REDIS=1 but no redis-server on PATH and HYBRID_REDIS_ADDR unset")
@@ -74,6 +63,37 @@ func Start() (*Server, error) {
 		return nil, fmt.Errorf("redistest: start miniredis: %w", err)
 	}
 	return &Server{Addr: m.Addr(), mini: m}, nil
+}
+
+// StartWith starts a redis-server of its own with more configuration, given
+// as command-line arguments ("--maxmemory", "4mb", say), for a test that
+// needs a server set up unlike the package's. It never falls back to
+// miniredis nor to HYBRID_REDIS_ADDR: without a redis-server on PATH it
+// returns an error. Call Close when done.
+func StartWith(args ...string) (*Server, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: no redis-server on PATH: %w", err)
+	}
+	return startReal(path, args)
+}
+
+// startReal starts the redis-server at path on a free port, with args
+// after the usual arguments.
+func startReal(path string, args []string) (*Server, error) {
+	s := &Server{args: args}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s.port = port
+		if lastErr = s.spawn(path); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("redistest: start redis-server: %w", lastErr)
 }
 
 // Main runs a test package against a fresh server: it starts one, stores it
@@ -99,7 +119,7 @@ func (s *Server) spawn(path string) error {
 		s.dir = dir
 	}
 	s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
-	cmd := exec.Command(path,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -107,7 +127,8 @@ func (s *Server) spawn(path string) error {
 		"--dir", s.dir,
 		"--protected-mode", "no",
 		"--loglevel", "warning",
-	)
+	}, s.args...)
+	cmd := exec.Command(path, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
