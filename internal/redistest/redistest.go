@@ -39,7 +39,7 @@ type Server struct {
 	dir   string
 	port  int
 	mini  *miniredis.Miniredis
-	extra bool // HYBRID_REDIS_ADDR: not ours, never killed
+	extra bool     // HYBRID_REDIS_ADDR: not ours, never killed
 	args  []string // more arguments for redis-server (StartWith)
 }
 
