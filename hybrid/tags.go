@@ -345,10 +345,12 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 // the value is not taken for deleted when a record written later, because
 // it was missing, says the tag was deleted after the value was written. It
 // costs a round trip for a record this instance does not know yet, or
-// whose lifetime it extends; none otherwise. A record it cannot read or
+// whose lifetime it extends; none otherwise, and none right after a read
+// of the shared tier failed (within knowPause), so that a write while
+// Redis is down waits for one call, not two. A record it cannot read or
 // extend costs the value a miss later, nothing more.
 func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
-	if c.remote == nil {
+	if c.remote == nil || time.Now().UnixNano() < c.loss.downUntil.Load()-int64(heldRecheck-knowPause) {
 		return
 	}
 	c.knowTag(ctx, clearTag)
@@ -356,6 +358,10 @@ func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
 		c.knowTag(ctx, tag)
 	}
 }
+
+// knowPause is how long after a failed read of the shared tier knowTags
+// does not read records.
+const knowPause = 100 * time.Millisecond
 
 // knowTag is knowTags for one tag.
 func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
