@@ -91,7 +91,7 @@ func TestGetOrCreateManyLoadError(t *testing.T) {
 	if len(got) != 0 {
 		t.Errorf("GetOrCreateMany: got %v, want no values", got)
 	}
-	if keys := s.remote.Keys(); len(keys) != 0 {
+	if keys := s.valueKeys(); len(keys) != 0 {
 		t.Errorf("Remote keys: got %q, want none", keys)
 	}
 }

@@ -67,6 +67,7 @@ func TestBreakerProbeFailureReopens(t *testing.T) {
 		o.BreakerOpenFor = time.Second
 		c := newTestCache[string](t, o)
 		ctx := context.Background()
+		set(t, c, "k", "v0") // the instance learns the clear record
 		s.remote.FailWith(errors.New("down"))
 		if err := c.Set(ctx, "k", "v"); err == nil || errors.Is(err, hybrid.ErrUnavailable) {
 			t.Fatalf("first Set: got %v, want the Remote's error", err)

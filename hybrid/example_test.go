@@ -46,10 +46,10 @@ func ExampleNew() {
 	}
 	u, ok, err := users.Get(ctx, "42")
 	fmt.Println(u.Name, ok, err)
-	fmt.Println(remote.Keys())
+	fmt.Printf("%q\n", remote.Keys()) // the value, and the namespace's clear record
 	// Output:
 	// Ada true <nil>
-	// [users:42]
+	// ["users:\x00clear" "users:42"]
 }
 
 func ExampleCache_GetOrCreate() {
@@ -328,13 +328,15 @@ func ExampleCache_SetMany() {
 
 	ctx := context.Background()
 	err = users.SetMany(ctx, map[string]User{"1": {ID: "1", Name: "Ada"}, "2": {ID: "2", Name: "Alan"}})
-	fmt.Println(err, remote.Keys())
-	fmt.Println("one write call:", remote.Calls().Write)
+	fmt.Printf("%v %q\n", err, remote.Keys())
+	// Before its first write, an instance makes sure the namespace's clear
+	// record exists (a write of its own the first time); then one call.
+	fmt.Println("write calls:", remote.Calls().Write)
 	err = users.DeleteMany(ctx, []string{"1", ""})
 	fmt.Println(errors.Is(err, hybrid.ErrEmptyKey)) // refused whole: nothing deleted
 	// Output:
-	// <nil> [users:1 users:2]
-	// one write call: 1
+	// <nil> ["users:\x00clear" "users:1" "users:2"]
+	// write calls: 2
 	// true
 }
 

@@ -338,6 +338,9 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 			}
 		}
 		ttl, localTTL := c.lifetimes(p)
+		if e.skip&SkipRemoteWrite == 0 {
+			c.knowTags(ctx, p.tags)
+		}
 		var b []byte
 		switch {
 		case !ok && p.negativeTTL > 0:

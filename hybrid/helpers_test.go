@@ -60,12 +60,29 @@ type sharedTier struct {
 }
 
 // newSharedTier returns a Remote and a Bus that are closed when the test
-// ends, after the caches created later with newTestCache.
+// ends, after the caches created later with newTestCache. The Remote holds
+// the clear record of testNS saying it was never cleared, as in a
+// namespace in use: values put in the Remote by the test are not taken for
+// written before a Clear.
 func newSharedTier(t testing.TB) *sharedTier {
 	t.Helper()
 	bus := new(hybridtest.Bus)
 	t.Cleanup(func() { bus.Close() })
-	return &sharedTier{remote: &hybridtest.Remote{Bus: bus}, bus: bus}
+	remote := &hybridtest.Remote{Bus: bus}
+	remote.Put(testNS+":\x00clear", make([]byte, 8), 0)
+	return &sharedTier{remote: remote, bus: bus}
+}
+
+// valueKeys returns the keys the Remote holds but the cache's records
+// (the clear record, tag records).
+func (s *sharedTier) valueKeys() []string {
+	var out []string
+	for _, k := range s.remote.Keys() {
+		if !strings.Contains(k, ":\x00") {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // options returns Options for one instance using s.
@@ -331,7 +348,7 @@ type countingRemote struct {
 	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
 	setAndPublishes, compareAndSets, replaces        atomic.Int64
 	newerSets                                        atomic.Int64
-	recordGets                                       atomic.Int64
+	recordGets, recordWrites                         atomic.Int64 // of the cache's records (clear, tags), in no other count
 	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
 	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
 	writeCalls, writeKeys                            atomic.Int64 // every Write call, and the writes they carried
@@ -419,6 +436,8 @@ func (r *countingRemote) count(ws []hybrid.Write) {
 	}
 	w := ws[0]
 	switch {
+	case len(ws) == 1 && strings.Contains(w.Key, ":\x00") && w.Msg == nil:
+		r.recordWrites.Add(1)
 	case w.Touch:
 		r.touches.Add(int64(len(ws)))
 	case w.Lease != "":

@@ -215,7 +215,8 @@ func (c *Cache[V]) carried(m message.Message, one [][]byte) [][]byte {
 func (c *Cache[V]) onTagMessage(m message.Message) {
 	for _, tag := range m.Keys {
 		if t, ok := decodeTagRecord(m.Value); ok && m.Authentic {
-			c.tags.learn(c.tags.currentEpoch(), tag, min(t, time.Now().Add(time.Minute).UnixMilli()))
+			t = min(t, time.Now().Add(time.Minute).UnixMilli())
+			c.tags.learn(c.tags.currentEpoch(), tag, t, recordUntil(&c.o, tag, t))
 		} else {
 			c.tags.forget(tag)
 		}

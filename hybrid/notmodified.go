@@ -272,6 +272,7 @@ func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []i
 			}
 			continue
 		}
+		c.knowTags(ctx, x.it.t.tags)
 		b, err := c.encode(x.key, x.it.v, time.Duration(out[j].t.remote-time.Now().UnixNano()), x.it.t.tags, x.it.t.version)
 		if err != nil {
 			c.vers.bump(x.key)

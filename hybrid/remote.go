@@ -67,7 +67,8 @@ type (
 	RemoteInfo = tier.Info
 	// Write is one write of Remote.Write.
 	Write = tier.Write
-	// Cond is the condition of a Write: Always, IfAbsent, IfEqual, IfNewer.
+	// Cond is the condition of a Write: Always, IfAbsent, IfEqual, IfNewer,
+	// IfSeq.
 	Cond = tier.Cond
 	// Feed is where a batch of writes announces: channel and log.
 	Feed = tier.Feed
@@ -83,4 +84,5 @@ const (
 	IfAbsent = tier.IfAbsent
 	IfEqual  = tier.IfEqual
 	IfNewer  = tier.IfNewer
+	IfSeq    = tier.IfSeq
 )

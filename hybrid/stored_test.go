@@ -250,7 +250,7 @@ func TestOversizedValue(t *testing.T) {
 	if got := l.calls.Load(); got != 2 {
 		t.Errorf("load ran %d times, want 2 (a value too large is stored nowhere)", got)
 	}
-	if got, want := s.remote.Keys(), []string{"ns:small"}; !slices.Equal(got, want) {
+	if got, want := s.valueKeys(), []string{"ns:small"}; !slices.Equal(got, want) {
 		t.Errorf("Remote keys: got %q, want %q", got, want)
 	}
 	if st := c.Stats(); st.Load.Oversized != 2 {
@@ -275,7 +275,7 @@ func TestUnencodableValue(t *testing.T) {
 	if err := c.Set(ctx, "k", math.NaN()); err == nil || errors.Is(err, hybrid.ErrValueTooLarge) {
 		t.Errorf("Set of NaN: got %v, want an encoding error", err)
 	}
-	if keys := s.remote.Keys(); len(keys) != 0 {
+	if keys := s.valueKeys(); len(keys) != 0 {
 		t.Errorf("Remote keys: got %q, want none", keys)
 	}
 	if _, ok, _ := c.Get(ctx, "k"); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -29,9 +30,8 @@ import (
 // tagState is what an instance knows of tag records.
 type tagState struct {
 	mu sync.Mutex
-	// deleted maps a tag to the time of its last DeleteByTag, in Unix
-	// milliseconds; 0 means the record was absent when read.
-	deleted map[string]int64
+	// deleted maps a tag to what is known of its record.
+	deleted map[string]tagRecord
 	// epoch changes whenever knowledge is dropped, so that a record read
 	// before that is not learned after it.
 	epoch uint64
@@ -41,11 +41,25 @@ type tagState struct {
 // again as needed.
 const maxKnownTags = 100_000
 
+// tagRecord is what an instance knows of one tag record.
+type tagRecord struct {
+	t     int64 // the time of the tag's last delete, Unix milliseconds
+	until int64 // the record lives at least until then, Unix milliseconds
+}
+
+// lookup returns the time of tag's last delete (Unix milliseconds), if
+// known.
 func (s *tagState) lookup(tag string) (int64, bool) {
+	r, ok := s.record(tag)
+	return r.t, ok
+}
+
+// record returns what is known of tag's record.
+func (s *tagState) record(tag string) (tagRecord, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.deleted[tag]
-	return t, ok
+	r, ok := s.deleted[tag]
+	return r, ok
 }
 
 func (s *tagState) currentEpoch() uint64 {
@@ -54,20 +68,25 @@ func (s *tagState) currentEpoch() uint64 {
 	return s.epoch
 }
 
-// learn records that tag was last deleted at t (0: never), unless
-// knowledge was dropped since epoch. Times only move forward.
-func (s *tagState) learn(epoch uint64, tag string, t int64) {
+// learn records that tag was last deleted at t and that its record lives
+// until at least until, unless knowledge was dropped since epoch. Both
+// only move forward.
+func (s *tagState) learn(epoch uint64, tag string, t, until int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if epoch != s.epoch {
 		return
 	}
 	if s.deleted == nil || len(s.deleted) >= maxKnownTags {
-		s.deleted = make(map[string]int64)
+		s.deleted = make(map[string]tagRecord)
 		s.epoch++
 	}
-	if old, ok := s.deleted[tag]; !ok || t > old {
-		s.deleted[tag] = t
+	old, ok := s.deleted[tag]
+	switch {
+	case !ok || t > old.t:
+		s.deleted[tag] = tagRecord{t: t, until: until}
+	case t == old.t && until > old.until:
+		s.deleted[tag] = tagRecord{t: t, until: until}
 	}
 }
 
@@ -104,12 +123,23 @@ func (c *Cache[V]) tagKey(tag string) string {
 
 // recordLife is how long tag's record is kept in the shared tier: the clear
 // record for ever (a value of any lifetime may predate it, and it is one
-// key per namespace), a tag's for tagLife.
+// key per namespace), a tag's for twice tagLife, so that a value written
+// with the tag up to tagLife after the record was written dies before it.
 func recordLife(o *Options, tag string) time.Duration {
 	if tag == clearTag {
 		return 0
 	}
-	return tagLife(o)
+	return 2 * tagLife(o)
+}
+
+// recordUntil returns how long tag's record, written at t (Unix
+// milliseconds), lives at least.
+func recordUntil(o *Options, tag string, t int64) int64 {
+	life := recordLife(o, tag)
+	if life <= 0 {
+		return math.MaxInt64
+	}
+	return t + life.Milliseconds()
 }
 
 // tagLife is how long tag records are kept in the shared tier: at least a
@@ -169,7 +199,7 @@ func (c *Cache[V]) deleteTag(ctx context.Context, op Op, tag string) error {
 	err := c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
 	// After the shared tier: a fill that read a tagged value meanwhile
 	// must not store it.
-	c.tags.learn(c.tags.currentEpoch(), tag, now)
+	c.tags.learn(c.tags.currentEpoch(), tag, now, recordUntil(&c.o, tag, now))
 	c.dropTagged(tag)
 	// Return once the record's millisecond has passed: a value written then
 	// counts as deleted (see deletedSince), and one this instance writes
@@ -263,7 +293,10 @@ func (c *Cache[V]) tagKnownDeleted(tags []string, written int64) bool {
 	return false
 }
 
-// readTag reads tag's record from the shared tier and learns it.
+// readTag reads tag's record from the shared tier and learns it. A
+// missing record is written anew (see the top of this file): the time it
+// was found missing, unless another instance wrote one first, which is
+// then read and learnt.
 func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	if c.remote == nil {
 		return 0, true
@@ -273,17 +306,86 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 		op = OpGetClear
 	}
 	epoch := c.tags.currentEpoch()
-	b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))
-	if err != nil {
-		return 0, false
-	}
-	var t int64
-	if found {
-		if t, found = decodeTagRecord(b); !found {
-			c.n.decodeErrors.Add(1)
+	for attempt := 0; ; attempt++ {
+		b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))
+		if err != nil {
 			return 0, false
 		}
+		if found {
+			t, ok := decodeTagRecord(b)
+			if !ok {
+				c.n.decodeErrors.Add(1)
+				return 0, false
+			}
+			c.tags.learn(epoch, tag, t, recordUntil(&c.o, tag, t))
+			return t, true
+		}
+		if attempt > 0 {
+			return 0, false // written and gone again at once: unknown
+		}
+		now := time.Now().UnixMilli()
+		w := Write{Key: c.tagKey(tag), Value: encodeTagRecord(now), TTL: recordLife(&c.o, tag), If: IfAbsent}
+		stored, err := c.writeFeed(ctx, op, tag, []Write{w}, Feed{})
+		if err != nil {
+			return 0, false
+		}
+		if stored[0] {
+			c.tags.learn(epoch, tag, now, recordUntil(&c.o, tag, now))
+			// A value this instance writes from now on must not count as
+			// written in the record's millisecond.
+			time.Sleep(time.Until(time.UnixMilli(now + 1)))
+			return now, true
+		}
 	}
-	c.tags.learn(epoch, tag, t)
-	return t, true
+}
+
+// knowTags makes sure, before this instance writes a value that carries
+// tags (and clearTag, which every value carries) to the shared tier, that
+// each tag's record exists there and lives at least tagLife more, so that
+// the value is not taken for deleted when a record written later, because
+// it was missing, says the tag was deleted after the value was written. It
+// costs a round trip for a record this instance does not know yet, or
+// whose lifetime it extends; none otherwise, and none right after a read
+// of the shared tier failed (within knowPause), so that a write while
+// Redis is down waits for one call, not two. A record it cannot read or
+// extend costs the value a miss later, nothing more.
+func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
+	if c.remote == nil || time.Now().UnixNano() < c.loss.downUntil.Load()-int64(heldRecheck-knowPause) {
+		return
+	}
+	c.knowTag(ctx, clearTag)
+	for _, tag := range tags {
+		c.knowTag(ctx, tag)
+	}
+}
+
+// knowPause is how long after a failed read of the shared tier knowTags
+// does not read records.
+const knowPause = 100 * time.Millisecond
+
+// knowTag is knowTags for one tag.
+func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
+	r, ok := c.tags.record(tag)
+	if !ok {
+		c.readTag(ctx, tag)
+		return
+	}
+	now := time.Now()
+	if r.until >= now.Add(tagLife(&c.o)).UnixMilli() {
+		return
+	}
+	// Extend the record's lifetime, if it still is the one known here.
+	epoch := c.tags.currentEpoch()
+	b := encodeTagRecord(r.t)
+	w := Write{Key: c.tagKey(tag), Value: b, TTL: recordLife(&c.o, tag), If: IfEqual, Old: b}
+	stored, err := c.writeFeed(ctx, OpGetTag, tag, []Write{w}, Feed{})
+	if err != nil {
+		return
+	}
+	if stored[0] {
+		c.tags.learn(epoch, tag, r.t, recordUntil(&c.o, tag, now.UnixMilli()))
+		return
+	}
+	c.tags.forget(tag) // deleted anew, or lost: read it again
+	c.readTag(ctx, tag)
 }

@@ -42,6 +42,9 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy, version 
 // loaded, or not wanted).
 func (c *Cache[V]) setLoaded(ctx context.Context, key string, v V, e *policy, version string, took time.Duration) error {
 	ttl, localTTL := c.lifetimes(e)
+	if e.skip&SkipRemoteWrite == 0 {
+		c.knowTags(ctx, e.tags)
+	}
 	b, err := c.encodeLoaded(key, v, ttl, e.tags, version, took)
 	if err != nil {
 		return err

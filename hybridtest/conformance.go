@@ -86,6 +86,7 @@ func conformance() []group {
 			{"IfAbsent", checkIfAbsent},
 			{"IfEqual", checkIfEqual},
 			{"IfNewer", checkIfNewer},
+			{"IfSeq", checkIfSeq},
 			{"TTL", checkTTL},
 			{"KeepTTL", checkKeepTTL},
 			{"MsgElse", checkMsgElse},

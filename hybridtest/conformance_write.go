@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -209,6 +210,69 @@ func checkIfNewer(e *env) {
 		e.t.Error("IfNewer at offset 0 over an older value: not stored")
 	}
 	e.expect("z", stamped("", 6, "x"))
+}
+
+// checkIfSeq: a write with Seq bumps its counter when it stores, and only
+// then; IfSeq stores only where the key holds nothing and the counter
+// holds what was read, and bumps nothing; a lost counter never matches,
+// and is made anew at a value it never held.
+func checkIfSeq(e *env) {
+	const seq = "{q}seq"
+	counter := func() (int64, []byte) {
+		e.t.Helper()
+		b := e.get(seq)[0]
+		n, err := strconv.ParseInt(string(b), 10, 64)
+		if err != nil {
+			e.t.Fatalf("the counter holds %s, want a decimal integer", show(b))
+		}
+		return n, b
+	}
+	ifSeq := func(key, value string, was []byte) bool {
+		e.t.Helper()
+		return e.write(hybrid.Write{Key: key, Value: raw(value), TTL: longTTL, If: hybrid.IfSeq, Seq: seq, SeqWas: was})[0]
+	}
+	if ifSeq("{q}a", "x", []byte("1")) {
+		e.t.Error("IfSeq with no counter: stored")
+	}
+	e.expectStored("a first write with Seq", e.write(hybrid.Write{Key: "{q}w", Value: raw("1"), TTL: longTTL, Seq: seq}), true)
+	first, firstB := counter()
+	if ifSeq("{q}a", "x", nil) {
+		e.t.Error("IfSeq with an empty SeqWas: stored")
+	}
+	if !ifSeq("{q}a", "a", firstB) {
+		e.t.Error("IfSeq over nothing, counter as read: not stored")
+	}
+	if ifSeq("{q}a", "b", firstB) {
+		e.t.Error("IfSeq over a value, counter as read: stored")
+	}
+	e.expect("{q}a", raw("a"))
+	if n, _ := counter(); n != first {
+		e.t.Errorf("counter after IfSeq writes: %d, want %d (unchanged)", n, first)
+	}
+	e.expectStored("IfAbsent with Seq over a value", e.write(hybrid.Write{Key: "{q}w", Value: raw("2"), TTL: longTTL, If: hybrid.IfAbsent, Seq: seq}), false)
+	if n, _ := counter(); n != first {
+		e.t.Errorf("counter after a write that did not store: %d, want %d (unchanged)", n, first)
+	}
+	e.expectStored("Always with Seq", e.write(hybrid.Write{Key: "{q}w", Value: raw("3"), TTL: longTTL, Seq: seq}), true)
+	second, secondB := counter()
+	if second != first+1 {
+		e.t.Errorf("counter after a write with Seq: %d, want %d", second, first+1)
+	}
+	if ifSeq("{q}b", "x", firstB) {
+		e.t.Error("IfSeq over nothing, counter bumped since it was read: stored")
+	}
+	// The counter is lost (here it expires; in Redis it may be evicted).
+	start := time.Now()
+	e.put(seq, secondB, shortTTL)
+	e.expires(seq, start, shortTTL)
+	if ifSeq("{q}b", "x", secondB) {
+		e.t.Error("IfSeq over nothing, counter lost since it was read: stored")
+	}
+	e.expect("{q}b", nil)
+	e.expectStored("a write with Seq after the counter was lost", e.write(hybrid.Write{Key: "{q}w", Value: raw("4"), TTL: longTTL, Seq: seq}), true)
+	if n, _ := counter(); n <= second {
+		e.t.Errorf("counter made anew: %d, want more than %d, the last value it held", n, second)
+	}
 }
 
 // checkTTL: a lifetime expires, none (0 or less) does not.

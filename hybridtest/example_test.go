@@ -55,7 +55,7 @@ func ExampleRemote_Write() {
 	// got k filled
 	// got k was there
 	// [true false] <nil>
-	// k holds v1; {Get:0 Write:1 TakeLeases:0 ExtendLeases:0 ReleaseLeases:0 ReadLog:0 Heads:0 OpenLog:0 Read:0 Writes:2 Always:0 IfAbsent:2 IfEqual:0 IfNewer:0 Releasing:0 Touches:0 Written:1}
+	// k holds v1; {Get:0 Write:1 TakeLeases:0 ExtendLeases:0 ReleaseLeases:0 ReadLog:0 Heads:0 OpenLog:0 Read:0 Writes:2 Always:0 IfAbsent:2 IfEqual:0 IfNewer:0 IfSeq:0 Releasing:0 Touches:0 Written:1}
 }
 
 func ExampleBus() {

@@ -60,6 +60,7 @@ type Remote struct {
 	calls     Calls
 	changed   chan struct{} // closed and replaced when calls changes
 	journal   journal
+	seqFloor  int64 // the highest value given to a sequence counter
 }
 
 var (
@@ -87,11 +88,11 @@ type Calls struct {
 	// Read counts the keys that Get calls asked for.
 	Read int
 	// Writes counts the writes that Write calls were given; Always,
-	// IfAbsent, IfEqual and IfNewer count those of each Cond, Releasing
+	// IfAbsent, IfEqual, IfNewer and IfSeq count those of each Cond, Releasing
 	// those that release a lease (Write.Lease set), and Touches those that
 	// change a value in place (Write.Touch). Written counts the writes
 	// that Write reported stored.
-	Writes, Always, IfAbsent, IfEqual, IfNewer, Releasing, Touches, Written int
+	Writes, Always, IfAbsent, IfEqual, IfNewer, IfSeq, Releasing, Touches, Written int
 }
 
 // Total returns the number of calls of every method.

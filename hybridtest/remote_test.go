@@ -219,7 +219,8 @@ func TestRemoteWriteBadArguments(t *testing.T) {
 		w    hybrid.Write
 		f    hybrid.Feed
 	}{
-		{"an unknown Cond", hybrid.Write{If: hybrid.IfNewer + 1}, feed},
+		{"an unknown Cond", hybrid.Write{If: hybrid.IfSeq + 1}, feed},
+		{"IfSeq without Seq", hybrid.Write{If: hybrid.IfSeq}, feed},
 		{"KeepTTL with Always", hybrid.Write{KeepTTL: true}, feed},
 		{"a negative StampAt", hybrid.Write{If: hybrid.IfNewer, StampAt: -1}, feed},
 		{"a lease without a token", hybrid.Write{Lease: "l"}, feed},

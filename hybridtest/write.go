@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/hybridcache/hybridcache/hybrid"
@@ -26,7 +27,11 @@ import (
 //     IfNewer where it holds nothing, or a value whose write time (8 bytes
 //     big-endian at offset StampAt; a value too short counts as older) is
 //     not after Value's. IfNewer also reports stored, writing and
-//     publishing nothing, where the key holds exactly Value.
+//     publishing nothing, where the key holds exactly Value. IfSeq where
+//     the key holds no live value and the counter Seq holds exactly
+//     SeqWas (a missing counter never matches).
+//   - A write with Seq (but IfSeq) that stores bumps the counter Seq: by
+//     one, or, where it is missing, to a value it never held.
 //   - With Touch (and IfEqual), the stored value is kept and Value written
 //     over its bytes from offset TouchAt, where the key holds at least
 //     TouchAt+len(Value) bytes that begin with Old but for those bytes.
@@ -58,7 +63,7 @@ import (
 // with an error wrapping errors.ErrUnsupported.
 //
 // Each write is checked before any is made: an unknown Cond, KeepTTL or
-// Touch without IfEqual, a negative StampAt with IfNewer or TouchAt with
+// Touch without IfEqual, IfSeq without Seq, a negative StampAt with IfNewer or TouchAt with
 // Touch, Lease without
 // Token, or Log set without f.Log or with f.LogLen below 1 fails the call
 // (Log on a Remote with NoLog fails it with an error wrapping
@@ -89,6 +94,8 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 				c.IfEqual++
 			case hybrid.IfNewer:
 				c.IfNewer++
+			case hybrid.IfSeq:
+				c.IfSeq++
 			}
 			if w.Lease != "" {
 				c.Releasing++
@@ -177,12 +184,14 @@ func (r *Remote) checkFeed(f hybrid.Feed) error {
 // checkWrite returns what is wrong with w, given f.
 func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
 	switch {
-	case w.If > hybrid.IfNewer:
+	case w.If > hybrid.IfSeq:
 		return fmt.Errorf("unknown condition %d", w.If)
 	case w.KeepTTL && w.If != hybrid.IfEqual:
 		return errors.New("KeepTTL without IfEqual")
 	case w.Touch && w.If != hybrid.IfEqual:
 		return errors.New("Touch without IfEqual")
+	case w.If == hybrid.IfSeq && w.Seq == "":
+		return errors.New("IfSeq without Seq")
 	case w.Touch && w.TouchAt < 0:
 		return fmt.Errorf("negative TouchAt %d", w.TouchAt)
 	case w.If == hybrid.IfNewer && w.StampAt < 0:
@@ -226,6 +235,9 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 	case hybrid.IfNewer:
 		found = ok && bytes.Equal(cur, w.Value)
 		write = !found && (!ok || !newer(cur, w.Value, w.StampAt))
+	case hybrid.IfSeq:
+		seq, has := r.getLocked(w.Seq, now)
+		write = !ok && has && len(w.SeqWas) > 0 && bytes.Equal(seq, w.SeqWas)
 	}
 	msg := w.Else
 	if write || found {
@@ -269,12 +281,31 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 	case write:
 		r.setLocked(w.Key, w.Value, w.TTL, now)
 	}
+	if write && w.Seq != "" && w.If != hybrid.IfSeq {
+		r.bumpLocked(w.Seq, now)
+	}
 	if w.Lease != "" {
 		if v, ok := r.getLocked(w.Lease, now); ok && heldBy(v, w.Token) {
 			delete(r.items, w.Lease)
 		}
 	}
 	return write || found, nil
+}
+
+// bumpLocked adds one to the sequence counter key, or sets a missing one
+// to a value it never held: the clock in microseconds times 1000, and
+// never at or below a value the Remote gave a counter before.
+func (r *Remote) bumpLocked(key string, now time.Time) {
+	cur, ok := r.getLocked(key, now)
+	var n int64
+	if ok {
+		n, _ = strconv.ParseInt(string(cur), 10, 64)
+		n++
+	} else {
+		n = max(now.UnixMicro()*1000, r.seqFloor+1)
+	}
+	r.seqFloor = max(r.seqFloor, n)
+	r.setLocked(key, []byte(strconv.FormatInt(n, 10)), 0, now)
 }
 
 // touchable reports whether cur holds at least at+n bytes that begin with

@@ -345,7 +345,8 @@ func TestWriteBadArguments(t *testing.T) {
 		f    tier.Feed
 		want string // in the error
 	}{
-		{"unknown condition", tier.Write{Key: "k", If: tier.IfNewer + 1}, tier.Feed{}, "unknown condition"},
+		{"unknown condition", tier.Write{Key: "k", If: tier.IfSeq + 1}, tier.Feed{}, "unknown condition"},
+		{"IfSeq without Seq", tier.Write{Key: "k", If: tier.IfSeq}, tier.Feed{}, "IfSeq without Seq"},
 		{"KeepTTL with Always", tier.Write{Key: "k", KeepTTL: true}, tier.Feed{}, "KeepTTL"},
 		{"KeepTTL with IfAbsent", tier.Write{Key: "k", If: tier.IfAbsent, KeepTTL: true}, tier.Feed{}, "KeepTTL"},
 		{"KeepTTL with IfNewer", tier.Write{Key: "k", If: tier.IfNewer, KeepTTL: true}, tier.Feed{}, "KeepTTL"},

@@ -80,6 +80,19 @@ const newerFragment = `local function newer(k, v, off)
 end
 `
 
+// bumpFragment defines bump(k): it adds one to the sequence counter k, or
+// sets a missing one to the server's clock in microseconds times 1000, a
+// value it never held (see tier.Write.Seq).
+const bumpFragment = `local function bump(k)
+	if redis.call('EXISTS', k) == 1 then
+		redis.call('INCR', k)
+	else
+		local t = redis.call('TIME')
+		redis.call('SET', k, t[1] .. string.format('%06d', tonumber(t[2])) .. '000')
+	end
+end
+`
+
 // touchFragment defines touchable(k, old, at, n): whether the key k holds
 // at least at+n bytes that begin with old but for the n bytes at offset at,
 // which a touch overwrites (see Write.Touch). It reads no more of the
@@ -105,8 +118,9 @@ end
 //
 //  1. reads, writing nothing: the condition on KEYS[1] (ARGV[2]: 'always',
 //     'absent', 'equal' to ARGV[3], 'newer' with write times at offset
-//     ARGV[3], or 'touch': touchable with old ARGV[3] at offset ARGV[14]),
-//     giving stored 1, 0, or 2 (newer: holds the value already);
+//     ARGV[3], 'touch': touchable with old ARGV[3] at offset ARGV[14], or
+//     'seq': absent, and the counter KEYS[ARGV[15]] holds ARGV[16], not
+//     empty), giving stored 1, 0, or 2 (newer: holds the value already);
 //     and the lease KEYS[2] (ARGV[9] '1') under token ARGV[10];
 //  2. picks the message: ARGV[6] if stored 1 and ARGV[5] is '1', ARGV[8]
 //     if stored 0 and ARGV[7] is '1', none if stored 2 or the lease is
@@ -116,7 +130,9 @@ end
 //  4. if stored is 1, SET KEYS[1] to ARGV[1] with ttl ARGV[4] (see set),
 //     or for a touch, SETRANGE KEYS[1] at ARGV[14] to ARGV[1] and set its
 //     lifetime to ARGV[4] (PEXPIRE; '0': PERSIST; 'keep': as it is);
-//     then deletes the lease if it is held under the token;
+//     and, unless the condition is 'seq', bumps the counter KEYS[ARGV[15]]
+//     if ARGV[15] is not '0' (see bump); then deletes the lease if it is
+//     held under the token;
 //  5. PUBLISHes the message on channel ARGV[13] unless it is empty,
 //     positioned at the log entry's id if one was added: byte 2, the id's
 //     length, the id, the message.
@@ -124,8 +140,12 @@ end
 // It returns stored. A step that fails (a key of the wrong type) fails
 // the script; step 3 is the first that writes, so a log that is not a
 // stream writes nothing.
-var writeScript = redis.NewScript(peekFragment + setFragment + newerFragment + touchFragment + `
+var writeScript = redis.NewScript(peekFragment + setFragment + newerFragment + touchFragment + bumpFragment + `
 local key, cond = KEYS[1], ARGV[2]
+local seq
+if ARGV[15] ~= '0' then
+	seq = KEYS[tonumber(ARGV[15])]
+end
 local stored = 1
 if cond == 'absent' then
 	if redis.call('EXISTS', key) == 1 then
@@ -139,6 +159,10 @@ elseif cond == 'newer' then
 	stored = newer(key, ARGV[1], tonumber(ARGV[3]))
 elseif cond == 'touch' then
 	if not touchable(key, ARGV[3], tonumber(ARGV[14]), #ARGV[1]) then
+		stored = 0
+	end
+elseif cond == 'seq' then
+	if redis.call('EXISTS', key) == 1 or ARGV[16] == '' or redis.call('GET', seq) ~= ARGV[16] then
 		stored = 0
 	end
 end
@@ -170,6 +194,9 @@ if stored == 1 and cond == 'touch' then
 	end
 elseif stored == 1 then
 	set(key, ARGV[1], ARGV[4])
+end
+if stored == 1 and seq and cond ~= 'seq' then
+	bump(seq)
 end
 if mine then
 	redis.call('DEL', KEYS[2])

@@ -1,45 +1,9 @@
 package l2
 
-import "strings"
+import "github.com/hybridcache/hybridcache/internal/keyslot"
 
 // slotCount is the number of hash slots in a Redis Cluster.
-const slotCount = 16384
+const slotCount = keyslot.Count
 
-// crcTable is the CRC16/XMODEM table (polynomial 0x1021, initial value 0)
-// that Redis Cluster uses to map keys to slots.
-var crcTable = func() (t [256]uint16) {
-	for i := range t {
-		crc := uint16(i) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-		t[i] = crc
-	}
-	return t
-}()
-
-// crc16 returns the CRC16/XMODEM checksum of s.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc = crc<<8 ^ crcTable[byte(crc>>8)^s[i]]
-	}
-	return crc
-}
-
-// slot returns the Redis Cluster hash slot of key. Only the hash tag is
-// hashed when the key has one: the part between the first '{' and the first
-// '}' after it, if that part is not empty. So "{user1}:a" and "{user1}:b"
-// share a slot, while "a{}b" is hashed whole.
-func slot(key string) uint16 {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return crc16(key) % slotCount
-}
+// slot returns the Redis Cluster hash slot of key (see keyslot.Of).
+func slot(key string) uint16 { return keyslot.Of(key) }

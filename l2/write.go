@@ -89,12 +89,14 @@ func (s *Store) Write(ctx context.Context, ws []tier.Write, f tier.Feed) (stored
 // check returns why the Store cannot make w, or nil.
 func (s *Store) check(w *tier.Write, f tier.Feed) error {
 	switch {
-	case w.If > tier.IfNewer:
+	case w.If > tier.IfSeq:
 		return fmt.Errorf("unknown condition %d", w.If)
 	case w.KeepTTL && w.If != tier.IfEqual:
-		return fmt.Errorf("KeepTTL with %s, want IfEqual", [...]string{"Always", "IfAbsent", "IfEqual", "IfNewer"}[w.If])
+		return fmt.Errorf("KeepTTL with %s, want IfEqual", condTitle[w.If])
 	case w.Touch && w.If != tier.IfEqual:
-		return fmt.Errorf("Touch with %s, want IfEqual", [...]string{"Always", "IfAbsent", "IfEqual", "IfNewer"}[w.If])
+		return fmt.Errorf("Touch with %s, want IfEqual", condTitle[w.If])
+	case w.If == tier.IfSeq && w.Seq == "":
+		return errors.New("IfSeq without Seq")
 	case w.Touch && w.TouchAt < 0:
 		return fmt.Errorf("negative TouchAt %d", w.TouchAt)
 	case w.If == tier.IfNewer && w.StampAt < 0:
@@ -112,7 +114,10 @@ func (s *Store) check(w *tier.Write, f tier.Feed) error {
 }
 
 // condName names the conditions for writeScript, and errors.
-var condName = [...]string{tier.Always: "always", tier.IfAbsent: "absent", tier.IfEqual: "equal", tier.IfNewer: "newer"}
+var condName = [...]string{tier.Always: "always", tier.IfAbsent: "absent", tier.IfEqual: "equal", tier.IfNewer: "newer", tier.IfSeq: "seq"}
+
+// condTitle names the conditions in errors.
+var condTitle = [...]string{tier.Always: "Always", tier.IfAbsent: "IfAbsent", tier.IfEqual: "IfEqual", tier.IfNewer: "IfNewer", tier.IfSeq: "IfSeq"}
 
 // keyErr names ws[i]'s key in err, when ws has more than one write (the
 // call's error names the key of one).
@@ -207,7 +212,7 @@ func (s *Store) scripted(ws []tier.Write, f tier.Feed) []bool {
 	for i := range ws {
 		w := &ws[i]
 		announced := f.Channel != "" && (w.Msg != nil || w.Else != nil) && (w.Lease == "" || s.topo == single)
-		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Touch || w.Log != nil || announced || (w.Lease != "" && s.topo == single)
+		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Touch || w.Log != nil || w.Seq != "" || announced || (w.Lease != "" && s.topo == single)
 		if out[i] {
 			n++
 		}
@@ -244,9 +249,9 @@ func (s *Store) scriptArgs(w *tier.Write, f tier.Feed, leaseLater bool) ([]strin
 	if w.Touch {
 		cond, at = "touch", strconv.Itoa(w.TouchAt)
 	}
-	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at}
+	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at, "0", w.SeqWas}
 	if w.Lease != "" && leaseLater {
-		return keys, args
+		return s.seqArgs(w, keys, args), args
 	}
 	args[4], args[5], args[6], args[7] = flag(w.Msg != nil), w.Msg, flag(w.Else != nil), w.Else
 	args[12] = f.Channel
@@ -254,11 +259,23 @@ func (s *Store) scriptArgs(w *tier.Write, f tier.Feed, leaseLater bool) ([]strin
 		keys = append(keys, s.prefix+w.Lease)
 		args[8], args[9] = "1", w.Token
 	}
+	keys = s.seqArgs(w, keys, args)
 	if w.Log != nil {
 		keys = append(keys, s.prefix+f.Log)
 		args[10], args[11] = strconv.Itoa(f.LogLen), w.Log
 	}
 	return keys, args
+}
+
+// seqArgs adds w's sequence counter, if it has one, to keys, and its place
+// there to args.
+func (s *Store) seqArgs(w *tier.Write, keys []string, args []any) []string {
+	if w.Seq == "" {
+		return keys
+	}
+	keys = append(keys, s.prefix+w.Seq)
+	args[14] = strconv.Itoa(len(keys))
+	return keys
 }
 
 func flag(b bool) string {

@@ -26,6 +26,12 @@ const (
 	// counts as older. Of two values with the same write time, Write.Value
 	// wins.
 	IfNewer
+	// IfSeq stores only where the key holds nothing and the sequence
+	// counter Write.Seq holds exactly Write.SeqWas: no write that bumps
+	// the counter (see Write.Seq) stored since SeqWas was read, even if
+	// what it stored is gone (evicted, expired). A missing counter, or an
+	// empty SeqWas, never matches.
+	IfSeq
 )
 
 // Write is one write to the shared tier: a value under a key, on a
@@ -42,6 +48,16 @@ type Write struct {
 	// StampAt is, with IfNewer, the byte offset of the write time in Value
 	// and in the stored value.
 	StampAt int
+	// Seq, if not empty, is the key of a sequence counter (a decimal
+	// integer, kept without expiry) that covers Key and other keys, in the
+	// same Redis Cluster slot as Key. A write with Seq, other than IfSeq,
+	// bumps it in the same step when it stores: by one, or, where it is
+	// missing, to a value it never held (from the server's clock, in
+	// microseconds times 1000), so that a counter lost and made again
+	// never repeats a value read before. SeqWas is, with IfSeq, the
+	// counter as read.
+	Seq    string
+	SeqWas []byte
 	// Touch changes the stored value in place instead of replacing it:
 	// Value is written over the stored bytes from byte offset TouchAt
 	// (SETRANGE), and the key's lifetime is set to TTL (or kept, with

@@ -1,0 +1,191 @@
+package hybrid_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/hybrid"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+)
+
+// The eviction tests run the cache on a Redis that evicts, as Redis used
+// as a cache is set up in production: maxmemory and an evicting policy.
+// Each writes data and deletes it (Clear, DeleteByTag, Delete), floods
+// Redis with unrelated keys until the record the delete left is evicted,
+// and then asks the instances that saw the delete, and a new one, for the
+// deleted data: they must miss and load, never serve it again.
+
+// evictionPolicies are the maxmemory policies the cache supports.
+var evictionPolicies = []string{"allkeys-lru", "allkeys-lfu", "volatile-lru"}
+
+// evictingServer starts a redis-server of the test's own with 4 MB of
+// memory and policy, stopped when t ends. An access adds one to a key's
+// LFU counter (lfu-log-factor 0), so that the flood's keys, each read a
+// few times, count as used more than a record read a few times.
+func evictingServer(t *testing.T, policy string) *redistest.Server {
+	t.Helper()
+	s, err := redistest.StartWith("--maxmemory", "4mb", "--maxmemory-policy", policy,
+		"--maxmemory-samples", "10", "--lfu-log-factor", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// evictingClient returns a client of s, closed when t ends.
+func evictingClient(t *testing.T, s *redistest.Server) redis.UniversalClient {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// floodUntilEvicted writes unrelated 1 KB keys (with a lifetime, so that
+// volatile-lru may evict them too), each read a few times, until none of
+// gone exists, reading the keys of hot between them as a workload reading
+// its data would. It
+// reports whether the keys of gone were evicted; under volatile-lru a key
+// without a lifetime never is, and it gives up after a bounded flood.
+func floodUntilEvicted(t *testing.T, rdb redis.UniversalClient, gone, hot []string) bool {
+	t.Helper()
+	ctx := context.Background()
+	filler := strings.Repeat("x", 1024)
+	for round := 0; round < 100; round++ {
+		pipe := rdb.Pipeline()
+		for i := range 300 {
+			k := fmt.Sprintf("flood:%d:%d", round, i)
+			pipe.Set(ctx, k, filler, time.Hour)
+			// STRLEN reads a key (its LRU clock and LFU counter) with a
+			// short reply: replies held in Redis count as its memory.
+			for range 16 {
+				pipe.StrLen(ctx, k)
+			}
+			if i%25 == 0 {
+				for _, k := range hot {
+					pipe.StrLen(ctx, k)
+				}
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			t.Fatalf("flood: %v", err)
+		}
+		n, err := rdb.Exists(ctx, gone...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// surviving returns those of keys that Redis still holds.
+func surviving(t *testing.T, rdb redis.UniversalClient, keys []string) []string {
+	t.Helper()
+	var out []string
+	for _, k := range keys {
+		n, err := rdb.Exists(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// evictionKeys returns n keys and their Redis keys in namespace ns.
+func evictionKeys(ns string, n int) (keys, rkeys []string) {
+	for i := range n {
+		k := fmt.Sprintf("k%02d", i)
+		keys, rkeys = append(keys, k), append(rkeys, ns+":"+k)
+	}
+	return keys, rkeys
+}
+
+// checkNotServed asks each of ins for every key and fails t for each that
+// serves old, the deleted value: a miss that loads "new" is what it must do.
+func checkNotServed(t *testing.T, ins []*instance, keys []string, old string) {
+	t.Helper()
+	for _, in := range ins {
+		served := 0
+		for _, k := range keys {
+			v, err := in.c.GetOrCreate(context.Background(), k, func(context.Context, string) (string, error) { return "new", nil })
+			if err != nil {
+				t.Fatalf("%s: GetOrCreate(%q): %v", in.name, k, err)
+			}
+			if v == old {
+				served++
+			}
+		}
+		if served > 0 {
+			t.Errorf("%s: served the deleted value for %d of %d keys, want 0 (a miss and a load)", in.name, served, len(keys))
+		}
+	}
+}
+
+// TestEvictedClearRecord: values written before a Clear stay deleted when
+// Redis evicts the record the Clear left, for the instances that saw the
+// Clear and for a new one.
+func TestEvictedClearRecord(t *testing.T) {
+	for _, policy := range evictionPolicies {
+		t.Run(policy, func(t *testing.T) {
+			testEvictedRecord(t, policy, "\x00clear", func(ctx context.Context, in *instance) error { return in.c.Clear(ctx) }, nil)
+		})
+	}
+}
+
+// TestEvictedTagRecord: values written with a tag stay deleted after
+// DeleteByTag when Redis evicts the tag's record.
+func TestEvictedTagRecord(t *testing.T) {
+	for _, policy := range evictionPolicies {
+		t.Run(policy, func(t *testing.T) {
+			testEvictedRecord(t, policy, "\x00tag:t", func(ctx context.Context, in *instance) error { return in.c.DeleteByTag(ctx, "t") },
+				[]hybrid.EntryOption{hybrid.WithTags("t")})
+		})
+	}
+}
+
+// testEvictedRecord writes 40 values with opts on instance A, deletes them
+// with del, floods Redis until the record the delete wrote (the namespace's
+// key ending in record) is evicted, and checks that A, B (which heard the
+// delete) and a new instance C serve none of them.
+func testEvictedRecord(t *testing.T, policy, record string, del func(context.Context, *instance) error, opts []hybrid.EntryOption) {
+	ctx := context.Background()
+	es := evictingServer(t, policy)
+	raw := evictingClient(t, es)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns}
+	a := newInstanceOn(t, "A", evictingClient(t, es), o, invalidate.Options{})
+	b := newInstanceOn(t, "B", evictingClient(t, es), o, invalidate.Options{})
+	keys, rkeys := evictionKeys(ns, 40)
+	for _, k := range keys {
+		if err := a.c.Set(ctx, k, "old", opts...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := del(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	records := []string{ns + ":" + record}
+	if n, err := raw.Exists(ctx, records...).Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS of the delete's record: %d, %v; want 1", n, err)
+	}
+	evicted := floodUntilEvicted(t, raw, records, rkeys)
+	left := surviving(t, raw, rkeys)
+	t.Logf("%s: records %q evicted: %v; %d of %d values left in Redis", policy, records, evicted, len(left), len(keys))
+	if evicted && len(left) == 0 {
+		t.Fatal("the flood evicted every value too: nothing to check")
+	}
+	c := newInstanceOn(t, "C", evictingClient(t, es), o, invalidate.Options{})
+	checkNotServed(t, []*instance{c, a, b}, keys, "old")
+}
