@@ -30,6 +30,7 @@ var evictionPolicies = []string{"allkeys-lru", "allkeys-lfu", "volatile-lru"}
 // few times, count as used more than a record read a few times.
 func evictingServer(t *testing.T, policy string) *redistest.Server {
 	t.Helper()
+	srv.NeedReal(t) // a redis-server of its own: not on the embedded fallback
 	s, err := redistest.StartWith("--maxmemory", "4mb", "--maxmemory-policy", policy,
 		"--maxmemory-samples", "10", "--lfu-log-factor", "0")
 	if err != nil {
