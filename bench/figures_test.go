@@ -15,7 +15,7 @@ import (
 	"github.com/hybridcache/hybridcache/l2"
 )
 
-// The figures of issue 23 items 4 and 5 (bench/RESULTS.md, "Hot keys and
+// The figures of hot-key precision and warm start (bench/RESULTS.md, "Hot keys and
 // warm start"), measured as tests and recorded with
 // go test -count=1 -v -run 'TestFigure' . in this module.
 

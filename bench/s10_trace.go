@@ -302,7 +302,7 @@ func scenarioTrace(ctx context.Context, e *env) (*section, error) {
 			sec.headline(fmt.Sprintf("%s, N = %s, L1 %d%%: L1 hit ours / otter alone / Belady; DB loads per key ours / otter alone", t.name, shape, mid),
 				fmt.Sprintf("%.1f / %.1f / %.1f%%; %s / %s", summarize(hitRatios(ours)).Median, summarize(hitRatios(alone)).Median, belady[ck],
 					sig3(summarize(loadsPerKey(ours, len(t.keys))).Median), sig3(summarize(loadsPerKey(alone, len(t.keys))).Median)),
-				"L1 hit ≥ otter alone − 0.2 (issue 22)")
+				"L1 hit ≥ otter alone − 0.2")
 		}
 	}
 	for ck, bySys := range results {

@@ -73,8 +73,8 @@ func scenarioOutage(ctx context.Context, e *env) (*section, error) {
 		"B and C then read at %s reads/s each (GetOrCreate, keys in a shuffled cycle, each read on its own goroutine: an open loop) "+
 		"from %s before the event until %s after its end. "+
 		"Mode keep is the default Options (LossGrace 1 s, the replay log); strict is StrictLoss: true, which flushes L1 when the bus "+
-		"drops and again when it is back, and since issue 19 reads through to Redis while the bus is down (while Redis answers). "+
-		"Before issue 19 strict only flushed, which is how the library behaved before issue 14; runs from before 2026-12-02 measured that.\n\n"+
+		"drops and again when it is back, and reads through to Redis while the bus is down (while Redis answers). "+
+		"Runs from before 2026-12-02 measured an older strict mode that only flushed.\n\n"+
 		"Events: (1) pub/sub blip: `CLIENT KILL TYPE pubsub` on the harness's own redis-server, then A sets %d keys (every 100th) "+
 		"at once, while the buses wait out their 100 ms; the event ends when B's and C's buses are both back. "+
 		"(2) Redis paused %s: SIGSTOP to the harness's redis-server, SIGCONT after %s. "+
@@ -158,9 +158,9 @@ func scenarioOutage(ctx context.Context, e *env) (*section, error) {
 		target := ""
 		switch i {
 		case 0:
-			target = "0 reloads and 0 stale reads (issue 14)"
+			target = "0 reloads and 0 stale reads"
 		case 1:
-			target = "no loads for keys within their L1 lifetime (issue 14)"
+			target = "no loads for keys within their L1 lifetime"
 		}
 		sec.headline(ev.short+": DB loads / Redis reads / stale after reconciling, keep vs strict",
 			fmt.Sprintf("%s / %s / %s vs %s / %s / %s",

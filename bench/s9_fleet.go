@@ -20,7 +20,7 @@ import (
 // Scenario 9: a fleet of N instances starts cold, all at once, and asks for
 // the same keys through a loader that takes 5 ms (the "database"): how many
 // times the database is asked for each key, with and without
-// Options.LoadLease (issue 15), and what that costs the callers.
+// Options.LoadLease, and what that costs the callers.
 
 const (
 	fleetCallers = 8                     // goroutines per instance
@@ -189,7 +189,7 @@ func scenarioFleet(ctx context.Context, e *env) (*section, error) {
 			}
 			sec.headline(fmt.Sprintf("fleet cold start, %d instances, same traffic: DB calls per key with / without LoadLease; p99 ratio", n),
 				fmt.Sprintf("%s / %s; %s", calls(lr), calls(base), fmtSpread(summarize(ratios(lp, bp)), "×")),
-				fmt.Sprintf("1.00 / %d.00; ≤ 1.2× (issue 15)", n))
+				fmt.Sprintf("1.00 / %d.00; ≤ 1.2×", n))
 		}
 	}
 	sec.addTable(t)

@@ -1514,7 +1514,7 @@ func TestIntegrationPrefixSeparates(t *testing.T) {
 }
 
 // TestIntegrationRecordedMessages: with a Secret, a signed message
-// recorded from the channel and published again (issue 19, item 10), or
+// recorded from the channel and published again (promise 8), or
 // published under a position of the recorder's choosing, as an unsigned
 // message can be too (item 9), can at most drop the keys it names: it
 // never plants an old value, and never moves where a replay starts.

@@ -403,7 +403,7 @@ func killBus(t *testing.T, in *instance) {
 func statReplays(s hybrid.Stats) uint64 { return s.Bus.Replays }
 
 // TestLossStoredDuringLoss: while B's bus is down and Redis answers, what
-// B reads is held to LossGrace too (issue 19, item 4): a value read for
+// B reads is held to LossGrace too (promise 4): a value read for
 // the first time during the loss, and one read again after LossGrace, is
 // checked against Redis once it has been served for LossGrace. With
 // StrictLoss, B serves nothing from L1 while its bus is down (item 6): every
@@ -453,7 +453,7 @@ func TestLossStoredDuringLoss(t *testing.T) {
 // lateRestore is a Bus that reports a restore only after the first
 // message that follows it, as a bus goroutine would look to a replay that
 // started late: the replay must still cover everything missed before the
-// loss (issue 19, item 5).
+// loss (promise 4).
 type lateRestore struct {
 	hybrid.Bus
 	restored chan struct{} // closed at the first restore

@@ -258,7 +258,7 @@ func BenchmarkPaired_ColdPageFloor(b *testing.B) {
 
 // BenchmarkPaired_WarmPage is a page of 50 keys that L1 holds, read by 50
 // GetOrCreate calls, against the same page read from Redis by 50
-// sequential GETs and decodes: the speed-up of issue 4's warm row. The
+// sequential GETs and decodes: the speed-up of the README's warm-page row. The
 // pages are read in turn from pageCount pages stored once.
 func BenchmarkPaired_WarmPage(b *testing.B) {
 	ps := storedPages(b)

@@ -470,7 +470,7 @@ func TestIntegrationQueueTimedOutWriteLanded(t *testing.T) {
 // TestIntegrationQueueLossDuringWrite: A's Set is still failing (its store
 // does not answer) when its bus reports the loss, the usual order, since
 // the write waits for its timeout and the bus notices a drop at once. The
-// queued value is what A serves until the replay (issue 19, item 2), and
+// queued value is what A serves until the replay (promise 1), and
 // also after a flush of L1 while it is still queued.
 func TestIntegrationQueueLossDuringWrite(t *testing.T) {
 	srv.NeedReal(t)

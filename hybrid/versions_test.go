@@ -68,7 +68,7 @@ func (b *heldBus) deliver(order ...int) {
 // and again in a replay, say) while a later write of A's to the same key
 // still waits for its message. The second copy must not count as that later
 // write's, or a peer's older value is swapped in over A's newer write
-// (issue 19, item 3).
+// (promise 2).
 func TestIntegrationOwnMessageTwice(t *testing.T) {
 	srv.NeedReal(t)
 	o := hybrid.Options{Namespace: redistest.Prefix(t), Secret: []byte("s")}

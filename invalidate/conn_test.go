@@ -232,7 +232,7 @@ func outages(t *testing.T, period, d time.Duration) (down float64, longest time.
 // TestBackoffUnderRepeatedKills cuts the Bus's connection every 300 ms: a
 // connection that lived longer than the wait before it resets the backoff,
 // so each outage lasts about ReconnectMin (50 ms), not up to ReconnectMax
-// (2 s). Issue 19 saw 65% down, in outages of up to 1.6 s, while a
+// (2 s). A measured outage pattern was 65% down, in outages of up to 1.6 s, while a
 // connection had to live ReconnectMax (2 s) to reset it.
 func TestBackoffUnderRepeatedKills(t *testing.T) {
 	down, longest, conns := outages(t, 300*time.Millisecond, 4*time.Second)
