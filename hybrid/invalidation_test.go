@@ -1516,7 +1516,7 @@ func TestIntegrationPrefixSeparates(t *testing.T) {
 // TestIntegrationRecordedMessages: with a Secret, a signed message
 // recorded from the channel and published again (promise 8), or
 // published under a position of the recorder's choosing, as an unsigned
-// message can be too (item 9), can at most drop the keys it names: it
+// message can be too, can at most drop the keys it names: it
 // never plants an old value, and never moves where a replay starts.
 func TestIntegrationRecordedMessages(t *testing.T) {
 	srv.NeedReal(t)

@@ -406,7 +406,7 @@ func statReplays(s hybrid.Stats) uint64 { return s.Bus.Replays }
 // B reads is held to LossGrace too (promise 4): a value read for
 // the first time during the loss, and one read again after LossGrace, is
 // checked against Redis once it has been served for LossGrace. With
-// StrictLoss, B serves nothing from L1 while its bus is down (item 6): every
+// StrictLoss, B serves nothing from L1 while its bus is down: every
 // read sees Redis at once.
 func TestLossStoredDuringLoss(t *testing.T) {
 	srv.NeedReal(t)
