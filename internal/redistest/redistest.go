@@ -39,7 +39,8 @@ type Server struct {
 	dir   string
 	port  int
 	mini  *miniredis.Miniredis
-	extra bool // HYBRID_REDIS_ADDR: not ours, never killed
+	extra bool     // HYBRID_REDIS_ADDR: not ours, never killed
+	args  []string // configuration given to StartOwn, after the defaults
 }
 
 // RequireReal reports whether HYBRID_REQUIRE_REDIS asks for a real server.
@@ -108,6 +109,7 @@ func (s *Server) spawn(path string) error {
 		"--protected-mode", "no",
 		"--loglevel", "warning",
 	)
+	cmd.Args = append(cmd.Args, s.args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return err
