@@ -547,6 +547,22 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	for _, d := range diverged {
 		t.Errorf("%s: not converged after quiescence: %s (README promise 2)", sc.name, d)
 	}
+	if t.Failed() {
+		// The calls of the stalest read's key from its source's write on.
+		var worst stale
+		for _, st := range histStaleness(h.ops) {
+			if st.by > worst.by {
+				worst = st
+			}
+		}
+		if worst.source != nil {
+			for _, o := range all {
+				if o.key == worst.read.key && o.ret >= worst.source.call && o.call <= worst.read.ret {
+					t.Logf("%s: around the stalest read: %v", sc.name, o)
+				}
+			}
+		}
+	}
 	if len(divergedKeys) > 0 {
 		// The writes of the first such key, and the reads in the fault
 		// phase of the values that ended up in L1 and in Redis.
