@@ -487,6 +487,10 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 		}
 		return false
 	})
+	// Read-your-writes with the loads as the history checker takes them
+	// (soakLocalLoads takes some out, whose later reads would then seem
+	// older than any write).
+	rywBad := rywViolations(h.ops)
 	local := soakLocalLoads(h, remotes)
 	// An empty restart deletes every key between the kill and the
 	// restart: a read that misses after it is no read-your-writes
@@ -500,7 +504,6 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	// if just before it (pending when there is none; not pending always,
 	// which makes porcupine's search too long). What an instance goes on
 	// serving that Redis lost is the convergence check's to find.
-	rywBad := rywViolations(h.ops)
 	for i, o := range h.ops {
 		if o.inst != histInstances {
 			continue
