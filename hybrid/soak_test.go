@@ -46,10 +46,13 @@ const (
 	// soakReconnect is the buses' reconnect wait (jittered down by up to
 	// half).
 	soakReconnect = 300 * time.Millisecond
-	// soakKeys is how many keys the clients use: more than the history
-	// checker's, so that the porcupine check of a longer history stays
-	// short per key.
-	soakKeys = 72
+	// soakKeys is how many keys the clients use, and soakClients how
+	// many clients each instance has: more keys and fewer clients than the
+	// history checker's, so that porcupine's check of a history 12 times
+	// longer, at a Δ of a second or more, ends within histCheckTimeout on
+	// 2 busy cores (with 3 clients and 72 keys it did not, 1 run in 4).
+	soakKeys    = 96
+	soakClients = 2
 	// soakMaxPause and soakMinPause bound the calm between two faults.
 	soakMinPause, soakMaxPause = 200 * time.Millisecond, 700 * time.Millisecond
 	// soakReadTimeout is A's shared tier's read timeout: longer than any
@@ -433,7 +436,7 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 			rec.addLoad(l)
 			return l.value, nil
 		}
-		for client := range histClients {
+		for client := range soakClients {
 			wg.Go(func() { runHistClient(rec, &opErrs, c, i, client, keys, load, nil, stop) })
 		}
 	}
