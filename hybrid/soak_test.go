@@ -53,6 +53,8 @@ const (
 	// 2 busy cores (with 3 clients and 72 keys it did not, 1 run in 4).
 	soakKeys    = 96
 	soakClients = 2
+	// soakGroups is how many parts the history is checked in, by key.
+	soakGroups = 8
 	// soakMaxPause and soakMinPause bound the calm between two faults.
 	soakMinPause, soakMaxPause = 200 * time.Millisecond, 700 * time.Millisecond
 	// soakReadTimeout is A's shared tier's read timeout: longer than any
@@ -106,12 +108,15 @@ func TestSoak(t *testing.T) {
 	all := []soakFault{soakPubsubKill, soakStop, soakSleep, soakCut, soakLag, soakRestartAOF, soakRestartEmpty}
 	for _, sc := range []soakScenario{
 		{name: "nemesis", kinds: all},
-		// Every fault kind holds while the instances wait faults out; with
-		// instances that give up on Redis, a read that fails loads, keeps
-		// the loaded value in L1 although its write-back failed too, and
-		// serves it after Redis answers again, while Redis and the others
-		// hold another value, until LocalTTL (no message or loss comes to
-		// drop it): seen after quiescence in 2 of 3 runs.
+		// Every fault kind holds while the instances wait faults out. With
+		// instances that give up on Redis, a read that fails loads; the
+		// loaded value stays in L1 although its write-back failed too,
+		// and is served after Redis answers again, while Redis and the
+		// others hold another value, until LocalTTL: no message or bus
+		// loss comes to drop it (a SIGSTOP or a DEBUG SLEEP leaves the
+		// pub/sub connections up). In 4 of 5 runs: keys not converged
+		// after quiescence (2 runs, 4 and 10 keys), a value that never
+		// reached Redis read after its load, or a Δ over the bound.
 		{name: "fail-fast", kinds: all, failFast: true, broken: "promise 2: an instance keeps serving a value it loaded while its read of Redis failed, after Redis answers again"},
 	} {
 		if sc.broken != "" && os.Getenv("HYBRID_SOAK_BROKEN") != "1" {
@@ -135,7 +140,6 @@ func (o soakOutage) length() time.Duration { return time.Duration(o.end - o.star
 
 // soakNemesis injects faults and records them.
 type soakNemesis struct {
-	t     *testing.T
 	rec   *histRecorder
 	own   *redistest.Server
 	admin *redis.Client
@@ -417,7 +421,7 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
 	}
-	n := &soakNemesis{t: t, rec: rec, own: own, admin: admin, proxy: proxy, lag: lag, keys: keys, kinds: sc.kinds}
+	n := &soakNemesis{rec: rec, own: own, admin: admin, proxy: proxy, lag: lag, keys: keys, kinds: sc.kinds}
 
 	// Clients call until the faults stop; errors are expected (writes
 	// fail while Redis is down: pending in the history) and only counted.
@@ -493,7 +497,7 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	// Read-your-writes with the loads as the history checker takes them
 	// (soakLocalLoads takes some out, whose later reads would then seem
 	// older than any write).
-	rywBad := rywViolations(h.ops)
+	rywBad := soakByKeys(h.ops, rywViolations)
 	local := soakLocalLoads(h, remotes)
 	// An empty restart deletes every key between the kill and the
 	// restart: a read that misses after it is no read-your-writes
@@ -540,7 +544,23 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 		t.Logf("%s: %c's bus: %s", sc.name, 'A'+i, strings.Join(b.events, ", "))
 		b.mu.Unlock()
 	}
-	historyVerdict(t, sc.name, h, bound)
+	// The history checked a few keys at a time: each key's history is
+	// checked on its own anyway (histPartition), but porcupine's time
+	// limit is for the whole: a 30 s soak's is 8 times the history
+	// checker's, too long for one check under -race on 2 busy cores.
+	keyGroup := map[string]int{}
+	for i, k := range keys {
+		keyGroup[k] = i * soakGroups / len(keys)
+	}
+	for g := range soakGroups {
+		part := &history{msgs: h.msgs, kills: h.kills}
+		for _, o := range h.ops {
+			if keyGroup[o.key] == g {
+				part.ops = append(part.ops, o)
+			}
+		}
+		historyVerdict(t, fmt.Sprintf("%s, keys %d/%d", sc.name, g+1, soakGroups), part, bound)
+	}
 	if len(rywBad) > 0 {
 		t.Errorf("%s: %d reads older than a write of their own instance that returned nil before them, with the empty restarts' deletes taking effect by the restart, want none (README promise 1)", sc.name, len(rywBad))
 		for i, v := range rywBad {
@@ -635,4 +655,19 @@ func soakLocalLoads(h *history, remotes []*soakRemote) (reads int) {
 		return false
 	})
 	return reads
+}
+
+// soakByKeys returns f of the calls of each key of h, joined, for an f
+// that compares calls of one key only (rywViolations, quadratic in the
+// calls it is given).
+func soakByKeys(h []histOp, f func([]histOp) []string) []string {
+	byKey := map[string][]histOp{}
+	for _, o := range h {
+		byKey[o.key] = append(byKey[o.key], o)
+	}
+	var out []string
+	for _, ops := range byKey {
+		out = append(out, f(ops)...)
+	}
+	return out
 }
