@@ -40,7 +40,7 @@ type Server struct {
 	port  int
 	mini  *miniredis.Miniredis
 	extra bool     // HYBRID_REDIS_ADDR: not ours, never killed
-	args  []string // more arguments for redis-server (StartWith)
+	args  []string // more arguments for redis-server, after the defaults (StartWith, StartOwn)
 }
 
 // RequireReal reports whether HYBRID_REQUIRE_REDIS asks for a real server.
