@@ -318,6 +318,10 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 				return 0, false
 			}
 			c.tags.learn(epoch, tag, t, recordUntil(&c.o, tag, t))
+			// A record written this very millisecond (another instance
+			// found it missing): a value this instance writes from now on
+			// must not count as written in it.
+			time.Sleep(time.Until(time.UnixMilli(t + 1)))
 			return t, true
 		}
 		if attempt > 0 {
