@@ -86,7 +86,10 @@ func TestRefreshBackoff(t *testing.T) {
 	waitFor(t, 3*time.Second, "the refreshed value in Redis", func() bool {
 		v, ok := redisValue(t, in.rdb, ns, "k")
 		return ok && v == "v2"
-	}, func() string { v, ok := redisValue(t, in.rdb, ns, "k"); return fmt.Sprintf("Redis holds %q (%v)", v, ok) })
+	}, func() string {
+		v, ok := redisValue(t, in.rdb, ns, "k")
+		return fmt.Sprintf("Redis holds %q (%v)", v, ok)
+	})
 }
 
 // leaseRefreshPair returns two instances sharing a namespace under
