@@ -108,9 +108,16 @@ func TestSoak(t *testing.T) {
 		}
 		run = d
 	}
-	all := []soakFault{soakPubsubKill, soakStop, soakSleep, soakCut, soakLag, soakRestartAOF, soakRestartEmpty}
+	held := []soakFault{soakPubsubKill, soakStop, soakSleep, soakCut, soakLag, soakRestartAOF}
+	all := append(held, soakRestartEmpty)
 	for _, sc := range []soakScenario{
-		{name: "nemesis", kinds: all},
+		{name: "nemesis", kinds: held},
+		// With restarts that come back empty as well: once in about six
+		// runs, an instance's Get returned a value it had loaded after its
+		// own Delete of the key had returned nil, around an empty restart
+		// (B/c1 get(k69) = l1.171 after B/c0 delete(k69); the load reached
+		// no other instance).
+		{name: "nemesis-empty-restarts", kinds: all, broken: "promise 1: a value loaded around an empty restart served after this instance's own Delete returned (about 1 run in 6)"},
 		// Every fault kind holds while the instances wait faults out. With
 		// instances that give up on Redis, a read that fails loads; the
 		// loaded value stays in L1 although its write-back failed too,
