@@ -20,8 +20,8 @@ const (
 
 	OpGet      Op = "get"       // a read of one key: a one-key fill's, or Expire's
 	OpGetMany  Op = "get_many"  // a batch fill's read of its keys
-	OpGetTag   Op = "get_tag"   // a read of a tag's delete record, to judge a tagged value
-	OpGetClear Op = "get_clear" // a read of the record of the last Clear, to judge a value
+	OpGetTag   Op = "get_tag"   // a read of a tag's delete record, to judge a tagged value; also its write when found missing, and the extension of its lifetime
+	OpGetClear Op = "get_clear" // a read of the record of the last Clear, to judge a value; also its write when found missing, and the extension of its lifetime
 
 	OpSet       Op = "set"        // Set's write, or a fill's write-back of one key
 	OpSetMany   Op = "set_many"   // SetMany's write, or a batch fill's write-back

@@ -301,10 +301,7 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 	if c.remote == nil {
 		return 0, true
 	}
-	op := OpGetTag
-	if tag == clearTag {
-		op = OpGetClear
-	}
+	op := recordOp(tag)
 	epoch := c.tags.currentEpoch()
 	for attempt := 0; ; attempt++ {
 		b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))
@@ -341,6 +338,14 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 			return now, true
 		}
 	}
+}
+
+// recordOp is the op of reads and writes of tag's record.
+func recordOp(tag string) Op {
+	if tag == clearTag {
+		return OpGetClear
+	}
+	return OpGetTag
 }
 
 // knowTags makes sure, before this instance writes a value that carries
@@ -382,7 +387,7 @@ func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
 	epoch := c.tags.currentEpoch()
 	b := encodeTagRecord(r.t)
 	w := Write{Key: c.tagKey(tag), Value: b, TTL: recordLife(&c.o, tag), If: IfEqual, Old: b}
-	stored, err := c.writeFeed(ctx, OpGetTag, tag, []Write{w}, Feed{})
+	stored, err := c.writeFeed(ctx, recordOp(tag), tag, []Write{w}, Feed{})
 	if err != nil {
 		return
 	}

@@ -101,7 +101,10 @@ func ExampleNewTracer() {
 			log.Fatal(err)
 		}
 	}
-	users.Close() // waits for the fill's write to the shared tier
+	// Close waits for the fill's write to the shared tier. Before it, the
+	// fill read the record of the namespace's last Clear, found it
+	// missing in a new namespace and wrote it (get_clear twice).
+	users.Close()
 
 	for _, s := range spans.Ended() {
 		fmt.Println(s.Name())
@@ -110,5 +113,7 @@ func ExampleNewTracer() {
 	// hybridcache.open_log
 	// hybridcache.get
 	// hybridcache.load
+	// hybridcache.get_clear
+	// hybridcache.get_clear
 	// hybridcache.set
 }
