@@ -1,50 +1,35 @@
 // Command invalidation shows cross-instance invalidation at work: three
-// instances of one hybrid cache, each a separate OS process with its own L1,
-// its own go-redis client and its own invalidate.Bus, hold one key in L1
-// while instance 1 changes it, and the program prints when instances 2 and
-// 3 first serve the new version.
+// instances of one hybrid cache, each in its own OS process with its own
+// L1, go-redis client and invalidate.Bus, hold one key in L1 while
+// instance 1 changes it with Set, and the program prints when instances 2
+// and 3 first serve the new version.
 //
 //	go run ./examples/invalidation                   # embedded Redis-compatible server
 //	go run ./examples/invalidation -writes 200       # adds p50/p99/max of the delays
 //	go run ./examples/invalidation -redis 127.0.0.1:6379 -writes 200
 //
-// With no -redis flag it starts miniredis inside this process on a free
-// port of 127.0.0.1. Figures measured against miniredis say little about
-// Redis: use -redis to measure a real server. The program writes only keys
-// under a namespace of its own, which it deletes at the end, and never
-// flushes anything.
+// newCache is the cache wiring every instance runs. The caches sign their
+// messages (Options.Secret), so a Set's message carries the new value and a
+// reader holding the key swaps it in without reading Redis; with
+// -inline=false messages name the key only (Options.InlineMaxBytes -1), and
+// readers drop it and read Redis again.
 //
-// The program runs itself again (os.Executable) for each instance and drives
-// them over their stdin and stdout, one JSON object per line. Before each
-// write, instances 2 and 3 read the key with GetOrCreate, so that they hold
-// it in L1; then they watch it while instance 1 calls Set. The caches sign
-// their messages (Options.Secret), so a Set's message carries the new value
-// and a reader holding the key swaps it in without reading Redis. With
-// -inline=false they have no Secret: messages carry only the key, and
-// readers drop it and read Redis again on the next Get.
-//
-// A delay is the time from Set returning on instance 1 to a reader's Get
-// returning the new version. The processes share one machine and so one
-// clock, but the figures are wall-clock differences between processes, and
-// a reader can see the value before Set returns on the writer (a negative
-// delay). A reader calls Get when its "bell" rings: a second subscriber on
-// its own bus, which the bus calls after the cache has handled the message;
-// it calls Get every millisecond too, in case the bell is late. With -poll d
-// a reader instead spins and calls Get every d, as a cache user polling it
-// would; on a machine with few cores the spinning readers then compete with
-// the writer and Redis for the CPU, which shows in the figures.
-//
-// Closing an instance's stdin makes it close its cache, bus and client and
-// exit; the parent waits for that and kills an instance (by its pid) only
-// if it has not exited after a few seconds.
+// The program is instance 1; it runs itself again for instances 2 and 3,
+// which read the key whenever their cache has applied a message
+// (Events.Invalidated), or, with -poll d, every d, spinning, as a cache user
+// polling it would, and report each new version they serve. A delay is the
+// time from Set returning on instance 1 to a reader's Get returning the new
+// version: a wall-clock difference between processes on one machine,
+// negative when the message beat Set's reply. Without -redis the program
+// starts miniredis in its own process, whose figures say little about
+// Redis. It writes only keys under a namespace of its own, and deletes
+// them at the end.
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,7 +39,6 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -65,20 +49,6 @@ import (
 	"github.com/hybridcache/hybridcache/l2"
 )
 
-// roleEnv marks a process started by the parent as an instance. Instances
-// read their configuration from the first line of stdin, which keeps the
-// secret out of the command line and the environment.
-const roleEnv = "HYBRIDCACHE_EXAMPLE_INVALIDATION_ROLE"
-
-const (
-	instances   = 3                // instance 1 writes, the others read
-	shown       = 5                // writes printed in full
-	key         = "product:42"     // the one key the demo changes
-	watchFor    = 5 * time.Second  // how long a reader waits for a version
-	replyWithin = 15 * time.Second // how long the parent waits for a reply
-	exitWithin  = 10 * time.Second // how long the parent waits for an exit
-)
-
 // Product is the cached value. Version counts the changes made by Set.
 type Product struct {
 	ID         string
@@ -86,192 +56,72 @@ type Product struct {
 	Version    int
 }
 
-// config is the first line an instance reads from stdin.
+// key is the one key the program changes.
+const key = "product:42"
+
+// loadProduct stands in for the database: version 0.
+func loadProduct(context.Context, string) (Product, error) {
+	return Product{ID: "42", PriceCents: 999}, nil
+}
+
+// config is what every instance runs with. Readers get it on the first
+// line of their stdin, which keeps the secret out of the command line and
+// the environment.
 type config struct {
-	ID        int
 	Redis     string
 	Namespace string
-	Secret    []byte
+	Secret    []byte // the same on every instance of the cache
+	Inline    bool
 	Poll      time.Duration
 }
 
-// command is a line from the parent to an instance.
-type command struct {
-	Op      string `json:"op"` // load, warm, watch, set, stats, delete
-	Version int    `json:"v,omitempty"`
+// newCache opens one instance's cache, on a client and a bus of its own,
+// set up as the cache's startup advisor asks (New logs no warning).
+// applied, if not nil, is called once the cache has applied another
+// instance's message. closeAll closes the cache, then the bus and the
+// client.
+func newCache(ctx context.Context, cfg config, applied func()) (c *hybrid.Cache[Product], closeAll func(), err error) {
+	rdb := redis.NewClient(&redis.Options{
+		Addr:                  cfg.Redis,
+		ContextTimeoutEnabled: true,                   // l2's 250 ms read bound reaches the socket
+		DialTimeout:           250 * time.Millisecond, // a dial outlives the call that started it
+		DialerRetries:         1,                      // one attempt per dial, not 5
+		MaxRetries:            1,
+	})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("redis at %s: %w", cfg.Redis, err)
+	}
+	bus := invalidate.New(rdb, invalidate.Options{}) // one pub/sub connection, for every cache of the process
+	o := hybrid.Options{
+		Namespace: cfg.Namespace,
+		Remote:    l2.New(rdb, l2.Options{}),
+		Bus:       bus,
+		Secret:    cfg.Secret, // signs messages, which may then carry values
+		TTL:       time.Minute,
+	}
+	if !cfg.Inline {
+		o.InlineMaxBytes = -1 // messages name the key only: peers drop their copy
+	}
+	if applied != nil {
+		o.Events.Invalidated = func(hybrid.Op, []string) { applied() }
+	}
+	if c, err = hybrid.New[Product](o); err != nil {
+		bus.Close()
+		rdb.Close()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); bus.Close(); rdb.Close() }, nil
 }
 
-// reply is a line from an instance to the parent.
-type reply struct {
-	Op      string        `json:"op"` // as the command, or ready, watching
-	ID      int           `json:"id,omitempty"`
-	PID     int           `json:"pid,omitempty"`
+// report is a line a reader writes: the version it first served and how
+// (its first line says where GetOrCreate found the key), and, once its
+// stdin ends, its Stats.
+type report struct {
 	Version int           `json:"v"`
-	Source  string        `json:"source,omitempty"` // where a read was served from
-	At      int64         `json:"at,omitempty"`     // wall clock, Unix nanoseconds
-	Took    time.Duration `json:"took,omitempty"`
-	Swapped uint64        `json:"swapped,omitempty"` // Stats.Invalidations.Swapped delta
-	L2Hits  uint64        `json:"l2hits,omitempty"`  // Stats.L2.Hits delta
-	Stats   *hybrid.Stats `json:"stats,omitempty"`   // for stats
-	Err     string        `json:"err,omitempty"`
-}
-
-func main() {
-	log.SetFlags(0)
-	if os.Getenv(roleEnv) == "instance" {
-		if err := runInstance(); err != nil {
-			log.Fatalf("instance: %v", err)
-		}
-		return
-	}
-	addr := flag.String("redis", "", "Redis address (host:port); empty starts an embedded server")
-	writes := flag.Int("writes", 1, "number of changes to make")
-	inline := flag.Bool("inline", true, "set Options.Secret, so that messages carry new values (false: readers drop the key and re-read Redis)")
-	poll := flag.Duration("poll", 0, "readers spin and call Get this often while waiting for a change (0: when their bus delivers it)")
-	flag.Parse()
-	if *writes < 1 {
-		log.Fatal("-writes must be at least 1")
-	}
-	if *poll < 0 {
-		log.Fatal("-poll must not be negative")
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, *addr, *writes, *poll, *inline); err != nil {
-		if ctx.Err() != nil {
-			log.Fatal("interrupted")
-		}
-		log.Fatal(err)
-	}
-}
-
-// run is the parent: it starts the instances, drives them and prints the
-// timeline.
-func run(ctx context.Context, addr string, writes int, poll time.Duration, inline bool) error {
-	embedded := addr == ""
-	if embedded {
-		m, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer m.Close()
-		addr = m.Addr()
-		fmt.Printf("Redis: none given, so an embedded miniredis at %s (in this process)\n", addr)
-		fmt.Println("NOTE: figures measured against miniredis are not Redis figures; use -redis host:port")
-	} else {
-		version, err := serverVersion(ctx, addr)
-		if err != nil {
-			return fmt.Errorf("redis at %s: %w", addr, err)
-		}
-		fmt.Printf("Redis: %s at %s\n", version, addr)
-	}
-
-	cfg := config{
-		Redis:     addr,
-		Namespace: fmt.Sprintf("example-invalidation-%d-%d", os.Getpid(), time.Now().UnixNano()),
-		Poll:      poll,
-	}
-	messages := "messages carry only the key (no Options.Secret)"
-	if inline {
-		cfg.Secret = make([]byte, 32)
-		if _, err := rand.Read(cfg.Secret); err != nil {
-			return err
-		}
-		messages = "signed messages carry the new value (Options.Secret)"
-	}
-	insts, err := startAll(ctx, cfg)
-	defer shutdown(insts)
-	if err != nil {
-		return err
-	}
-	pids := make([]string, len(insts))
-	for i, in := range insts {
-		pids[i] = fmt.Sprintf("%d (pid %d)", in.id, in.pid)
-	}
-	fmt.Printf("instances %s: each its own process, L1, go-redis client and bus\n", strings.Join(pids, ", "))
-	fmt.Printf("namespace %q, key %q, %s\n\n", cfg.Namespace, key, messages)
-
-	writer, readers := insts[0], insts[1:]
-	r, err := writer.call(ctx, command{Op: "load"})
-	if err != nil {
-		return err
-	}
-	fmt.Printf("instance %d GetOrCreate: v%d %s\n", writer.id, r.Version, sourceText(r.Source))
-	for _, in := range readers {
-		r, err := in.call(ctx, command{Op: "warm"})
-		if err != nil {
-			return err
-		}
-		fmt.Printf("instance %d GetOrCreate: v%d %s\n", in.id, r.Version, sourceText(r.Source))
-	}
-	fmt.Println()
-
-	delays := make([][]time.Duration, len(readers))
-	var sinceCall []time.Duration
-	var swapped, reread, other int
-	for v := 1; v <= writes; v++ {
-		show := v <= shown
-		seen, err := change(ctx, writer, readers, v, show)
-		if err != nil {
-			return err
-		}
-		for i, s := range seen {
-			delays[i] = append(delays[i], s.delay)
-			sinceCall = append(sinceCall, s.sinceCall)
-			switch s.how {
-			case howSwapped:
-				swapped++
-			case howReread:
-				reread++
-			default:
-				other++
-			}
-		}
-		if v == shown && writes > shown {
-			fmt.Printf("  ... writes %d to %d not shown\n", shown+1, writes)
-		}
-	}
-	fmt.Println()
-
-	if writes > 1 {
-		var all []time.Duration
-		early := 0
-		for _, ds := range delays {
-			all = append(all, ds...)
-			for _, d := range ds {
-				if d < 0 {
-					early++
-				}
-			}
-		}
-		fmt.Printf("propagation over %d writes, from Set returning on instance 1:\n", writes)
-		fmt.Printf("  %-16s %s  (%d before Set returned)\n", fmt.Sprintf("all %d reads:", len(all)), summary(all), early)
-		for i, in := range readers {
-			fmt.Printf("  %-16s %s\n", fmt.Sprintf("instance %d:", in.id), summary(delays[i]))
-		}
-		fmt.Printf("  from Set being called instead: %s\n", summary(sinceCall))
-		fmt.Printf("  %d swapped in from the message, %d re-read from Redis", swapped, reread)
-		if other > 0 {
-			fmt.Printf(", %d neither", other)
-		}
-		fmt.Println()
-	}
-	fmt.Println("delay: from Set returning on instance 1 to a reader's Get returning the new version,")
-	fmt.Println("  a wall-clock difference between processes on one machine (negative when the")
-	if poll == 0 {
-		fmt.Println("  message beat Set's reply); readers call Get once their bus has handed it to the cache")
-	} else {
-		fmt.Printf("  message beat Set's reply); readers spin and call Get every %s, so a figure may\n", micros(poll))
-		fmt.Println("  be up to that late, and spinning readers slow the writer and Redis on few cores")
-	}
-	fmt.Println()
-
-	if err := printStats(ctx, insts); err != nil {
-		return err
-	}
-	// Leave nothing behind on a shared server.
-	_, err = writer.call(ctx, command{Op: "delete"})
-	return err
+	At      int64         `json:"at,omitempty"` // when Get returned it, Unix nanoseconds
+	How     string        `json:"how"`
+	Stats   *hybrid.Stats `json:"stats,omitempty"`
 }
 
 // How a reader came to serve a new version.
@@ -281,447 +131,310 @@ const (
 	howOther   = "in L1 without a Redis read, but no swap counted"
 )
 
-// observation is one reader's view of one write.
-type observation struct {
-	delay     time.Duration // from Set returning on the writer
-	sinceCall time.Duration // from Set being called on the writer
-	how       string
-}
-
-// change makes the readers hold the key in L1 and watch it while the writer
-// sets version v, and returns what each reader saw. With show, it prints
-// the timeline of the write.
-func change(ctx context.Context, writer *instance, readers []*instance, v int, show bool) ([]observation, error) {
-	for _, in := range readers {
-		r, err := in.call(ctx, command{Op: "warm"})
-		if err != nil {
-			return nil, err
-		}
-		if r.Source != "L1" && v > 1 && show {
-			fmt.Printf("  (instance %d GetOrCreate before the write: v%d %s)\n", in.id, r.Version, sourceText(r.Source))
-		}
-	}
-	for _, in := range readers {
-		if _, err := in.call(ctx, command{Op: "watch", Version: v}); err != nil {
-			return nil, err
-		}
-	}
-	set, err := writer.call(ctx, command{Op: "set", Version: v})
-	if err != nil {
-		return nil, err
-	}
-	if show {
-		fmt.Printf("instance %d Set v%d (took %s)\n", writer.id, v, micros(set.Took))
-	}
-	obs := make([]observation, len(readers))
-	for i, in := range readers {
-		seen, err := in.recv(ctx, "watch")
-		if err != nil {
-			return nil, err
-		}
-		o := observation{delay: time.Duration(seen.At - set.At), how: howOther}
-		o.sinceCall = o.delay + set.Took
-		switch {
-		case seen.L2Hits > 0:
-			o.how = howReread
-		case seen.Swapped > 0:
-			o.how = howSwapped
-		}
-		obs[i] = o
-		if show {
-			when := "after " + micros(o.delay)
-			if o.delay < 0 {
-				when = micros(-o.delay) + " before Set returned on instance 1"
-			}
-			fmt.Printf("    instance %d serves v%d %s (%s)\n", in.id, seen.Version, when, o.how)
-		}
-	}
-	return obs, nil
-}
-
-// printStats prints each instance's counters.
-func printStats(ctx context.Context, insts []*instance) error {
-	fmt.Println("stats (L1.Hits include the readers' Gets while watching):")
-	for _, in := range insts {
-		r, err := in.call(ctx, command{Op: "stats"})
-		if err != nil {
-			return err
-		}
-		s := r.Stats
-		fmt.Printf("  instance %d: L1.Hits %d  L2.Hits %d  Load.Calls %d  Sent %d  Applied %d  Own %d  Swapped %d\n",
-			in.id, s.L1.Hits, s.L2.Hits, s.Load.Calls, s.Invalidations.Sent, s.Invalidations.Applied, s.Invalidations.Own, s.Invalidations.Swapped)
-		if s.Invalidations.Unauthentic+s.Invalidations.Invalid+s.Bus.Losses+s.L2.Errors+s.Invalidations.PublishErrors > 0 {
-			fmt.Printf("    Unauthentic %d  Invalid %d  Bus.Losses %d  L2.Errors %d  PublishErrors %d\n",
-				s.Invalidations.Unauthentic, s.Invalidations.Invalid, s.Bus.Losses, s.L2.Errors, s.Invalidations.PublishErrors)
-		}
-	}
-	return nil
-}
-
-// serverVersion pings the server at addr and returns its name and version.
-func serverVersion(ctx context.Context, addr string) (string, error) {
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return "", err
-	}
-	info, _ := rdb.Info(ctx, "server").Result()
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return "redis-server " + v, nil
-		}
-	}
-	return "server", nil
-}
-
-// instance is the parent's handle on one instance process.
-type instance struct {
-	id, pid int
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	enc     *json.Encoder
-	replies chan reply // closed when stdout ends
-	exited  chan error // cmd.Wait's result, after replies is closed
-}
-
-// startAll starts every instance and waits until each is ready. It returns
-// the instances it started even with an error, so that the caller can stop
-// them.
-func startAll(ctx context.Context, cfg config) ([]*instance, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	var insts []*instance
-	for id := 1; id <= instances; id++ {
-		in, err := start(exe, id, cfg)
-		if err != nil {
-			return insts, err
-		}
-		insts = append(insts, in)
-	}
-	for _, in := range insts {
-		r, err := in.recv(ctx, "ready")
-		if err != nil {
-			return insts, err
-		}
-		in.pid = r.PID
-	}
-	return insts, nil
-}
-
-// start runs exe as instance id and sends it its configuration.
-func start(exe string, id int, cfg config) (*instance, error) {
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), roleEnv+"=instance")
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start instance %d: %w", id, err)
-	}
-	in := &instance{
-		id: id, pid: cmd.Process.Pid, cmd: cmd, stdin: stdin, enc: json.NewEncoder(stdin),
-		replies: make(chan reply), exited: make(chan error, 1),
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var r reply
-			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-				r = reply{Op: "garbled", Err: fmt.Sprintf("%q: %v", sc.Text(), err)}
-			}
-			in.replies <- r
-		}
-		close(in.replies)
-		in.exited <- cmd.Wait() // after stdout is read to its end
-	}()
-	cfg.ID = id
-	if err := in.enc.Encode(cfg); err != nil {
-		return in, fmt.Errorf("configure instance %d: %w", id, err)
-	}
-	return in, nil
-}
-
-// call sends c and returns the reply to it.
-func (in *instance) call(ctx context.Context, c command) (reply, error) {
-	if err := in.enc.Encode(c); err != nil {
-		return reply{}, fmt.Errorf("instance %d: %s: %w", in.id, c.Op, err)
-	}
-	if c.Op == "watch" {
-		return in.recv(ctx, "watching")
-	}
-	return in.recv(ctx, c.Op)
-}
-
-// recv returns the next reply, which must be op.
-func (in *instance) recv(ctx context.Context, op string) (reply, error) {
-	t := time.NewTimer(replyWithin)
-	defer t.Stop()
-	select {
-	case r, ok := <-in.replies:
-		switch {
-		case !ok:
-			return r, fmt.Errorf("instance %d exited while the parent waited for %s", in.id, op)
-		case r.Err != "":
-			return r, fmt.Errorf("instance %d: %s: %s", in.id, r.Op, r.Err)
-		case r.Op != op:
-			return r, fmt.Errorf("instance %d: got %q, want %q", in.id, r.Op, op)
-		}
-		return r, nil
-	case <-t.C:
-		return reply{}, fmt.Errorf("instance %d: no %s after %v", in.id, op, replyWithin)
-	case <-ctx.Done():
-		return reply{}, ctx.Err()
-	}
-}
-
-// shutdown closes every instance's stdin, which makes it close its cache and
-// exit, and waits for them; an instance still running after exitWithin is
-// killed by its pid.
-func shutdown(insts []*instance) {
-	if len(insts) == 0 {
-		return
-	}
-	for _, in := range insts {
-		in.stdin.Close()
-		go func() {
-			for range in.replies { // unread replies, if the run stopped early
-			}
-		}()
-	}
-	deadline := time.NewTimer(exitWithin)
-	defer deadline.Stop()
-	clean := 0
-	for _, in := range insts {
-		var err error
-		select {
-		case err = <-in.exited:
-		case <-deadline.C:
-			fmt.Fprintf(os.Stderr, "instance %d (pid %d) did not exit: killing it\n", in.id, in.cmd.Process.Pid)
-			in.cmd.Process.Kill()
-			err = <-in.exited
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "instance %d (pid %d): %v\n", in.id, in.cmd.Process.Pid, err)
-			continue
-		}
-		clean++
-	}
-	fmt.Printf("\n%d of %d instances closed their cache and bus and exited\n", clean, len(insts))
-}
-
-// summary formats the percentiles of ds.
-func summary(ds []time.Duration) string {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return fmt.Sprintf("p50 %s  p99 %s  max %s", micros(percentile(s, 50)), micros(percentile(s, 99)), micros(s[len(s)-1]))
-}
-
-// percentile returns the p-th percentile (nearest rank) of sorted s.
-func percentile(s []time.Duration, p int) time.Duration {
-	i := (len(s)*p+99)/100 - 1
-	return s[max(i, 0)]
-}
-
-// micros formats d in whole microseconds.
-func micros(d time.Duration) string {
-	return fmt.Sprintf("%dµs", d.Microseconds())
-}
-
-// sourceText says where a read was served from.
-func sourceText(source string) string {
-	switch source {
-	case "L1":
-		return "from L1"
-	case "Redis":
-		return "from Redis, now in L1"
-	case "load":
-		return "from the loader, now in L1 and Redis"
-	}
-	return "from " + source
-}
-
-// runInstance is one instance: a cache with its own L1, client and bus, run
-// by commands on stdin until stdin ends.
-func runInstance() error {
+// runReader is instance 2 or 3: it reads the key until its stdin ends and
+// reports each new version it serves.
+func runReader(stdin io.Reader, stdout io.Writer) error {
 	signal.Ignore(os.Interrupt) // the parent decides when to stop
-	in := bufio.NewScanner(os.Stdin)
-	out := json.NewEncoder(os.Stdout)
+	dec, out := json.NewDecoder(stdin), json.NewEncoder(stdout)
 	var cfg config
-	if !in.Scan() {
-		return errors.New("no configuration on stdin")
-	}
-	if err := json.Unmarshal(in.Bytes(), &cfg); err != nil {
+	if err := dec.Decode(&cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
 	ctx := context.Background()
-
-	// The client as the cache's startup advisor asks for it: l2's time
-	// bounds reach the socket, and a dial gives up at once.
-	rdb := redis.NewClient(&redis.Options{
-		Addr:                  cfg.Redis,
-		ContextTimeoutEnabled: true,
-		DialTimeout:           250 * time.Millisecond,
-		DialerRetries:         1,
-		MaxRetries:            1,
-	})
-	defer rdb.Close()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis at %s: %w", cfg.Redis, err)
-	}
-	bus := invalidate.New(rdb, invalidate.Options{})
-	defer bus.Close()
-	channel := "hybridcache:" + cfg.Namespace
-	c, err := hybrid.New[Product](hybrid.Options{
-		Namespace: cfg.Namespace,
-		Remote:    l2.New(rdb, l2.Options{}),
-		Bus:       bus,
-		Channel:   channel,
-		Secret:    cfg.Secret,
-		TTL:       time.Minute,
-	})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	// The bell is a second subscriber on the cache's channel. The bus calls
-	// subscribers in turn, so it rings once the cache has handled a message.
-	bell := make(chan struct{}, 1)
-	unsub, err := bus.Subscribe(ctx, channel, func([]byte) {
+	bell := make(chan struct{}, 1) // rings when the cache has applied a message
+	c, closeAll, err := newCache(ctx, cfg, func() {
 		select {
 		case bell <- struct{}{}:
 		default:
 		}
-	}, func(bool) {})
+	})
 	if err != nil {
 		return err
 	}
-	defer unsub()
-
-	if err := out.Encode(reply{Op: "ready", ID: cfg.ID, PID: os.Getpid()}); err != nil {
+	defer closeAll()
+	loads := c.Stats().Load.Calls
+	p, err := c.GetOrCreate(ctx, key, loadProduct)
+	if err != nil {
 		return err
 	}
-	for in.Scan() {
-		var cmd command
-		if err := json.Unmarshal(in.Bytes(), &cmd); err != nil {
-			return fmt.Errorf("command %q: %w", in.Text(), err)
-		}
-		var r reply
-		if cmd.Op == "watch" {
-			r, err = watch(ctx, c, cmd.Version, cfg.Poll, bell, func() error {
-				return out.Encode(reply{Op: "watching"})
-			})
-		} else {
-			r, err = handle(ctx, c, cmd)
-		}
-		r.Op = cmd.Op
-		if err != nil {
-			r.Err = err.Error()
-		}
-		if err := out.Encode(r); err != nil {
-			return err
-		}
+	how := "from Redis, now in L1"
+	if c.Stats().Load.Calls > loads {
+		how = "from the loader, now in L1 and Redis"
 	}
-	return in.Err() // nil at the end of stdin: the deferred closes run
-}
-
-// handle runs one command other than watch on c.
-func handle(ctx context.Context, c *hybrid.Cache[Product], cmd command) (reply, error) {
-	before := c.Stats()
-	switch cmd.Op {
-	case "load", "warm":
-		p, err := c.GetOrCreate(ctx, key, func(context.Context, string) (Product, error) {
-			return Product{ID: "42", PriceCents: 999}, nil // v0, as from a database
-		})
-		return reply{Version: p.Version, Source: source(before, c.Stats())}, err
-	case "set":
-		p := Product{ID: "42", PriceCents: 999 + cmd.Version, Version: cmd.Version}
-		start := time.Now()
-		err := c.Set(ctx, key, p)
-		end := time.Now()
-		return reply{Version: cmd.Version, At: end.UnixNano(), Took: end.Sub(start)}, err
-	case "stats":
-		// Let this instance's own last message come back before counting.
-		for start := time.Now(); before.Invalidations.Own < before.Invalidations.Sent && time.Since(start) < time.Second; {
-			time.Sleep(time.Millisecond)
-			before = c.Stats()
+	if err := out.Encode(report{Version: p.Version, How: how}); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { io.Copy(io.Discard, stdin); close(done) }()
+	for have, before := p.Version, c.Stats(); ; {
+		select {
+		case <-done:
+			st := c.Stats()
+			return out.Encode(report{Stats: &st})
+		default:
 		}
-		return reply{Stats: &before}, nil
-	case "delete":
-		return reply{}, c.Delete(ctx, key)
-	}
-	return reply{}, fmt.Errorf("unknown command %q", cmd.Op)
-}
-
-// watch calls started, then Get until it returns version v or later, and
-// reports when it did and how the new version got into L1. With poll 0 it
-// calls Get when the bell rings, and every millisecond in case it does not.
-// Otherwise it calls Get every poll and spins in between: time.Sleep cannot
-// wait this briefly on most systems.
-func watch(ctx context.Context, c *hybrid.Cache[Product], v int, poll time.Duration, bell <-chan struct{}, started func() error) (reply, error) {
-	select {
-	case <-bell: // an old ring
-	default:
-	}
-	before := c.Stats()
-	if err := started(); err != nil {
-		return reply{}, err
-	}
-	deadline := time.Now().Add(watchFor)
-	for {
 		p, ok, err := c.Get(ctx, key)
 		now := time.Now()
 		if err != nil {
-			return reply{}, err
+			return err
 		}
-		if ok && p.Version >= v {
+		if ok && p.Version > have {
 			// Stats.Invalidations.Swapped moves just after the value does.
 			after := c.Stats()
 			for after.Invalidations.Swapped == before.Invalidations.Swapped && after.L2.Hits == before.L2.Hits && time.Since(now) < 100*time.Millisecond {
 				runtime.Gosched()
 				after = c.Stats()
 			}
-			return reply{
-				Version: p.Version,
-				At:      now.UnixNano(),
-				Swapped: after.Invalidations.Swapped - before.Invalidations.Swapped,
-				L2Hits:  after.L2.Hits - before.L2.Hits,
-			}, nil
+			r := report{Version: p.Version, At: now.UnixNano(), How: howOther}
+			switch {
+			case after.L2.Hits > before.L2.Hits:
+				r.How = howReread
+			case after.Invalidations.Swapped > before.Invalidations.Swapped:
+				r.How = howSwapped
+			}
+			if err := out.Encode(r); err != nil {
+				return err
+			}
+			have, before = p.Version, after
 		}
-		if now.After(deadline) {
-			return reply{}, fmt.Errorf("still no v%d after %v (have v%d)", v, watchFor, p.Version)
-		}
-		if poll == 0 {
+		if cfg.Poll == 0 {
 			select {
 			case <-bell:
-			case <-time.After(time.Millisecond):
+			case <-time.After(time.Millisecond): // in case the bell is late
 			}
 			continue
 		}
-		for next := now.Add(poll); time.Now().Before(next); {
-			runtime.Gosched()
+		for next := now.Add(cfg.Poll); time.Now().Before(next); {
+			runtime.Gosched() // time.Sleep cannot wait this briefly
 		}
 	}
 }
 
-// source says which tier answered between two snapshots of Stats.
-func source(before, after hybrid.Stats) string {
-	switch {
-	case after.Load.Calls > before.Load.Calls:
-		return "load"
-	case after.L2.Hits > before.L2.Hits:
-		return "Redis"
-	case after.L1.Hits > before.L1.Hits:
-		return "L1"
+// roleEnv marks a process the program started as a reader.
+const roleEnv = "HYBRIDCACHE_EXAMPLE_INVALIDATION_ROLE"
+
+func main() {
+	log.SetFlags(0)
+	if os.Getenv(roleEnv) == "reader" {
+		if err := runReader(os.Stdin, os.Stdout); err != nil {
+			log.Fatalf("reader: %v", err)
+		}
+		return
 	}
-	return "nowhere"
+	cfg := config{}
+	flag.StringVar(&cfg.Redis, "redis", "", "Redis address (host:port); empty starts an embedded server")
+	writes := flag.Int("writes", 1, "number of changes to make")
+	flag.BoolVar(&cfg.Inline, "inline", true, "messages carry new values (false: they name the key only, and readers re-read Redis)")
+	flag.DurationVar(&cfg.Poll, "poll", 0, "readers spin and call Get this often (0: when their cache has applied a message)")
+	flag.Parse()
+	if *writes < 1 || cfg.Poll < 0 {
+		log.Fatal("-writes must be at least 1, -poll not negative")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, *writes, os.Stdout, os.Stderr); err != nil {
+		if ctx.Err() != nil {
+			log.Fatal("interrupted")
+		}
+		log.Fatal(err)
+	}
 }
+
+// run is instance 1: it starts the readers, makes writes changes, and
+// prints the timeline to out; the readers' logs go to errOut.
+func run(ctx context.Context, cfg config, writes int, out, errOut io.Writer) error {
+	if cfg.Redis == "" {
+		m, err := miniredis.Run()
+		if err != nil {
+			return err
+		}
+		defer m.Close()
+		cfg.Redis = m.Addr()
+		fmt.Fprintf(out, "Redis: none given, so an embedded miniredis at %s (in this process)\n", cfg.Redis)
+		fmt.Fprintln(out, "NOTE: figures measured against miniredis are not Redis figures; use -redis host:port")
+	} else {
+		fmt.Fprintf(out, "Redis at %s\n", cfg.Redis)
+	}
+	cfg.Namespace = fmt.Sprintf("example-invalidation-%d-%d", os.Getpid(), time.Now().UnixNano())
+	cfg.Secret = make([]byte, 32)
+	rand.Read(cfg.Secret)
+	writer, closeWriter, err := newCache(ctx, cfg, nil)
+	if err != nil {
+		return err
+	}
+	defer closeWriter()
+	defer writer.Delete(context.Background(), key) // leave nothing behind on a shared server
+	if _, err := writer.GetOrCreate(ctx, key, loadProduct); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "instance 1 (pid %d) GetOrCreate: v0 from the loader, now in L1 and Redis\n", os.Getpid())
+	readers, err := startReaders(ctx, cfg, errOut)
+	defer stopReaders(readers, out, errOut)
+	if err != nil {
+		return err
+	}
+	for i, r := range readers {
+		first, err := r.next()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "instance %d (pid %d) GetOrCreate: v%d %s\n", i+2, r.cmd.Process.Pid, first.Version, first.How)
+	}
+	messages := "signed messages carry the new value"
+	if !cfg.Inline {
+		messages = "signed messages name the key only"
+	}
+	fmt.Fprintf(out, "namespace %q, key %q, %s\n\n", cfg.Namespace, key, messages)
+
+	const shown = 5 // writes printed in full
+	var delays []time.Duration
+	hows := map[string]int{}
+	for v := 1; v <= writes; v++ {
+		start := time.Now()
+		if err := writer.Set(ctx, key, Product{ID: "42", PriceCents: 999 + v, Version: v}); err != nil {
+			return err
+		}
+		set := time.Now()
+		if v <= shown {
+			fmt.Fprintf(out, "instance 1 Set v%d (took %s)\n", v, micros(set.Sub(start)))
+		}
+		for i, r := range readers {
+			seen, err := r.next()
+			if err != nil {
+				return err
+			}
+			if seen.Version != v {
+				return fmt.Errorf("instance %d served v%d after the Set of v%d", i+2, seen.Version, v)
+			}
+			d := time.Duration(seen.At - set.UnixNano())
+			delays = append(delays, d)
+			hows[seen.How]++
+			if v <= shown {
+				when := "after " + micros(d)
+				if d < 0 {
+					when = micros(-d) + " before Set returned on instance 1"
+				}
+				fmt.Fprintf(out, "    instance %d serves v%d %s (%s)\n", i+2, v, when, seen.How)
+			}
+		}
+		if v == shown && writes > shown {
+			fmt.Fprintf(out, "  ... writes %d to %d not shown\n", shown+1, writes)
+		}
+	}
+	if writes > 1 {
+		s := slices.Sorted(slices.Values(delays))
+		at := func(p int) time.Duration { return s[max((len(s)*p+99)/100-1, 0)] } // nearest rank
+		fmt.Fprintf(out, "\npropagation over %d writes to 2 readers: p50 %s  p99 %s  max %s\n", writes, micros(at(50)), micros(at(99)), micros(s[len(s)-1]))
+		fmt.Fprintf(out, "  %d swapped in from the message, %d re-read from Redis, %d neither\n", hows[howSwapped], hows[howReread], hows[howOther])
+	}
+	fmt.Fprintln(out, "\ndelay: from Set returning on instance 1 to a reader's Get returning the new version,")
+	fmt.Fprintln(out, "  a wall-clock difference between processes on one machine (negative when the message beat Set's reply)")
+	if cfg.Poll > 0 {
+		fmt.Fprintf(out, "  readers spin and call Get every %s, so a figure may be up to that late\n", micros(cfg.Poll))
+	}
+	// Let instance 1's own last message come back before counting.
+	st := writer.Stats()
+	for start := time.Now(); st.Invalidations.Own < st.Invalidations.Sent && time.Since(start) < time.Second; st = writer.Stats() {
+		time.Sleep(time.Millisecond)
+	}
+	fmt.Fprintln(out, "\nstats (the readers' L1.Hits include their Gets while waiting):")
+	printStats(out, 1, st)
+	return nil
+}
+
+// printStats prints an instance's main counters, and its errors if any.
+func printStats(out io.Writer, id int, s hybrid.Stats) {
+	fmt.Fprintf(out, "  instance %d: L1.Hits %d  L2.Hits %d  Load.Calls %d  Sent %d  Applied %d  Own %d  Swapped %d\n",
+		id, s.L1.Hits, s.L2.Hits, s.Load.Calls, s.Invalidations.Sent, s.Invalidations.Applied, s.Invalidations.Own, s.Invalidations.Swapped)
+	if s.Invalidations.Unauthentic+s.Invalidations.Invalid+s.Bus.Losses+s.L2.Errors+s.Invalidations.PublishErrors > 0 {
+		fmt.Fprintf(out, "    Unauthentic %d  Invalid %d  Bus.Losses %d  L2.Errors %d  PublishErrors %d\n",
+			s.Invalidations.Unauthentic, s.Invalidations.Invalid, s.Bus.Losses, s.L2.Errors, s.Invalidations.PublishErrors)
+	}
+}
+
+// reader is instance 1's handle on a reader process.
+type reader struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	dec   *json.Decoder
+}
+
+// startReaders runs this program again as instances 2 and 3 and sends each
+// its configuration. It returns the readers it started even with an error,
+// for stopReaders. When ctx ends it closes their stdin, which stops them.
+func startReaders(ctx context.Context, cfg config, errOut io.Writer) ([]*reader, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	var rs []*reader
+	for range 2 {
+		r := &reader{cmd: exec.Command(exe)}
+		r.cmd.Env = append(os.Environ(), roleEnv+"=reader")
+		r.cmd.Stderr = errOut
+		stdout, err := r.cmd.StdoutPipe()
+		if err != nil {
+			return rs, err
+		}
+		if r.stdin, err = r.cmd.StdinPipe(); err != nil {
+			return rs, err
+		}
+		if err := r.cmd.Start(); err != nil {
+			return rs, err
+		}
+		r.dec = json.NewDecoder(stdout)
+		rs = append(rs, r)
+		if err := json.NewEncoder(r.stdin).Encode(cfg); err != nil {
+			return rs, err
+		}
+	}
+	context.AfterFunc(ctx, func() {
+		for _, r := range rs {
+			r.stdin.Close()
+		}
+	})
+	return rs, nil
+}
+
+// next returns the reader's next report. A reader silent for 15 seconds
+// is killed (by its pid), which ends the wait.
+func (r *reader) next() (report, error) {
+	kill := time.AfterFunc(15*time.Second, func() { r.cmd.Process.Kill() })
+	defer kill.Stop()
+	var rep report
+	if err := r.dec.Decode(&rep); err != nil {
+		return rep, fmt.Errorf("reader (pid %d): %w", r.cmd.Process.Pid, err)
+	}
+	return rep, nil
+}
+
+// stopReaders closes each reader's stdin, which makes it report its Stats,
+// close its cache, bus and client and exit, and waits for it.
+func stopReaders(rs []*reader, out, errOut io.Writer) {
+	for _, r := range rs {
+		r.stdin.Close()
+	}
+	clean := 0
+	for i, r := range rs {
+		for {
+			rep, err := r.next() // the reports left unread, if the run stopped early
+			if err != nil {
+				break
+			}
+			if rep.Stats != nil {
+				printStats(out, i+2, *rep.Stats)
+			}
+		}
+		if err := r.cmd.Wait(); err != nil {
+			fmt.Fprintf(errOut, "instance %d (pid %d): %v\n", i+2, r.cmd.Process.Pid, err)
+			continue
+		}
+		clean++
+	}
+	if len(rs) > 0 {
+		fmt.Fprintf(out, "\n%d of %d readers closed their cache and bus and exited\n", clean, len(rs))
+	}
+}
+
+// micros formats d in whole microseconds.
+func micros(d time.Duration) string { return fmt.Sprintf("%dµs", d.Microseconds()) }
