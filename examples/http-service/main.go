@@ -22,10 +22,15 @@
 // record in Redis every 30 seconds (hybrid.Options.HotSetEvery), and only
 // then reports ready, so a restart or a new instance takes traffic warm.
 // While serving, it logs the hit ratio every 10 seconds when it changed.
+//
+// Every instance of the service must sign its cache's messages with the
+// same secret: set CACHE_SECRET (in production, from a secret store). Left
+// empty, a random one is drawn, which suits a single instance.
 package main
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -100,9 +105,22 @@ type service struct {
 	ready    atomic.Bool // warmUp is done
 }
 
-// newService returns the service, with its cache over rdb. Close releases
-// it; rdb stays the caller's to close, after that.
-func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error) {
+// newClient returns a Redis client as the cache's startup advisor asks for
+// it (New logs a warning otherwise).
+func newClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,                   // l2's 250 ms read bound reaches the socket
+		DialTimeout:           250 * time.Millisecond, // a dial outlives the call that started it
+		DialerRetries:         1,                      // one attempt per dial, not 5
+		MaxRetries:            1,
+	})
+}
+
+// newService returns the service, with its cache over rdb, signing its
+// messages with secret (the same on every instance). Close releases it;
+// rdb stays the caller's to close, after that.
+func newService(rdb redis.UniversalClient, secret []byte, logger *slog.Logger) (*service, error) {
 	s := &service{bus: invalidate.New(rdb, invalidate.Options{Logger: logger}), log: logger}
 
 	// The exporter is the meter provider's reader: each scrape of /metrics
@@ -129,6 +147,7 @@ func newService(rdb redis.UniversalClient, logger *slog.Logger) (*service, error
 		Namespace:   namespace,
 		Remote:      l2.New(rdb, l2.Options{}),
 		Bus:         s.bus,
+		Secret:      secret, // signs messages, which then carry new values
 		Codec:       codec.Msgpack{},
 		TTL:         10 * time.Minute,
 		LocalTTL:    time.Minute,
@@ -279,12 +298,17 @@ func run(addr, redisAddr string, selftest bool) error {
 		redisAddr = m.Addr()
 		log.Printf("no -redis given: using an embedded Redis-compatible server (miniredis) at %s", redisAddr)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: redisAddr})
+	rdb := newClient(redisAddr)
 	defer rdb.Close()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		return fmt.Errorf("redis at %s: %w", redisAddr, err)
 	}
-	s, err := newService(rdb, slog.Default())
+	secret := []byte(os.Getenv("CACHE_SECRET"))
+	if len(secret) == 0 {
+		secret = make([]byte, 32)
+		rand.Read(secret)
+	}
+	s, err := newService(rdb, secret, slog.Default())
 	if err != nil {
 		return err
 	}
@@ -304,7 +328,7 @@ func run(addr, redisAddr string, selftest bool) error {
 	log.Printf("serving on %s: GET /products/{id}, /metrics, /", base)
 
 	if selftest {
-		err = selfTest(ctx, base, os.Stdout, s, func() (*service, error) { return newService(rdb, slog.Default()) })
+		err = selfTest(ctx, base, os.Stdout, s, func() (*service, error) { return newService(rdb, secret, slog.Default()) })
 	} else {
 		s.warmUp(ctx)
 		err = wait(ctx, s, served)

@@ -34,15 +34,18 @@ func newTestServer(t *testing.T) *httptest.Server {
 func newTestRedis(t *testing.T) *redis.Client {
 	t.Helper()
 	m := miniredis.RunT(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	rdb := newClient(m.Addr())
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }
 
+// testSecret is what every instance of a test signs with.
+var testSecret = []byte("0123456789abcdef0123456789abcdef")
+
 // serve starts a service on rdb and serves it until the test ends.
 func serve(t *testing.T, rdb redis.UniversalClient) (*service, *httptest.Server) {
 	t.Helper()
-	s, err := newService(rdb, slog.New(slog.DiscardHandler))
+	s, err := newService(rdb, testSecret, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +215,7 @@ func TestSelfTest(t *testing.T) {
 	rdb := newTestRedis(t)
 	s, srv := serve(t, rdb)
 	var out strings.Builder
-	another := func() (*service, error) { return newService(rdb, slog.New(slog.DiscardHandler)) }
+	another := func() (*service, error) { return newService(rdb, testSecret, slog.New(slog.DiscardHandler)) }
 	if err := selfTest(t.Context(), srv.URL, &out, s, another); err != nil {
 		t.Fatalf("selfTest: %v\n%s", err, out.String())
 	}
@@ -220,5 +223,21 @@ func TestSelfTest(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("selfTest output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestNoStartupAdvice: the service's client and cache are set up as the
+// cache's startup advisor asks, so New logs nothing at warning level.
+func TestNoStartupAdvice(t *testing.T) {
+	var logs strings.Builder
+	s, err := newService(newTestRedis(t), testSecret, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Error(err)
+	}
+	if logs.Len() > 0 {
+		t.Errorf("newService logged:\n%s", logs.String())
 	}
 }
