@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -44,8 +45,14 @@ func TestDemo(t *testing.T) {
 func testDemo(t *testing.T, codec string) {
 	m := miniredis.RunT(t)
 	cfg := small(m.Addr(), codec)
-	var out bytes.Buffer
+	var out, logs bytes.Buffer
+	// The caches log to slog.Default: New's startup advice would show here.
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	res, err := demo(t.Context(), cfg, &out)
+	if logs.Len() > 0 {
+		t.Errorf("the caches logged:\n%s", logs.String())
+	}
 	defer func() {
 		if t.Failed() {
 			t.Logf("output:\n%s", out.String())
