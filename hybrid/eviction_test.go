@@ -190,3 +190,83 @@ func testEvictedRecord(t *testing.T, policy, record string, del func(context.Con
 	c := newInstanceOn(t, "C", evictingClient(t, es), o, invalidate.Options{})
 	checkNotServed(t, []*instance{c, a, b}, keys, "old")
 }
+
+// TestEvictedTombstone: a fill that read a key missing and loaded it
+// before a Delete does not write its value back once Redis has evicted the
+// Delete's tombstone (the Delete is unannounced, so that the fill's
+// instance does not hear of it and only the shared tier can refuse the
+// write). Redis, the deleter and a new instance must not serve the deleted
+// value. With load leases on B, its write-back releases them.
+func TestEvictedTombstone(t *testing.T) {
+	for _, policy := range evictionPolicies {
+		for _, lease := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/lease=%v", policy, lease), func(t *testing.T) { testEvictedTombstone(t, policy, lease) })
+		}
+	}
+}
+
+func testEvictedTombstone(t *testing.T, policy string, lease bool) {
+	ctx := context.Background()
+	es := evictingServer(t, policy)
+	raw := evictingClient(t, es)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns}
+	a := newInstanceOn(t, "A", evictingClient(t, es), o, invalidate.Options{})
+	ob := o
+	if lease {
+		ob.LoadLease = 10 * time.Second
+	}
+	b := newInstanceOn(t, "B", evictingClient(t, es), ob, invalidate.Options{})
+	keys, rkeys := evictionKeys(ns, 40)
+	// A namespace in use: its keys were written before, and their
+	// values are gone from Redis (expired) when B reads them.
+	for _, k := range keys {
+		if err := a.c.Set(ctx, k, "before", hybrid.WithSkip(hybrid.SkipAnnounce)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Del(ctx, rkeys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}, len(keys)), make(chan struct{})
+	load := func(ctx context.Context, key string) (string, error) {
+		started <- struct{}{}
+		<-release
+		return "old", nil // read from the database before the Delete
+	}
+	fills := make([]<-chan result, len(keys))
+	for i, k := range keys {
+		fills[i] = goGetOrCreate(ctx, b.c, k, load)
+	}
+	for range keys {
+		<-started
+	}
+	writes := b.remote.writeCalls.Load()
+	for _, k := range keys {
+		if err := a.c.Delete(ctx, k, hybrid.WithSkip(hybrid.SkipAnnounce)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := raw.Exists(ctx, rkeys...).Result(); err != nil || n != int64(len(keys)) {
+		t.Fatalf("EXISTS of the tombstones: %d, %v; want %d", n, err, len(keys))
+	}
+	if !floodUntilEvicted(t, raw, rkeys, nil) {
+		t.Fatalf("%s: %d of %d tombstones not evicted by the flood", policy, len(surviving(t, raw, rkeys)), len(keys))
+	}
+	close(release)
+	for i, ch := range fills {
+		if r := <-ch; r.err != nil || r.v != "old" {
+			t.Fatalf("B: GetOrCreate(%q): %q, %v; want the load's \"old\"", keys[i], r.v, r.err)
+		}
+	}
+	waitFor(t, 5*time.Second, "B's write-backs", func() bool { return b.remote.writeCalls.Load()-writes >= int64(len(keys)) }, nil)
+	if left := surviving(t, raw, rkeys); len(left) > 0 {
+		for _, k := range keys {
+			if v, ok := redisValue(t, raw, ns, k); ok && v == "old" {
+				t.Errorf("Redis holds the deleted value under %s", k)
+			}
+		}
+	}
+	c := newInstanceOn(t, "C", evictingClient(t, es), o, invalidate.Options{})
+	checkNotServed(t, []*instance{c, a}, keys, "old")
+}

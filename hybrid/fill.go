@@ -38,6 +38,7 @@ type fill[V any] struct {
 	toks    []token           // the keys' tokens from before the read
 	vals    []found[V]        // what the read found, then what the load gave
 	replace map[string][]byte // by key, the stored bytes a write back replaces
+	seqWas  map[string][]byte // by key, its sequence counter as read (see seqKey)
 	missIdx []int             // the keys still to load
 	slot    entrySlot         // the settings of the load running (see EntryFrom)
 
@@ -140,7 +141,7 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	} else {
 		f.toks, f.vals = c.tokens(f.keys), make([]found[V], len(f.keys))
 	}
-	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e)
+	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e, &f.seqWas)
 	if f.cut {
 		return
 	}
@@ -359,7 +360,7 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 			}
 		}
 		c.storeLocal(lb, key, loadedItem(described(vals[i].it, b, p.tags, note.version(key), p.timed()), took, ttl), c.size(b), localTTL, toks[i], p)
-		fw := fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]}
+		fw := fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i], seq: c.seqKey(key), seqWas: f.seqWas[key]}
 		if f.held != nil {
 			fw.msg, fw.entry = c.refreshNews(key, b, p.skip)
 		}

@@ -26,6 +26,7 @@ type pendingWrite struct {
 	op   Op     // names the call: OpSet, OpDelete, OpDeleteTag or OpClear
 	name string // the key, or the tag ("" for a Clear)
 	rkey string // the shared-tier key
+	seq  string // the sequence counter the write bumps (see seqKey; "": none)
 	b    []byte // the envelope, tombstone or tag record
 	life time.Duration
 	m    message.Message
@@ -325,7 +326,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 	if w.own && msg != nil {
 		c.echo.sent(w.name)
 	}
-	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Msg: msg, Log: entry}})
+	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Seq: w.seq, Msg: msg, Log: entry}})
 	if err != nil {
 		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
 	}
