@@ -132,7 +132,8 @@ func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (cont
 }
 
 // readFill reads f's keys from the shared tier in one call and finishes
-// the calls of the keys it found live (or remembered absent).
+// the calls of the keys it found live (or remembered absent); then, for
+// the keys it found missing, their sequence counters (see readSeqs).
 func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	f.read = true
 	if len(f.keys) == 1 {
@@ -141,7 +142,7 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	} else {
 		f.toks, f.vals = c.tokens(f.keys), make([]found[V], len(f.keys))
 	}
-	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e, &f.seqWas)
+	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e)
 	if f.cut {
 		return
 	}
@@ -160,14 +161,16 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	if f.held != nil {
 		c.toRefresh(f)
 	}
-	if hits == 0 {
-		return
-	}
-	if hits == 1 && len(f.keys) == 1 {
+	switch {
+	case hits == 0:
+	case hits == 1 && len(f.keys) == 1:
 		c.flights.FinishMany(f.keys, f.calls, f.idx1[:], f.result)
-		return
+	default:
+		c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)
 	}
-	c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)
+	if len(f.missIdx) > 0 {
+		c.readSeqs(ctx, f) // after the hits are answered
+	}
 }
 
 // result is key i's answer once f.vals[i].it holds it.

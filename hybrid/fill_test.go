@@ -41,8 +41,8 @@ func TestStampede(t *testing.T) {
 		if got := l.calls.Load(); got != 1 {
 			t.Errorf("load ran %d times, want 1", got)
 		}
-		if c := s.remote.Calls(); c.Get != 2 || c.IfAbsent != 1 {
-			t.Errorf("Remote calls: got %+v, want two Gets (the key, then the clear record before the first write) and one IfAbsent write", c)
+		if c := s.remote.Calls(); c.Get != 3 || c.IfAbsent != 1 {
+			t.Errorf("Remote calls: got %+v, want three Gets (the key, its sequence counter before the load, the clear record before the first write) and one IfAbsent write", c)
 		}
 		if st := c.Stats(); st.Load.Calls != 1 || st.L1.Misses != n || st.L2.Misses != 1 {
 			t.Errorf("Stats: got Load.Calls %d, L1.Misses %d, L2.Misses %d, want 1, %d, 1", st.Load.Calls, st.L1.Misses, st.L2.Misses, n)

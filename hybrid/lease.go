@@ -158,6 +158,9 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 	})
 	switch {
 	case !tried || err != nil:
+		if tried {
+			c.unverified(key, fw.tok)
+		}
 		c.releaseLeases(ctx, h, [][]byte{nil}, nil)
 	case !wrote:
 		c.vers.bump(key)

@@ -177,7 +177,7 @@ func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []Write
 // readRemote is readRemoteMany for one key.
 func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *policy) (item[V], readState) {
 	var res [1]found[V]
-	if _, cut := c.readRemoteMany(ctx, []string{key}, []token{tok}, res[:], p, nil); cut {
+	if _, cut := c.readRemoteMany(ctx, []string{key}, []token{tok}, res[:], p); cut {
 		return item[V]{}, readCut
 	}
 	return res[0].it, res[0].st
@@ -257,10 +257,8 @@ type found[V any] struct {
 // key). replace holds, by key, the stored bytes a fill is to replace: a
 // value that did not decode, is stale, or is a tombstone. cut reports that
 // the caller's ctx ended before the shared tier answered; then nothing was
-// found. With seqs not nil, the same call reads the keys' sequence
-// counters (see seqKey), and *seqs gets, by key, its counter as read,
-// where it exists: a fill writes back on it.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy, seqs *map[string][]byte) (replace map[string][]byte, cut bool) {
+// found.
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
 	if c.remote == nil {
 		return nil, false
 	}
@@ -269,23 +267,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		return nil, false // each a miss
 	}
 	op, name := readOp(keys)
-	rkeys := c.prefixed(keys)
-	var at []int
-	if seqs != nil {
-		rkeys, at = c.withSeqs(keys, rkeys)
-	}
-	vals, err := c.get(ctx, op, name, rkeys)
-	if err == nil && seqs != nil {
-		for i, j := range at {
-			if j >= 0 && vals[j] != nil {
-				if *seqs == nil {
-					*seqs = make(map[string][]byte, len(keys))
-				}
-				(*seqs)[keys[i]] = vals[j]
-			}
-		}
-		vals = vals[:len(keys)]
-	}
+	vals, err := c.get(ctx, op, name, c.prefixed(keys))
 	if errors.Is(err, errCallerDone) {
 		return nil, true
 	}
@@ -411,7 +393,13 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 		}
 		return err
 	})
-	if err != nil || stored == nil {
+	if err != nil {
+		for _, i := range idx {
+			c.unverified(ws[i].key, ws[i].tok)
+		}
+		return wrote
+	}
+	if stored == nil {
 		return wrote
 	}
 	for j, i := range idx {
