@@ -94,6 +94,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	loss    lossState
+	unver   unverifiedSet       // fills whose write-back failed (see unverified.go)
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
 	batch   *coalescer[V]       // RefreshBatch; nil: refreshes load alone
 	leases  leaseState

@@ -2,6 +2,7 @@ package hybrid_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -189,4 +190,160 @@ func testEvictedRecord(t *testing.T, policy, record string, del func(context.Con
 	}
 	c := newInstanceOn(t, "C", evictingClient(t, es), o, invalidate.Options{})
 	checkNotServed(t, []*instance{c, a, b}, keys, "old")
+}
+
+// floodTombstones floods Redis until the tombstones under rkeys are
+// evicted, and fails t unless most of them were.
+func floodTombstones(t *testing.T, rdb redis.UniversalClient, rkeys []string) {
+	t.Helper()
+	if !floodUntilEvicted(t, rdb, rkeys, nil) {
+		if left := surviving(t, rdb, rkeys); 2*len(left) > len(rkeys) {
+			t.Fatalf("%d of %d tombstones not evicted by the flood", len(left), len(rkeys))
+		}
+	}
+}
+
+// TestEvictedTombstone: a fill that read a key missing and loaded it
+// before a Delete does not write its value back once Redis has evicted the
+// Delete's tombstone (the Delete is unannounced, so that the fill's
+// instance does not hear of it and only the shared tier can refuse the
+// write). Redis, the deleter and a new instance must not serve the deleted
+// value. With load leases on B, its write-back releases them.
+func TestEvictedTombstone(t *testing.T) {
+	for _, policy := range evictionPolicies {
+		for _, lease := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/lease=%v", policy, lease), func(t *testing.T) { testEvictedTombstone(t, policy, lease) })
+		}
+	}
+}
+
+func testEvictedTombstone(t *testing.T, policy string, lease bool) {
+	ctx := context.Background()
+	es := evictingServer(t, policy)
+	raw := evictingClient(t, es)
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns}
+	a := newInstanceOn(t, "A", evictingClient(t, es), o, invalidate.Options{})
+	ob := o
+	if lease {
+		ob.LoadLease = 10 * time.Second
+	}
+	b := newInstanceOn(t, "B", evictingClient(t, es), ob, invalidate.Options{})
+	keys, rkeys := evictionKeys(ns, 40)
+	// A namespace in use: its keys were written before, and their
+	// values are gone from Redis (expired) when B reads them.
+	for _, k := range keys {
+		if err := a.c.Set(ctx, k, "before", hybrid.WithSkip(hybrid.SkipAnnounce)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := raw.Del(ctx, rkeys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}, len(keys)), make(chan struct{})
+	load := func(ctx context.Context, key string) (string, error) {
+		started <- struct{}{}
+		<-release
+		return "old", nil // read from the database before the Delete
+	}
+	fills := make([]<-chan result, len(keys))
+	for i, k := range keys {
+		fills[i] = goGetOrCreate(ctx, b.c, k, load)
+	}
+	for range keys {
+		<-started
+	}
+	writes := b.remote.writeCalls.Load()
+	for _, k := range keys {
+		if err := a.c.Delete(ctx, k, hybrid.WithSkip(hybrid.SkipAnnounce)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := raw.Exists(ctx, rkeys...).Result(); err != nil || n != int64(len(keys)) {
+		t.Fatalf("EXISTS of the tombstones: %d, %v; want %d", n, err, len(keys))
+	}
+	floodTombstones(t, raw, rkeys)
+	close(release)
+	for i, ch := range fills {
+		if r := <-ch; r.err != nil || r.v != "old" {
+			t.Fatalf("B: GetOrCreate(%q): %q, %v; want the load's \"old\"", keys[i], r.v, r.err)
+		}
+	}
+	waitFor(t, 5*time.Second, "B's write-backs", func() bool { return b.remote.writeCalls.Load()-writes >= int64(len(keys)) }, nil)
+	if left := surviving(t, raw, rkeys); len(left) > 0 {
+		for _, k := range keys {
+			if v, ok := redisValue(t, raw, ns, k); ok && v == "old" {
+				t.Errorf("Redis holds the deleted value under %s", k)
+			}
+		}
+	}
+	c := newInstanceOn(t, "C", evictingClient(t, es), o, invalidate.Options{})
+	checkNotServed(t, []*instance{c, a}, keys, "old")
+}
+
+// TestEvictedTombstoneQueuedSet: a Set queued while its instance could not
+// reach Redis (QueueWrites), replayed after another instance deleted the
+// key and Redis evicted the tombstone, does not write the deleted value
+// back: Redis, a new instance and, once it heard of the Delete, the
+// writer serve it no more.
+func TestEvictedTombstoneQueuedSet(t *testing.T) {
+	for _, policy := range evictionPolicies {
+		t.Run(policy, func(t *testing.T) {
+			ctx := context.Background()
+			es := evictingServer(t, policy)
+			raw := evictingClient(t, es)
+			ns := redistest.Prefix(t)
+			o := hybrid.Options{Namespace: ns, QueueWrites: 100}
+			bo := invalidate.Options{ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond}
+			p := startProxy(t, es.Addr)
+			a := newInstance(t, "A", via(p, shortTimeouts), o, bo)
+			b := newInstanceOn(t, "B", evictingClient(t, es), o, bo)
+			keys, rkeys := evictionKeys(ns, 40)
+			for _, k := range keys {
+				setStr(t, a, k, "v0")
+			}
+			p.Cut()
+			waitStat(t, a, "Bus.Losses", statBusLosses, 1)
+			for _, k := range keys {
+				if err := a.c.Set(ctx, k, "a-old"); !errors.Is(err, hybrid.ErrQueued) {
+					t.Fatalf("A: Set(%q) while cut off: got %v, want ErrQueued", k, err)
+				}
+			}
+			time.Sleep(2 * time.Millisecond) // B's deletes are a later millisecond
+			for _, k := range keys {
+				if err := b.c.Delete(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			floodTombstones(t, raw, rkeys)
+			setFault(t, p.Pass())
+			waitFor(t, 15*time.Second, "A's queue to be replayed", func() bool { return a.c.Stats().Queue.Length == 0 }, nil)
+			for _, k := range keys {
+				if v, ok := redisValue(t, raw, ns, k); ok && v == "a-old" {
+					t.Errorf("Redis holds the deleted value under %s", k)
+				}
+			}
+			c := newInstanceOn(t, "C", evictingClient(t, es), o, bo)
+			checkNotServed(t, []*instance{c, b}, keys, "a-old")
+			// A hears of B's deletes when its bus is back (a replay of the
+			// log, or a flush of L1).
+			waitFor(t, 10*time.Second, "A to drop the deleted values", func() bool {
+				for _, k := range keys {
+					if v, _ := getStr(t, a, k); v == "a-old" {
+						return false
+					}
+				}
+				return true
+			}, func() string {
+				var old []string
+				for _, k := range keys {
+					if v, _ := getStr(t, a, k); v == "a-old" {
+						rv, ok := redisValue(t, raw, ns, k)
+						old = append(old, fmt.Sprintf("%s (Redis %q %v)", k, rv, ok))
+					}
+				}
+				return fmt.Sprintf("A: %+v %+v; serving a-old: %v", a.c.Stats().Bus, a.c.Stats().Queue, old)
+			})
+		})
+	}
 }

@@ -46,10 +46,12 @@ func ExampleNew() {
 	}
 	u, ok, err := users.Get(ctx, "42")
 	fmt.Println(u.Name, ok, err)
-	fmt.Printf("%q\n", remote.Keys()) // the value, and the namespace's clear record
+	// The value, the namespace's clear record, and the sequence counter of
+	// the value's hash slot, which its write-back was conditional on.
+	fmt.Printf("%q\n", remote.Keys())
 	// Output:
 	// Ada true <nil>
-	// ["users:\x00clear" "users:42"]
+	// ["users:\x00clear" "users:\x00seq:{93u}" "users:42"]
 }
 
 func ExampleCache_GetOrCreate() {
@@ -330,12 +332,13 @@ func ExampleCache_SetMany() {
 	err = users.SetMany(ctx, map[string]User{"1": {ID: "1", Name: "Ada"}, "2": {ID: "2", Name: "Alan"}})
 	fmt.Printf("%v %q\n", err, remote.Keys())
 	// Before its first write, an instance makes sure the namespace's clear
-	// record exists (a write of its own the first time); then one call.
+	// record exists (a write of its own the first time); then one call,
+	// which bumps the sequence counter of each key's hash slot.
 	fmt.Println("write calls:", remote.Calls().Write)
 	err = users.DeleteMany(ctx, []string{"1", ""})
 	fmt.Println(errors.Is(err, hybrid.ErrEmptyKey)) // refused whole: nothing deleted
 	// Output:
-	// <nil> ["users:\x00clear" "users:1" "users:2"]
+	// <nil> ["users:\x00clear" "users:\x00seq:{1gt}" "users:\x00seq:{1gw}" "users:1" "users:2"]
 	// write calls: 2
 	// true
 }

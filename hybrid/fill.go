@@ -38,6 +38,7 @@ type fill[V any] struct {
 	toks    []token           // the keys' tokens from before the read
 	vals    []found[V]        // what the read found, then what the load gave
 	replace map[string][]byte // by key, the stored bytes a write back replaces
+	seqWas  map[string][]byte // by key, its sequence counter as read (see seqKey)
 	missIdx []int             // the keys still to load
 	slot    entrySlot         // the settings of the load running (see EntryFrom)
 
@@ -131,7 +132,8 @@ func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (cont
 }
 
 // readFill reads f's keys from the shared tier in one call and finishes
-// the calls of the keys it found live (or remembered absent).
+// the calls of the keys it found live (or remembered absent); then, for
+// the keys it found missing, their sequence counters (see readSeqs).
 func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	f.read = true
 	if len(f.keys) == 1 {
@@ -159,14 +161,16 @@ func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	if f.held != nil {
 		c.toRefresh(f)
 	}
-	if hits == 0 {
-		return
-	}
-	if hits == 1 && len(f.keys) == 1 {
+	switch {
+	case hits == 0:
+	case hits == 1 && len(f.keys) == 1:
 		c.flights.FinishMany(f.keys, f.calls, f.idx1[:], f.result)
-		return
+	default:
+		c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)
 	}
-	c.flights.FinishMany(f.keys, f.calls, without(all(len(f.keys)), f.missIdx), f.result)
+	if len(f.missIdx) > 0 {
+		c.readSeqs(ctx, f) // after the hits are answered
+	}
 }
 
 // result is key i's answer once f.vals[i].it holds it.
@@ -359,7 +363,7 @@ func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fa
 			}
 		}
 		c.storeLocal(lb, key, loadedItem(described(vals[i].it, b, p.tags, note.version(key), p.timed()), took, ttl), c.size(b), localTTL, toks[i], p)
-		fw := fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i]}
+		fw := fillWrite{key: key, b: b, life: p.physical(ttl), old: f.replace[key], tok: toks[i], seq: c.seqKey(key), seqWas: f.seqWas[key]}
 		if f.held != nil {
 			fw.msg, fw.entry = c.refreshNews(key, b, p.skip)
 		}

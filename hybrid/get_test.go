@@ -40,9 +40,10 @@ func TestGetOrCreateTiers(t *testing.T) {
 		if st.L1.Misses != 1 || st.L2.Misses != 1 || st.Load.Calls != 1 || st.L1.Hits != 0 || st.L2.Hits != 0 || st.L1.Entries != 1 {
 			t.Errorf("Stats after a full miss: got %+v, want L1.Misses 1, L2.Misses 1, Load.Calls 1, L1.Entries 1", st)
 		}
-		// The clear record is read before the first write.
-		if c := s.remote.Calls(); c.Get != 2 || c.IfAbsent != 1 {
-			t.Errorf("Remote calls after a full miss: got %+v, want 2 Gets (the key, the clear record) and 1 IfAbsent write", c)
+		// The key's sequence counter is read before the load, the clear
+		// record before the first write.
+		if c := s.remote.Calls(); c.Get != 3 || c.IfAbsent != 1 {
+			t.Errorf("Remote calls after a full miss: got %+v, want 3 Gets (the key, its sequence counter, the clear record) and 1 IfAbsent write", c)
 		}
 
 		// L1 hit.
@@ -52,8 +53,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		if st := a.Stats(); st.L1.Hits != 1 || st.Load.Calls != 1 {
 			t.Errorf("Stats after an L1 hit: got L1.Hits %d, Load.Calls %d, want 1, 1", st.L1.Hits, st.Load.Calls)
 		}
-		if got := s.remote.Calls().Get; got != 2 {
-			t.Errorf("an L1 hit read the Remote: %d Gets, want 2", got)
+		if got := s.remote.Calls().Get; got != 3 {
+			t.Errorf("an L1 hit read the Remote: %d Gets, want 3", got)
 		}
 
 		// L2 hit, on another instance.
@@ -72,8 +73,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		}
 		// b's hit read the clear record too, once: a Clear may have made the
 		// value a miss (see TestClearRecordReadOncePerInstance).
-		if c := s.remote.Calls(); c.Get != 4 || c.IfAbsent != 1 || c.Total() != 5 {
-			t.Errorf("Remote calls: got %+v, want 4 Gets (a miss, a's and b's reads of the clear record, b's hit) and 1 IfAbsent write", c)
+		if c := s.remote.Calls(); c.Get != 5 || c.IfAbsent != 1 || c.Total() != 6 {
+			t.Errorf("Remote calls: got %+v, want 5 Gets (a miss, its sequence counter, a's and b's reads of the clear record, b's hit) and 1 IfAbsent write", c)
 		}
 	})
 }

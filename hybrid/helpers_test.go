@@ -383,14 +383,22 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 func (r *countingRemote) Info() hybrid.RemoteInfo { return r.s.Info() }
 
 func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	// A fill reads its keys' sequence counters with them: only the keys
+	// count.
+	n := 0
+	for _, k := range keys {
+		if !strings.Contains(k, ":\x00") {
+			n++
+		}
+	}
 	switch {
-	case len(keys) == 1 && strings.Contains(keys[0], ":\x00"):
+	case n == 0:
 		defer r.recordGets.Add(1)
-	case len(keys) == 1:
+	case n == 1:
 		defer r.gets.Add(1)
 	default:
 		defer r.getManys.Add(1)
-		defer r.getManyKeys.Add(int64(len(keys)))
+		defer r.getManyKeys.Add(int64(n))
 	}
 	v, err := r.s.Get(ctx, keys)
 	for _, k := range keys {
@@ -453,7 +461,7 @@ func (r *countingRemote) count(ws []hybrid.Write) {
 		r.setManyKey.Add(int64(len(ws)))
 	case w.If == hybrid.IfEqual:
 		r.compareAndSets.Add(1)
-	case w.If == hybrid.IfAbsent:
+	case w.If == hybrid.IfAbsent || w.If == hybrid.IfSeq:
 		r.setIfAbsents.Add(1)
 	default:
 		r.sets.Add(1)

@@ -147,10 +147,8 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 	wrote, tried := false, false
 	err := c.retry(ctx, OpSet, key, func() bool { return c.vers.valid(fw.tok) }, func(ctx context.Context) (err error) {
 		tried = true
-		w := Write{Key: c.prefix + key, Value: b, TTL: fw.life, If: IfAbsent, Msg: stored, Else: unstored, Lease: c.leaseKey(key), Token: h.token}
-		if fw.old != nil {
-			w.If, w.Old = IfEqual, fw.old
-		}
+		w := c.fillCond(&fw)
+		w.Msg, w.Else, w.Lease, w.Token = stored, unstored, c.leaseKey(key), h.token
 		res, err := c.remote.Write(ctx, []Write{w}, Feed{Channel: c.feed.Channel})
 		if err == nil && len(res) != 1 {
 			err = fmt.Errorf("hybrid: Remote.Write returned %d results for 1 write", len(res))
@@ -160,6 +158,9 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 	})
 	switch {
 	case !tried || err != nil:
+		if tried {
+			c.unverified(key, fw.tok)
+		}
 		c.releaseLeases(ctx, h, [][]byte{nil}, nil)
 	case !wrote:
 		c.vers.bump(key)

@@ -207,12 +207,13 @@ func unmodified[V any](keys []string, idx []int, n *loadNote[V], loaded map[stri
 }
 
 // extension is a key whose load answered not modified: the value it
-// keeps, as held (with a timing), and the key's token from before the
-// fill's read.
+// keeps, as held (with a timing), the key's token from before the fill's
+// read and its sequence counter as that read found it (see seqKey).
 type extension[V any] struct {
-	key string
-	it  item[V]
-	tok token
+	key    string
+	it     item[V]
+	tok    token
+	seqWas []byte
 }
 
 // extend gives each of xs a new lifetime, as e says, and returns its items
@@ -279,7 +280,7 @@ func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []i
 			c.local.Delete(x.key)
 			continue
 		}
-		fws = append(fws, fillWrite{key: x.key, b: b, life: ws[j].TTL, tok: x.tok})
+		fws = append(fws, fillWrite{key: x.key, b: b, life: ws[j].TTL, tok: x.tok, seq: c.seqKey(x.key), seqWas: x.seqWas})
 	}
 	c.storeRemote(ctx, fws)
 	return out
@@ -292,7 +293,7 @@ func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []i
 func (c *Cache[V]) extendFilled(ctx context.Context, f *fill[V], nm []int, note *loadNote[V], h *heldLease) *heldLease {
 	xs := make([]extension[V], len(nm))
 	for j, i := range nm {
-		xs[j] = extension[V]{key: f.keys[i], it: note.stale[f.keys[i]], tok: f.toks[i]}
+		xs[j] = extension[V]{key: f.keys[i], it: note.stale[f.keys[i]], tok: f.toks[i], seqWas: f.seqWas[f.keys[i]]}
 	}
 	its := c.extend(ctx, xs, &f.e)
 	for j, i := range nm {

@@ -20,6 +20,7 @@ const (
 
 	OpGet      Op = "get"       // a read of one key: a one-key fill's, or Expire's
 	OpGetMany  Op = "get_many"  // a batch fill's read of its keys
+	OpGetSeq   Op = "get_seq"   // a fill's read, before its load, of the sequence counters of the keys it found missing, which its write-back is conditional on
 	OpGetTag   Op = "get_tag"   // a read of a tag's delete record, to judge a tagged value; also its write when found missing, and the extension of its lifetime
 	OpGetClear Op = "get_clear" // a read of the record of the last Clear, to judge a value; also its write when found missing, and the extension of its lifetime
 
@@ -39,7 +40,7 @@ const (
 
 	OpOpenLog Op = "open_log" // New's opening of the log of announced writes
 	OpReadLog Op = "read_log" // a read of that log after a bus loss, to replay what was missed
-	OpProbe   Op = "probe"    // a read of whether the shared tier answers again, while held entries are served during a bus loss
+	OpProbe   Op = "probe"    // a read of whether the shared tier answers again, while held entries are served during a bus loss, or values whose write-back failed are kept
 
 	OpReplaySet       Op = "replay_set"        // the replay of a queued Set (Options.QueueWrites)
 	OpReplayDelete    Op = "replay_delete"     // the replay of a queued Delete

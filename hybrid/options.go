@@ -155,7 +155,10 @@ type Options struct {
 	// QueueWrites queues, up to this many, writes that fail because the
 	// shared tier cannot be reached, applies them to L1, and replays them
 	// when it answers, never over a newer value; the call returns an error
-	// wrapping ErrQueued. Default: 0, off.
+	// wrapping ErrQueued. A queued Set whose key the shared tier holds
+	// nothing for when it is replayed (restarted empty, or evicted the key,
+	// perhaps a newer Delete's tombstone) is replayed as a delete: every
+	// instance, this one too, loads the key again. Default: 0, off.
 	QueueWrites int
 	// BreakerThreshold is how many shared-tier failures in a row open the
 	// breaker, which keeps calls away for BreakerOpenFor. Default: 0, none.

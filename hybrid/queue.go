@@ -1,6 +1,7 @@
 package hybrid
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"encoding/binary"
@@ -26,6 +27,7 @@ type pendingWrite struct {
 	op   Op     // names the call: OpSet, OpDelete, OpDeleteTag or OpClear
 	name string // the key, or the tag ("" for a Clear)
 	rkey string // the shared-tier key
+	seq  string // the sequence counter the write bumps (see seqKey; "": none)
 	b    []byte // the envelope, tombstone or tag record
 	life time.Duration
 	m    message.Message
@@ -36,6 +38,9 @@ type pendingWrite struct {
 	// stampEnvelope or stampRecord.
 	stamp int
 	at    time.Time // when it was queued
+	// dropped: the replay of this Set wrote a tombstone in its place (see
+	// replaySet).
+	dropped bool
 }
 
 // Where the write time sits in what the cache stores: an envelope's
@@ -286,10 +291,11 @@ func (c *Cache[V]) replayQueue() {
 		}
 		c.queue.done(w)
 		if stored {
-			if w.own && w.m.Op == message.OpDelete {
+			if w.own && (w.m.Op == message.OpDelete || w.dropped) {
 				// A read since Redis came back may have stored the value
-				// the delete removed, and our own message does not reach
-				// our L1.
+				// the delete removed (or, for a Set replayed as a delete,
+				// the queued value, which a newer Delete may have
+				// outdated), and our own message does not reach our L1.
 				c.vers.bump(w.name)
 				c.flights.Forget(w.name)
 				c.local.Delete(w.name)
@@ -310,7 +316,8 @@ func (c *Cache[V]) replayQueue() {
 // replayWrite makes the queued write w unless the shared tier holds a
 // newer value (Cond IfNewer), and announces and logs it if it wrote, in
 // one atomic step. stored reports whether the shared tier holds w
-// afterwards (written now, or found: the original landed).
+// afterwards (written now, or found: the original landed). A queued Set is
+// replayed as replaySet says.
 func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored bool, err error) {
 	life := w.life
 	if w.m.Op == message.OpSet {
@@ -318,18 +325,68 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 		// still replaces the older value, for a moment.
 		life = max(life-time.Since(w.at), time.Millisecond)
 	}
-	var msg, entry []byte
-	if !w.quiet {
-		msg, entry = c.announced(w.m)
+	wr := Write{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Seq: w.seq}
+	m := w.m
+	if w.op == OpSet {
+		var done bool
+		if done, stored, err = c.replaySet(ctx, w, &wr, &m); done || err != nil {
+			return stored, err
+		}
 	}
-	if w.own && msg != nil {
+	if !w.quiet {
+		wr.Msg, wr.Log = c.announced(m)
+	}
+	if w.own && wr.Msg != nil {
 		c.echo.sent(w.name)
 	}
-	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Msg: msg, Log: entry}})
+	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{wr})
 	if err != nil {
 		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
 	}
 	return res[0], nil
+}
+
+// replaySet sets *wr, the replay of the queued Set w, and *m, its message,
+// from what the key holds now, read first: where it holds w's value, the
+// original write landed (done and stored); a newer value, it wins (done,
+// not stored); an older one, w replaces exactly it (IfEqual, so that
+// nothing written in between is lost). Where it holds nothing, a newer
+// Delete of another instance may have left a tombstone that Redis evicted
+// (maxmemory), so w's value is not written: a tombstone is, announced
+// without the value, and every instance, this one too, reads the key from
+// its load. So a lost tombstone costs a miss, never a deleted value written
+// back.
+func (c *Cache[V]) replaySet(ctx context.Context, w *pendingWrite, wr *Write, m *message.Message) (done, stored bool, err error) {
+	cur, err := c.get(ctx, OpReplaySet, w.name, []string{w.rkey})
+	if err != nil {
+		return true, false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
+	}
+	old := cur[0]
+	switch {
+	case bytes.Equal(old, w.b):
+		return true, true, nil
+	case old == nil:
+		wr.Value, wr.TTL, wr.If = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl), IfAbsent
+		m.Value = nil
+		w.dropped = true
+	case newerStored(old, w.b, w.stamp):
+		return true, false, nil
+	default:
+		wr.If, wr.Old = IfEqual, old
+	}
+	return false, false, nil
+}
+
+// newerStored reports whether stored, what the shared tier holds, was
+// written after b (write times at offset off of each), as IfNewer judges:
+// a stored value too short to hold a time counts as older.
+func newerStored(stored, b []byte, off int) bool {
+	st, ok := stampAt(stored, off)
+	if !ok {
+		return false
+	}
+	bt, _ := stampAt(b, off)
+	return st > bt
 }
 
 // stampAt reads the write time at offset off of b, Unix milliseconds;

@@ -162,6 +162,10 @@ func TestQueueFull(t *testing.T) {
 	o := s.options()
 	o.QueueWrites = 2
 	a := newPeers(t, s, 1, o)[0]
+	// Older values, which the replays replace (over nothing, a queued Set
+	// is replayed as a delete: see TestQueuedSetOverNothing).
+	set(t, a, "k1", "0")
+	set(t, a, "k2", "0")
 	s.remote.FailWith(errDown)
 	for _, kv := range [][2]string{{"k1", "a"}, {"k2", "a"}, {"k1", "b"}} { // k1 again: replaces, no growth
 		if err := a.Set(ctx, kv[0], kv[1]); !errors.Is(err, hybrid.ErrQueued) {
@@ -612,6 +616,37 @@ func TestIntegrationQueuedWritesServedBeforeReplay(t *testing.T) {
 	for key, want := range map[string][]string{"k": {"", "loaded"}, "d": {"", "loaded"}, "s": {"2"}} {
 		if v, _ := getStr(t, a, key); !slices.Contains(want, v) {
 			t.Errorf("A after the replay: %s = %q, want one of %q", key, v, want)
+		}
+	}
+}
+
+// TestQueuedSetOverNothing: a queued Set whose key the shared tier holds
+// nothing for when it is replayed (Redis restarted empty, or evicted the
+// key, maybe a newer Delete's tombstone) is replayed as a delete: the
+// shared tier holds a tombstone, and every instance loads the key, the
+// writer too (a newer Delete may have outdated its value).
+func TestQueuedSetOverNothing(t *testing.T) {
+	ctx := t.Context()
+	s := newSharedTier(t)
+	o := s.options()
+	o.QueueWrites = 10
+	peers := newPeers(t, s, 2, o)
+	a := peers[0]
+	s.remote.FailWith(errDown)
+	if err := a.Set(ctx, "k", "1"); !errors.Is(err, hybrid.ErrQueued) {
+		t.Fatalf("A: Set: got %v, want ErrQueued", err)
+	}
+	s.remote.FailWith(nil)
+	waitQueue(t, a, 1, 0)
+	if v, ok := s.stored(t, "k"); ok {
+		t.Errorf("shared tier after the replay: k = %q, want a tombstone", v)
+	}
+	if err := s.bus.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range peers {
+		if v, err := c.GetOrCreate(ctx, "k", func(context.Context, string) (string, error) { return "db", nil }); err != nil || v != "db" {
+			t.Errorf("GetOrCreate after the replay: %q, %v; want db, loaded", v, err)
 		}
 	}
 }

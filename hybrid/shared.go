@@ -330,6 +330,10 @@ type fillWrite struct {
 	old        []byte
 	tok        token
 	msg, entry []byte
+	// seq is the key's sequence counter (see seqKey; "": none), and seqWas
+	// what the fill's read found in it (nil: missing, or not read).
+	seq    string
+	seqWas []byte
 }
 
 // storeRemote writes a fill's values back in one call (retried). A fill
@@ -380,11 +384,8 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 	err := c.retry(ctx, op, name, keep, func(ctx context.Context) (err error) {
 		reqs := make([]Write, len(idx))
 		for j, i := range idx {
-			w := &ws[i]
-			reqs[j] = Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: IfAbsent, Msg: w.msg, Log: w.entry}
-			if w.old != nil {
-				reqs[j].If, reqs[j].Old = IfEqual, w.old
-			}
+			reqs[j] = c.fillCond(&ws[i])
+			reqs[j].Msg, reqs[j].Log = ws[i].msg, ws[i].entry
 		}
 		stored, err = c.remote.Write(ctx, reqs, feed)
 		if err == nil && len(stored) != len(reqs) {
@@ -392,7 +393,13 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 		}
 		return err
 	})
-	if err != nil || stored == nil {
+	if err != nil {
+		for _, i := range idx {
+			c.unverified(ws[i].key, ws[i].tok)
+		}
+		return wrote
+	}
+	if stored == nil {
 		return wrote
 	}
 	for j, i := range idx {
@@ -419,25 +426,27 @@ func (c *Cache[V]) announced(m message.Message) (msg, entry []byte) {
 	return msg, entry
 }
 
-// writeAndPublish writes b under the shared-tier key rkey for life and
-// announces m, in one atomic step. op names the call in spans, events and
-// errors, name the key or tag it is about. With own, a write of key name
-// is recorded in echoes as ours until its message comes back.
-func (c *Cache[V]) writeAndPublish(ctx context.Context, op Op, name, rkey string, b []byte, life time.Duration, m message.Message, own bool) error {
+// writeAndPublish makes w's write (its bytes under its shared-tier key for
+// its life, bumping its sequence counter) and announces its message, in
+// one atomic step. w.op names the call in spans, events and errors, w.name
+// the key or tag it is about. With w.own, a write of key w.name is
+// recorded in echoes as ours until its message comes back.
+func (c *Cache[V]) writeAndPublish(ctx context.Context, w *pendingWrite) error {
+	op, name := w.op, w.name
 	if c.remote == nil {
 		if c.bus == nil {
 			return nil
 		}
-		if err := c.publish(ctx, m); err != nil {
+		if err := c.publish(ctx, w.m); err != nil {
 			return fmt.Errorf("hybrid: %s: announce: %w", about(op, name), err)
 		}
 		return nil
 	}
-	msg, entry := c.announced(m)
-	if own && msg != nil {
+	msg, entry := c.announced(w.m)
+	if w.own && msg != nil {
 		c.echo.sent(name)
 	}
-	if _, err := c.write(ctx, op, name, []Write{{Key: rkey, Value: b, TTL: life, Msg: msg, Log: entry}}); err != nil {
+	if _, err := c.write(ctx, op, name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq, Msg: msg, Log: entry}}); err != nil {
 		return fmt.Errorf("hybrid: %s: %w", about(op, name), err)
 	}
 	if msg != nil {

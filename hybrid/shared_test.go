@@ -887,7 +887,7 @@ func TestFaultLatency(t *testing.T) {
 // scripts, the bus, and what go-redis sends when it connects.
 var cacheCommands = []string{
 	"+get", "+set", "+mget", // l2.Store
-	"+evalsha", "+eval", // its scripts (EVAL after NOSCRIPT)
+	"+evalsha", "+eval", "+incr", "+time", // its scripts (EVAL after NOSCRIPT); INCR and TIME for sequence counters
 	"+xadd", "+xrevrange", "+xrange", "+xinfo|stream", "+exists", // the invalidation log
 	"+publish", "+subscribe", "+unsubscribe", "+ping", // invalidate.Bus
 	"+hello", "+auth", "+client|setname", // go-redis's connection set-up

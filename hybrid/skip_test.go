@@ -414,6 +414,9 @@ func TestSkipL1WriteQueued(t *testing.T) {
 	o := s.options()
 	o.QueueWrites = 10
 	c := newTestCache[string](t, o)
+	for _, k := range []string{"a", "b", "c"} {
+		set(t, c, k, "0") // older values, which the replays replace
+	}
 	s.remote.FailWith(errDown)
 	noL1 := skip(hybrid.SkipL1Write)
 	if err := c.Set(ctx, "a", "1", noL1); !errors.Is(err, hybrid.ErrQueued) {

@@ -54,7 +54,7 @@ type L2Stats struct {
 	Skipped       uint64 // calls not made because the breaker was open
 	BreakerOpens  uint64 // times the breaker opened
 	WriteRetries  uint64 // background writes tried again
-	WritesDropped uint64 // background writes given up (value kept in L1)
+	WritesDropped uint64 // background writes given up (value kept in L1 until the shared tier answers again)
 	// ServedAge is the age of the values read from the shared tier and
 	// served (one per hit, whatever the number of callers it answered):
 	// now minus the write time its envelope carries, by the writer's clock

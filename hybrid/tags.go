@@ -196,7 +196,7 @@ func (c *Cache[V]) deleteTag(ctx context.Context, op Op, tag string) error {
 	record := encodeTagRecord(now)
 	m := message.Message{Op: message.OpTag, Origin: c.origin, Namespace: c.scope, Keys: []string{tag}, Value: record}
 	w := &pendingWrite{op: op, name: tag, rkey: c.tagKey(tag), b: record, life: recordLife(&c.o, tag), m: m, stamp: stampRecord}
-	err := c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
+	err := c.enqueue(w, c.writeAndPublish(ctx, w))
 	// After the shared tier: a fill that read a tagged value meanwhile
 	// must not store it.
 	c.tags.learn(c.tags.currentEpoch(), tag, now, recordUntil(&c.o, tag, now))

@@ -93,14 +93,14 @@ func (c *Cache[V]) writeAndAnnounce(ctx context.Context, key string, b []byte, l
 	if w.quiet {
 		return c.enqueue(w, c.writeQuiet(ctx, w))
 	}
-	return c.enqueue(w, c.writeAndPublish(ctx, w.op, w.name, w.rkey, w.b, w.life, w.m, w.own))
+	return c.enqueue(w, c.writeAndPublish(ctx, w))
 }
 
 // pendingOf returns the write of b (nil: delete) under key for life, and
 // its announcement (none with SkipAnnounce in skip), as a Set or Delete
 // of this instance makes it.
 func (c *Cache[V]) pendingOf(key string, b []byte, life time.Duration, skip Skip) *pendingWrite {
-	w := &pendingWrite{op: OpSet, name: key, rkey: c.prefix + key, b: b, life: life, own: true, stamp: stampEnvelope,
+	w := &pendingWrite{op: OpSet, name: key, rkey: c.prefix + key, seq: c.seqKey(key), b: b, life: life, own: true, stamp: stampEnvelope,
 		m: message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: []string{key}}}
 	if b == nil {
 		// A delete leaves a tombstone for TTL rather than nothing, so that a
@@ -125,7 +125,7 @@ func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
 	if c.remote == nil {
 		return nil
 	}
-	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life}}); err != nil {
+	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq}}); err != nil {
 		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
 	}
 	return nil

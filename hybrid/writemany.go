@@ -236,7 +236,7 @@ func queuedPolicy(e *policy) *policy {
 func (c *Cache[V]) writeShared(ctx context.Context, b *writeBatch[V], skip Skip) ([]bool, error) {
 	ws := make([]Write, len(b.keys))
 	for i, key := range b.keys {
-		ws[i] = Write{Key: c.prefix + key, Value: b.bs[i], TTL: b.lives[i]}
+		ws[i] = Write{Key: c.prefix + key, Value: b.bs[i], TTL: b.lives[i], Seq: c.seqKey(key)}
 	}
 	f := c.feed
 	if c.bus != nil && skip&SkipAnnounce != 0 {

@@ -31,7 +31,7 @@ func evictionAdvice(rdb redis.UniversalClient, d time.Duration) []string {
 		return nil // no limit: nothing is evicted
 	}
 	const costs = "an evicted value costs a miss and a load; an evicted load lease (Options.LoadLease) one more load of its key"
-	const deletes = "an evicted DeleteByTag record costs a miss and a load for each value of the tag written before it was found missing; an evicted Delete tombstone can let a fill that read the key before the Delete write the deleted value back (see Redis eviction policies in docs/operations.md)"
+	const deletes = "an evicted DeleteByTag record costs a miss and a load for each value of the tag written before it was found missing; an evicted Delete tombstone costs nothing (fills and replays are conditional on a counter per slot; see Redis eviction policies in docs/operations.md)"
 	switch {
 	case strings.HasPrefix(policy, "allkeys-"):
 		return []string{fmt.Sprintf("l2: Redis evicts any key once full (maxmemory %s, maxmemory-policy %s): %s; an evicted invalidation log a flush of L1 at the next bus loss; %s; an evicted Clear record a miss and a load for every value written before it was found missing; no record of the cache is protected. Give Redis the memory to run with noeviction, or use a volatile-* policy", max, policy, costs, deletes)}

@@ -101,9 +101,11 @@ func ExampleNewTracer() {
 			log.Fatal(err)
 		}
 	}
-	// Close waits for the fill's write to the shared tier. Before it, the
-	// fill read the record of the namespace's last Clear, found it
-	// missing in a new namespace and wrote it (get_clear twice).
+	// Close waits for the fill's write to the shared tier. The fill read
+	// the key (get), found it missing and read its sequence counter
+	// (get_seq), which its write is conditional on, before it loaded it;
+	// before its write, it read the record of the namespace's last Clear,
+	// found it missing in a new namespace and wrote it (get_clear twice).
 	users.Close()
 
 	for _, s := range spans.Ended() {
@@ -112,6 +114,7 @@ func ExampleNewTracer() {
 	// Output:
 	// hybridcache.open_log
 	// hybridcache.get
+	// hybridcache.get_seq
 	// hybridcache.load
 	// hybridcache.get_clear
 	// hybridcache.get_clear
