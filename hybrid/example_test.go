@@ -137,6 +137,7 @@ func Example_invalidation() {
 	fmt.Println("b sees", v)
 
 	reads := remote.Calls().Get
+	time.Sleep(2 * time.Millisecond) // a later write: a value is swapped in over a copy from an earlier millisecond
 	_ = a.Set(ctx, "apple", 120)
 	_ = bus.Flush(ctx) // wait until b has applied a's message
 	v, _, _ = b.Get(ctx, "apple")

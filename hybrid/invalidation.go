@@ -225,10 +225,15 @@ func (c *Cache[V]) onTagMessage(m message.Message) {
 }
 
 // swap replaces key's L1 entry, if there is one, with the value carried by
-// a message, if that value was written no earlier than about a millisecond
-// before the entry was stored here or written (by the writer's clock
-// against ours). An entry not known to be older is dropped instead, so that
-// a message recorded and published again cannot bring an old value back.
+// a message, if that value was written in a later millisecond than the
+// entry was stored here or written (by the writer's clock against ours).
+// An entry not known to be older is dropped instead (the next read goes to
+// the shared tier), so that a message recorded and published again cannot
+// bring an old value back, however close in time the write it announced
+// and the next one were: the copy of the next was stored (or written)
+// after that next write, so no later than the recorded one's millisecond
+// it is not. A write in the same millisecond as the copy costs a read of
+// the shared tier instead of a swap.
 // It reports false when the value does not decode or is already stale. If
 // the key changed here while we swapped (our own Set, say), the entry is
 // dropped: the swapped value may be the older one.
@@ -247,11 +252,9 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 	it, life := c.stamp(it, size, min(ttl, p.localTTL), p)
 	swapped := false
 	c.local.Update(key, func(old item[V]) (item[V], uint32, time.Duration, bool) {
-		// Write times and store stamps are whole milliseconds: a write in
-		// the same millisecond as the copy, or the one before, is taken as
-		// newer (message order is write order).
-		stored := time.Now().Add(-c.storedAge(old.stored) - time.Millisecond).UnixNano()
-		if written < max(stored, old.writtenAt())/1e6*1e6 {
+		// Write times and store stamps are whole milliseconds.
+		stored := time.Now().Add(-c.storedAge(old.stored)).UnixNano()
+		if written/1e6 <= max(stored, old.writtenAt())/1e6 {
 			return old, 0, 0, true // drop
 		}
 		swapped = true

@@ -55,6 +55,7 @@ func TestInvalidationSet(t *testing.T) {
 			fillFromRemote(t, c, "k", "v1")
 
 			gets := s.remote.Calls().Get
+			time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 			set(t, a, "k", "v2")
 			s.flush(t)
 			for name, peer := range map[string]*hybrid.Cache[string]{"A": a, "B": b, "C": c} {
@@ -383,6 +384,7 @@ func TestInlineMaxBytes(t *testing.T) {
 			set(t, a, "k", "v1")
 			s.flush(t)
 			fillFromRemote(t, b, "k", "v1")
+			time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 			set(t, a, "k", tt.value)
 			s.flush(t)
 			gets := s.remote.Calls().Get
@@ -447,6 +449,7 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 
 	// A second Set: B and C, holding k, swap or drop it.
 	bGets, cGets := b.remote.calls().Get, c.remote.calls().Get
+	time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 	setStr(t, a, "k", "v2")
 	waitMsgs(2, 2)
 	wantSwapped, wantGets := uint64(0), int64(1)
@@ -1590,5 +1593,64 @@ func TestIntegrationRecordedMessages(t *testing.T) {
 	}
 	if st := b.c.Stats(); st.Bus.Flushed != 0 {
 		t.Errorf("B: Bus.Flushed %d, want 0 (a confirmed position was there to start from)", st.Bus.Flushed)
+	}
+}
+
+// TestIntegrationRecordedMessageQuickWrites: a signed message recorded and
+// published again brings no old value back even when the write it
+// announced and the next one were made in the same millisecond or the
+// next: B, which swapped both in, never serves v1 again.
+func TestIntegrationRecordedMessageQuickWrites(t *testing.T) {
+	srv.NeedReal(t)
+	ctx := context.Background()
+	ns := redistest.Prefix(t)
+	o := hybrid.Options{Namespace: ns, Secret: []byte("integration-secret")}
+	a := newInstance(t, "A", singleNode(nil), o, invalidate.Options{})
+	b := newInstance(t, "B", singleNode(nil), o, invalidate.Options{})
+	raw := srv.Client(t)
+	channel := "hybridcache:" + ns
+	sub := raw.Subscribe(ctx, channel)
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recorded := sub.Channel()
+	record := func() []byte {
+		t.Helper()
+		select {
+		case m := <-recorded:
+			return []byte(m.Payload)
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message to record")
+			return nil
+		}
+	}
+	applied := uint64(0)
+	planted := 0
+	const rounds = 60
+	for i := range rounds {
+		k := fmt.Sprint("k", i)
+		setStr(t, a, k, "v0")
+		record()
+		applied++
+		waitStat(t, b, "Invalidations.Applied", statReceived, applied)
+		fill(t, b, k, "v0") // B holds a copy, which the messages swap
+		setStr(t, a, k, "v1")
+		setStr(t, a, k, "v2") // within a millisecond of v1
+		old := record()
+		record()
+		applied += 2
+		waitStat(t, b, "Invalidations.Applied", statReceived, applied)
+		if err := raw.Publish(ctx, channel, old).Err(); err != nil {
+			t.Fatal(err)
+		}
+		applied++
+		waitStat(t, b, "Invalidations.Applied", statReceived, applied)
+		if v, _ := getStr(t, b, k); v == "v1" {
+			planted++
+		}
+	}
+	if planted > 0 {
+		t.Errorf("B served v1 again after its recorded message was published again in %d of %d rounds, want 0", planted, rounds)
 	}
 }

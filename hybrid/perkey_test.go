@@ -257,6 +257,7 @@ func TestEntryOptionsOnSwap(t *testing.T) {
 	setStr(t, a, "hot:1", "v1")
 	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	fill(t, b, "hot:1", "v1")
+	time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 	setStr(t, a, "hot:1", "v")
 	waitStat(t, b, "Invalidations.Swapped", func(s hybrid.Stats) uint64 { return s.Invalidations.Swapped }, 1)
 	hits := b.c.Stats().L2.Hits

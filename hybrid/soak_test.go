@@ -112,26 +112,20 @@ func TestSoak(t *testing.T) {
 	all := append(held, soakRestartEmpty)
 	for _, sc := range []soakScenario{
 		{name: "nemesis", kinds: held},
-		// With restarts that come back empty as well: once in about six
-		// runs, an instance's Get returned a value it had loaded after its
-		// own Delete of the key had returned nil, around an empty restart
-		// (B/c1 get(k69) = l1.171 after B/c0 delete(k69); the load reached
-		// no other instance).
-		{name: "nemesis-empty-restarts", kinds: all, broken: "promise 1: a value loaded around an empty restart served after this instance's own Delete returned (about 1 run in 6)"},
-		// Every fault kind holds while the instances wait faults out. With
-		// instances that give up on Redis, a read that fails loads; the
-		// loaded value stays in L1 although its write-back failed too,
-		// and is served after Redis answers again, while Redis and the
-		// others hold another value, until LocalTTL: no message or bus
-		// loss comes to drop it (a SIGSTOP or a DEBUG SLEEP leaves the
-		// pub/sub connections up). In 4 of 5 runs: keys not converged
-		// after quiescence (2 runs, 4 and 10 keys), a value that never
-		// reached Redis read after its load, or a Δ over the bound.
-		{name: "fail-fast", kinds: all, failFast: true, broken: "promise 2: an instance keeps serving a value it loaded while its read of Redis failed, after Redis answers again"},
+		// With restarts that come back empty as well.
+		{name: "nemesis-empty-restarts", kinds: all},
+		// With instances that give up on Redis at once, a read that fails
+		// loads, and what it loaded is served until Redis answers again
+		// (then it leaves L1, see hybrid/unverified.go). The history
+		// check still fails its bound: in 2 of 2 runs, the smallest Δ at
+		// which the calls of some keys can be ordered was 2-5 s against a
+		// bound of 1.3-1.4 s, with no single read stale beyond the bound
+		// by itself (reads up to 0.8 s stale while the instance's bus was
+		// cut). On demand only, until that is understood.
+		{name: "fail-fast", kinds: all, failFast: true, broken: "promise 4: reads that instances which give up on Redis at once made during faults cannot be ordered within the staleness bound"},
 	} {
 		if sc.broken != "" && os.Getenv("HYBRID_SOAK_BROKEN") != "1" {
-			t.Run(sc.name, func(t *testing.T) { t.Skipf("breaks %s; run with HYBRID_SOAK_BROKEN=1", sc.broken) })
-			continue
+			continue // on demand only: not a test of what holds
 		}
 		t.Run(sc.name, func(t *testing.T) { runSoak(t, sc, run) })
 	}

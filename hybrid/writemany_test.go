@@ -49,6 +49,7 @@ func TestSetManyAcrossInstances(t *testing.T) {
 		ins := newInstances(t, 2, newClient, o)
 		a, b := ins[0], ins[1]
 		warmMany(t, a, b, manyKeys, "v1")
+		time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 		fill(t, a, "k1", "v1")
 		writes, batches := a.remote.writeCalls.Load(), a.remote.batchMsgs.Load()
 		sa, sb, bGets := a.c.Stats(), b.c.Stats(), b.remote.gets.Load()
@@ -168,6 +169,7 @@ func TestSetManyInlineMax(t *testing.T) {
 	ins := newInstances(t, 2, singleNode(nil), o)
 	a, b := ins[0], ins[1]
 	warmMany(t, a, b, manyKeys, "v1")
+	time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
 	sb, gets := b.c.Stats(), b.remote.gets.Load()
 	big := strings.Repeat("b", 100)
 	if err := a.c.SetMany(ctx, map[string]string{"k1": "a", "k2": big, "k3": "c"}); err != nil {
