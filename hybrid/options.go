@@ -11,10 +11,15 @@ import (
 )
 
 // Options configures a Cache. The zero value is an L1-only cache with the
-// defaults below. The first group is what most caches set; the rest tune
-// loads, outages and observation (docs/usage.md and docs/operations.md
-// say more of each).
+// defaults below. The fields come in groups, each under a "--- name ---"
+// line: Essentials is what most caches set (the package doc says which a
+// production setup needs); the rest tune lifetimes, keys and values,
+// resilience, leases, the bus and its loss, background refresh,
+// observability and warm start (docs/usage.md and docs/operations.md say
+// more of each).
 type Options struct {
+	// --- Essentials ---
+	//
 	// Namespace names this cache's keys in the shared tier ("Namespace:key")
 	// and its bus channel; every instance of one logical cache uses the
 	// same. Required with a Remote or a Bus. No ':' and no glob character
@@ -32,6 +37,12 @@ type Options struct {
 	Secret []byte
 	// Codec encodes values for the shared tier. Default: codec.JSON{}.
 	Codec Codec
+	// LocalMaxBytes bounds L1 by the encoded size of its values, plus key
+	// and a fixed overhead per entry. Default: 64 MiB.
+	LocalMaxBytes int64
+
+	// --- Lifetimes, and per-key defaults ---
+	//
 	// TTL is how long a value lives in the shared tier. Default: 10 minutes.
 	TTL time.Duration
 	// LocalTTL is how long a value lives in L1. With a Remote, it is cut to
@@ -42,22 +53,6 @@ type Options struct {
 	// of the two. Default: the smaller of TTL and 1 minute (cut at about
 	// 49.7 days).
 	LocalTTL time.Duration
-	// LocalMaxBytes bounds L1 by the encoded size of its values, plus key
-	// and a fixed overhead per entry. Default: 64 MiB.
-	LocalMaxBytes int64
-
-	// Channel is the bus channel. Default: "hybridcache:" + the Remote's
-	// key prefix + Namespace.
-	Channel string
-	// InlineMaxBytes is the largest value a message carries. Default: 64
-	// KiB. Negative: never carry values.
-	InlineMaxBytes int
-	// NoSendTime leaves the send time out of the messages this instance
-	// sends, for a rolling upgrade from a version that predates send
-	// times: instances of that version reject a message that has one (and
-	// keep their copy). Receivers measure no lag for these messages (see
-	// InvalidationStats.Lag). Default: false, messages carry it.
-	NoSendTime bool
 	// NegativeTTL is how long an absence is remembered in both tiers when
 	// load returns an error wrapping ErrNotFound. Default: 0, not remembered.
 	NegativeTTL time.Duration
@@ -65,20 +60,6 @@ type Options struct {
 	// to TTLJitter, in [0, 1), so that entries written together do not
 	// expire together. Default: 0.
 	TTLJitter float64
-	// MaxKeyBytes is the longest key accepted (else ErrKeyTooLong).
-	// Default: 1024.
-	MaxKeyBytes int
-	// MaxValueBytes is the largest encoded value stored: a larger loaded
-	// value is returned but not stored; Set returns ErrValueTooLarge.
-	// Default: 1 MiB.
-	MaxValueBytes int
-	// CopyOnRead gives every caller its own copy of a value (its Clone()
-	// V method, else a Codec round trip). Default: false, values are shared
-	// and must not be modified.
-	CopyOnRead bool
-	// CompressAbove stores encoded values of at least this many bytes
-	// S2-compressed when that is shorter. Default: 0, off.
-	CompressAbove int
 	// EntryOptions, if set, gives the EntryOptions that apply to key by
 	// default, before a call's own, so that a cache holding several kinds
 	// of keys need not repeat them at every call: they shape what fills
@@ -91,6 +72,25 @@ type Options struct {
 	// per call. Default: nil, none.
 	EntryOptions func(key string) []EntryOption
 
+	// --- Keys and values ---
+	//
+	// MaxKeyBytes is the longest key accepted (else ErrKeyTooLong).
+	// Default: 1024.
+	MaxKeyBytes int
+	// MaxValueBytes is the largest encoded value stored: a larger loaded
+	// value is returned but not stored; Set returns ErrValueTooLarge.
+	// Default: 1 MiB.
+	MaxValueBytes int
+	// CompressAbove stores encoded values of at least this many bytes
+	// S2-compressed when that is shorter. Default: 0, off.
+	CompressAbove int
+	// CopyOnRead gives every caller its own copy of a value (its Clone()
+	// V method, else a Codec round trip). Default: false, values are shared
+	// and must not be modified.
+	CopyOnRead bool
+
+	// --- Resilience: timeouts, fail-safe, bounds, breaker, queued writes ---
+	//
 	// LoadTimeout bounds one shared fill, its shared-tier read and its
 	// load, whose ctx it cancels; no caller's leaving cancels a fill.
 	// Default: 0, no bound but Close.
@@ -106,6 +106,65 @@ type Options struct {
 	// when a stale value is at hand; the load goes on and updates the
 	// cache. Default: 0, none.
 	SoftTimeout time.Duration
+	// MaxConcurrentLoads bounds the load calls running at once (a batch
+	// load is one); a fill beyond it waits, and callers with a fail-safe
+	// value get it at once. Default: 0, no bound.
+	MaxConcurrentLoads int
+	// BreakerThreshold is how many shared-tier failures in a row open the
+	// breaker, which keeps calls away for BreakerOpenFor. Default: 0, none.
+	BreakerThreshold int
+	// BreakerOpenFor is how long the breaker stays open before one call
+	// probes. Default: 5 seconds.
+	BreakerOpenFor time.Duration
+	// QueueWrites queues, up to this many, writes that fail because the
+	// shared tier cannot be reached, applies them to L1, and replays them
+	// when it answers, never over a newer value; the call returns an error
+	// wrapping ErrQueued. A queued Set whose key the shared tier holds
+	// nothing for when it is replayed (restarted empty, or evicted the key,
+	// perhaps a newer Delete's tombstone) is replayed as a delete: every
+	// instance, this one too, loads the key again. Default: 0, off.
+	QueueWrites int
+
+	// --- Leases: one load per key across the fleet ---
+	//
+	// LoadLease turns on one load per key across the fleet: the fill that
+	// takes a lease on a key cold in both tiers, for this long (kept alive
+	// while it loads), loads it; the others wait for its value. Needs a
+	// Remote and a Bus; 10 ms to 24 hours (docs/leases.md). Default: 0, off.
+	LoadLease time.Duration
+	// LeaseWait bounds the wait for another instance's lease before
+	// loading here. At most 24 hours. Default: 5 seconds.
+	LeaseWait time.Duration
+
+	// --- Bus and loss: the messages, and a lost bus ---
+	//
+	// Channel is the bus channel. Default: "hybridcache:" + the Remote's
+	// key prefix + Namespace.
+	Channel string
+	// InlineMaxBytes is the largest value a message carries. Default: 64
+	// KiB. Negative: never carry values.
+	InlineMaxBytes int
+	// NoSendTime leaves the send time out of the messages this instance
+	// sends, for a rolling upgrade from a version that predates send
+	// times: instances of that version reject a message that has one (and
+	// keep their copy). Receivers measure no lag for these messages (see
+	// InvalidationStats.Lag). Default: false, messages carry it.
+	NoSendTime bool
+	// LossGrace is how long, while the bus is down, an L1 entry is served
+	// as it is; past it the entry is read again from the shared tier.
+	// Missed messages are replayed from the log when the bus is back, else
+	// L1 is flushed. Default: 1 second.
+	LossGrace time.Duration
+	// StrictLoss reads every L1 miss and hit from the shared tier while the
+	// bus is down, and flushes L1 when it drops and when it is back.
+	// Default: false.
+	StrictLoss bool
+	// ReplayLogLen is about how many announced writes the log keeps for
+	// replay after a bus loss. Default: 10,000. Negative: no log.
+	ReplayLogLen int
+
+	// --- Background refresh: reloads before expiry, serving meanwhile ---
+	//
 	// EagerRefresh, in (0, 1), reloads in the background an entry hit past
 	// this fraction of its L1 lifetime, serving it meanwhile. Default: 0.
 	EagerRefresh float64
@@ -120,66 +179,17 @@ type Options struct {
 	XFetchBeta float64
 	// RefreshBackoff is how long after a failed background refresh
 	// (EagerRefresh, XFetchBeta) the next is tried, doubled after each
-	// failure in a row up to 32 times, each wait drawn between half and all
-	// of it; hits meanwhile serve the value. At most 1 hour. Default: 1 second.
+	// failure in a row up to 32 times RefreshBackoff, each wait drawn
+	// between half and all of it; hits meanwhile serve the value.
+	// RefreshBackoff is at most 1 hour. Default: 1 second.
 	RefreshBackoff time.Duration
 	// RefreshBatch, made by BatchRefresh, gathers the background refreshes
 	// of keys due at about the same time into one call of a batch loader.
 	// Default: none; each refresh loads with its caller's load function.
 	RefreshBatch RefreshBatch
-	// MaxConcurrentLoads bounds the load calls running at once (a batch
-	// load is one); a fill beyond it waits, and callers with a fail-safe
-	// value get it at once. Default: 0, no bound.
-	MaxConcurrentLoads int
-	// LoadLease turns on one load per key across the fleet: the fill that
-	// takes a lease on a key cold in both tiers, for this long (kept alive
-	// while it loads), loads it; the others wait for its value. Needs a
-	// Remote and a Bus; 10 ms to 24 hours (docs/leases.md). Default: 0, off.
-	LoadLease time.Duration
-	// LeaseWait bounds the wait for another instance's lease before
-	// loading here. At most 24 hours. Default: 5 seconds.
-	LeaseWait time.Duration
 
-	// LossGrace is how long, while the bus is down, an L1 entry is served
-	// as it is; past it the entry is read again from the shared tier.
-	// Missed messages are replayed from the log when the bus is back, else
-	// L1 is flushed. Default: 1 second.
-	LossGrace time.Duration
-	// StrictLoss reads every L1 miss and hit from the shared tier while the
-	// bus is down, and flushes L1 when it drops and when it is back.
-	// Default: false.
-	StrictLoss bool
-	// ReplayLogLen is about how many announced writes the log keeps for
-	// replay after a bus loss. Default: 10,000. Negative: no log.
-	ReplayLogLen int
-	// QueueWrites queues, up to this many, writes that fail because the
-	// shared tier cannot be reached, applies them to L1, and replays them
-	// when it answers, never over a newer value; the call returns an error
-	// wrapping ErrQueued. A queued Set whose key the shared tier holds
-	// nothing for when it is replayed (restarted empty, or evicted the key,
-	// perhaps a newer Delete's tombstone) is replayed as a delete: every
-	// instance, this one too, loads the key again. Default: 0, off.
-	QueueWrites int
-	// BreakerThreshold is how many shared-tier failures in a row open the
-	// breaker, which keeps calls away for BreakerOpenFor. Default: 0, none.
-	BreakerThreshold int
-	// BreakerOpenFor is how long the breaker stays open before one call
-	// probes. Default: 5 seconds.
-	BreakerOpenFor time.Duration
-
-	// VerifyRate turns on the background verifier (docs/operations.md):
-	// about this many L1 entries a second, at most 10,000, are checked
-	// against the header of what the shared tier holds, in rounds of up to
-	// 32 keys that each cost one read; an entry older than the shared
-	// tier's value by more than VerifyWindow is dropped, counted in
-	// Stats.Verify and logged. Needs a Remote. Default: 0, off (no
-	// goroutine, no calls).
-	VerifyRate float64
-	// VerifyWindow is how long an invalidation may take to arrive before
-	// the verifier takes an entry that it should have changed as
-	// divergent. At most 24 hours. Default: 1 second.
-	VerifyWindow time.Duration
-
+	// --- Observability ---
+	//
 	// Logger receives the read path's and the bus's errors, one per kind
 	// per LogEvery, and New's advice. Default: slog.Default().
 	Logger *slog.Logger
@@ -192,7 +202,21 @@ type Options struct {
 	// Tracer gets a span around every load and shared-tier call (the otel
 	// module has one). Default: none.
 	Tracer Tracer
+	// VerifyRate turns on the background verifier (docs/operations.md):
+	// about this many L1 entries a second, from 1/3600 (one an hour) to
+	// 10,000, are checked against the header of what the shared tier
+	// holds, in rounds of up to 32 keys that each cost one read; an entry
+	// older than the shared tier's value by more than VerifyWindow is
+	// dropped, counted in Stats.Verify and logged. Needs a Remote.
+	// Default: 0, off (no goroutine, no calls).
+	VerifyRate float64
+	// VerifyWindow is how long an invalidation may take to arrive before
+	// the verifier takes an entry that it should have changed as
+	// divergent. At most 24 hours. Default: 1 second.
+	VerifyWindow time.Duration
 
+	// --- Warm start ---
+	//
 	// HotSetEvery, if positive, records this instance's hot keys in the
 	// shared tier that often (see RecordHot), merged with other
 	// instances', so that a new instance can warm from them (WarmHot).
