@@ -6,12 +6,26 @@
 // allocation; the shared tier lets instances reuse each other's loads; the
 // messages make every instance drop or swap its copy when one writes.
 //
+// # What you must set
+//
+// A Namespace, the same on every instance of one cache (New refuses a
+// Remote or a Bus without one). For a fleet, a Remote (l2.New) so that
+// instances share loads, and a Bus (invalidate.New over the same Redis) so
+// that a write reaches every instance's L1; with a Bus, the same Secret on
+// every instance, or messages are unsigned, carry no values, and anyone who
+// can publish on the channel can make instances drop keys. Build the
+// go-redis client given to l2.New with ContextTimeoutEnabled: true, so that
+// l2's read bound (250 ms by default) reaches the socket. New logs once, as
+// warnings, a Bus without a Secret, a client whose reads l2 cannot bound
+// that way, and settings that contradict each other; the README's
+// production configuration sets all of the above.
+//
 // # Usage
 //
 // Give New a Namespace and a Remote, then read through GetOrCreate with a
 // load function that is called on a miss in both tiers:
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379", ContextTimeoutEnabled: true})
 //	products, err := hybrid.New[Product](hybrid.Options{
 //		Namespace: "products",               // Redis keys "products:<key>"
 //		Remote:    l2.New(rdb, l2.Options{}), // the shared tier
