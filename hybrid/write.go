@@ -169,7 +169,8 @@ func (c *Cache[V]) Delete(ctx context.Context, key string, opts ...EntryOption) 
 //
 // In the shared tier the value's logical expiry is rewritten and its
 // physical lifetime (how long it stays for fail-safe) kept, in one atomic
-// step with the announcement when the Remote is a Replacer (l2.Store is);
+// step with the announcement (a conditional Write that keeps the key's
+// lifetime, KeepTTL);
 // a write that lands between Expire's read and that step is kept as it is,
 // as if it came after the Expire. L1, here and on every other instance,
 // keeps the entry as a stale fallback for FailSafeMaxAge, or drops it when

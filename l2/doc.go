@@ -10,14 +10,15 @@
 // bytes as given, with its lifetime as the key's expiry (PX, whole
 // milliseconds; none for a ttl of zero or less). A lease is a string too,
 // under the prefix and the lease's name, holding its holder's token; the
-// invalidation log is a stream under the prefix and Feed.Log. Nothing else
-// is written. Feed.Channel is used as given.
+// invalidation log is a stream under the prefix and Feed.Log; a sequence
+// counter (Write.Seq) is a decimal string under the prefix and its name,
+// without expiry. Nothing else is written. Feed.Channel is used as given.
 //
 // # Writes
 //
 // Write takes a batch. A write that asks for nothing but its value (Always
-// or IfAbsent, without messages, log, lease or KeepTTL) is a plain SET or
-// SET NX. Any other runs one Lua script, atomically, in this order:
+// or IfAbsent, without messages, log, lease, sequence counter or KeepTTL)
+// is a plain SET or SET NX. Any other runs one Lua script, atomically, in this order:
 //
 //  1. read, writing nothing: the condition (EXISTS, GET == Old, or the
 //     write times of IfNewer) and the lease (GET <lease>);
