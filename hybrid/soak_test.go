@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,7 +30,8 @@ import (
 // random, one at a time: the pub/sub connections killed, Redis stopped
 // (SIGSTOP) or put to sleep (DEBUG SLEEP), one instance cut off from Redis,
 // one instance's bus lagging, Redis killed and restarted from an AOF
-// synced on every write, or restarted empty. Then the faults and the writes
+// synced on every write, or restarted empty, or made to evict under
+// maxmemory (allkeys-lru, allkeys-lfu or volatile-lru). Then the faults and the writes
 // stop, every instance reads every key for a while, and the history is
 // checked: no read older than its own instance's write that returned nil
 // (promise 1), a smallest passing Δ within LossGrace plus the longest
@@ -76,11 +78,12 @@ const (
 	soakLag                           // B's bus holds its messages for 100-1000 ms
 	soakRestartAOF                    // SIGKILL, then a restart from the AOF (appendfsync always)
 	soakRestartEmpty                  // SIGKILL, then a restart with no data
+	soakEvict                         // Redis evicts: a maxmemory just above what it holds, and a flood of other keys
 	soakKinds
 )
 
 func (f soakFault) String() string {
-	return [...]string{"pubsub-kill", "sigstop", "debug-sleep", "cut-C", "lag-B", "restart-aof", "restart-empty"}[f]
+	return [...]string{"pubsub-kill", "sigstop", "debug-sleep", "cut-C", "lag-B", "restart-aof", "restart-empty", "evict"}[f]
 }
 
 // soakScenario is one soak: the kinds of fault its nemesis injects.
@@ -109,11 +112,12 @@ func TestSoak(t *testing.T) {
 		run = d
 	}
 	held := []soakFault{soakPubsubKill, soakStop, soakSleep, soakCut, soakLag, soakRestartAOF}
-	all := append(held, soakRestartEmpty)
+	all := append(held, soakRestartEmpty, soakEvict)
 	for _, sc := range []soakScenario{
 		{name: "nemesis", kinds: held},
-		// With restarts that come back empty as well.
-		{name: "nemesis-empty-restarts", kinds: all},
+		// With Redis losing data as well: restarts that come back
+		// empty, and evictions under maxmemory.
+		{name: "nemesis-data-loss", kinds: all},
 		// With instances that give up on Redis at once, a read that fails
 		// loads, and what it loaded is served until Redis answers again
 		// (then it leaves L1, see hybrid/unverified.go). The history
@@ -241,17 +245,80 @@ func (n *soakNemesis) inject(kind soakFault) {
 		}
 		o.end = n.rec.now()
 		if kind == soakRestartEmpty {
-			// Every key is deleted between the kill and the restart:
-			// the nemesis's writes, 'D' in the history (see runSoak for
-			// how the checks take them).
-			for _, k := range n.keys {
-				n.rec.add(histOp{inst: histInstances, kind: histDelete, key: k, call: o.start, ret: o.end})
-			}
+			n.lost(o)
 		}
+	case soakEvict:
+		n.evict()
+		o.end = o.start // Redis answers all along: no outage
+		n.lost(soakOutage{start: o.start, end: n.rec.now()})
 	}
 	n.mu.Lock()
 	n.outages = append(n.outages, o)
 	n.mu.Unlock()
+}
+
+// lost records that Redis may have lost any key in o: the nemesis's
+// writes, 'D' in the history (see runSoak for how the checks take them).
+func (n *soakNemesis) lost(o soakOutage) {
+	for _, k := range n.keys {
+		n.rec.add(histOp{inst: histInstances, kind: histDelete, key: k, call: o.start, ret: o.end})
+	}
+}
+
+// evict makes Redis evict for 100-500 ms, under a policy drawn from those
+// the cache supports: a maxmemory just above what it holds, and a flood
+// of unrelated 4 KB keys (with a lifetime, so that volatile-lru evicts
+// too); then the flood is removed and the limit lifted. Any key may go:
+// values, tombstones, the records of Clear and tags, sequence counters,
+// leases, the log.
+func (n *soakNemesis) evict() {
+	ctx := context.Background()
+	policy := evictionPolicies[rand.IntN(len(evictionPolicies))]
+	info, err := n.admin.Info(ctx, "memory").Result()
+	if err != nil {
+		n.errs.addf("INFO memory: %v", err)
+		return
+	}
+	var mem int64
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			mem, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if mem == 0 {
+		n.errs.addf("INFO memory: no used_memory in %q", info)
+		return
+	}
+	set := func(k, v string) error { return n.admin.ConfigSet(ctx, k, v).Err() }
+	if err := set("maxmemory-policy", policy); err != nil {
+		n.errs.addf("CONFIG SET maxmemory-policy: %v", err)
+		return
+	}
+	if err := set("maxmemory", strconv.FormatInt(mem+256<<10, 10)); err != nil {
+		n.errs.addf("CONFIG SET maxmemory: %v", err)
+		return
+	}
+	filler := strings.Repeat("x", 4096)
+	end := time.Now().Add(100*time.Millisecond + rand.N(400*time.Millisecond))
+	var flood []string
+	for i := 0; time.Now().Before(end); i++ {
+		k := fmt.Sprintf("flood:%d", i)
+		flood = append(flood, k)
+		if err := n.admin.Set(ctx, k, filler, time.Minute).Err(); err != nil {
+			break // OOM: nothing left to evict under this policy
+		}
+	}
+	if err := set("maxmemory", "0"); err != nil {
+		n.errs.addf("CONFIG SET maxmemory 0: %v", err)
+	}
+	for len(flood) > 0 {
+		m := min(len(flood), 500)
+		if err := n.admin.Unlink(ctx, flood[:m]...).Err(); err != nil {
+			n.errs.addf("UNLINK the flood: %v", err)
+			return
+		}
+		flood = flood[m:]
+	}
 }
 
 // longest returns the longest outage of the faults injected (a lag
@@ -472,20 +539,41 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	}
 	wg.Wait()
 	n.errs.report(t)
-	var diverged []string
-	var divergedKeys []string
+	type serving struct {
+		inst           int
+		key, got, want string
+		inRedis        bool
+	}
+	var served []serving
 	for _, k := range keys {
 		want, inRedis := redisValue(t, admin, ns, k)
 		for i, c := range caches {
 			got, ok := getString(t, c, k)
 			if ok && (!inRedis || got != want) {
-				diverged = append(diverged, fmt.Sprintf("%c serves %s = %q, Redis holds %q (found %v)", 'A'+i, k, got, want, inRedis))
-				divergedKeys = append(divergedKeys, k)
+				served = append(served, serving{inst: i, key: k, got: got, want: want, inRedis: inRedis})
 			}
 		}
 	}
 
 	h := rec.assemble(t)
+	// An instance serving the last value written of a key that Redis
+	// evicted holds what Redis lost, nothing stale: a miss there would be
+	// the cost, and it needs none.
+	latest := map[string]histOp{}
+	for _, o := range h.ops {
+		if o.isWrite() && o.inst < histInstances && o.ret != histPending && o.ret > latest[o.key].ret {
+			latest[o.key] = o
+		}
+	}
+	var diverged []string
+	var divergedKeys []string
+	for _, sv := range served {
+		if !sv.inRedis && latest[sv.key].kind != histDelete && latest[sv.key].value == sv.got {
+			continue
+		}
+		diverged = append(diverged, fmt.Sprintf("%c serves %s = %q, Redis holds %q (found %v)", 'A'+sv.inst, sv.key, sv.got, sv.want, sv.inRedis))
+		divergedKeys = append(divergedKeys, sv.key)
+	}
 	all := slices.Clone(h.ops)
 	// A Get that missed while a read of its instance's failed says
 	// nothing about the key (a failed read is a miss, promise 6): left
@@ -504,7 +592,7 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 	rywBad := soakByKeys(h.ops, rywViolations)
 	local := soakLocalLoads(h, remotes)
 	// An empty restart deletes every key between the kill and the
-	// restart: a read that misses after it is no read-your-writes
+	// restart (an eviction, any key during its flood): a read that misses after it is no read-your-writes
 	// violation of a write made before it, but one that misses after an
 	// own write made after it is. For staleness it is no write that
 	// supersedes the values before it, only a loss: a write-back that
