@@ -1,6 +1,6 @@
 package l2_test
 
-// Tests of the Store's per-call bounds (bound.go): which deadline each call
+// Tests of the Store's per-call bounds (call.go): which deadline each call
 // gets, that it holds against a dead address whatever the client's retry
 // settings and against a stalled server when the client honours ctx
 // deadlines, and what Info().ReadBound reports.
@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
 )
 
@@ -67,47 +68,58 @@ type op struct {
 	run  func(ctx context.Context, s *l2.Store) error
 }
 
-// ops returns every call a Store has.
+// ops returns a call of each kind a Store makes: reads of one key and of
+// more, writes of each condition, announced, logged and releasing a lease,
+// the lease calls, and the log's.
 func ops() []op {
-	nils := [][]byte{nil, nil}
-	ttls := []time.Duration{time.Minute, time.Minute}
 	return []op{
-		{"Get", true, func(ctx context.Context, s *l2.Store) error { _, _, err := get(ctx, s, "k"); return err }},
-		{"GetMany", true, func(ctx context.Context, s *l2.Store) error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
-		{"Set", false, func(ctx context.Context, s *l2.Store) error { return set(ctx, s, "k", []byte("v"), time.Minute) }},
-		{"SetIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := setIfAbsent(ctx, s, "n", []byte("v"), time.Minute)
+		{"Get of one key", true, func(ctx context.Context, s *l2.Store) error { _, err := s.Get(ctx, []string{"k"}); return err }},
+		{"Get of two keys", true, func(ctx context.Context, s *l2.Store) error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
+		{"Write", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{})
 			return err
 		}},
-		{"SetManyIfAbsent", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := setManyIfAbsent(ctx, s, []string{"n1", "n2"}, nils, ttls)
+		{"Write IfAbsent", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "n", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent}}, tier.Feed{})
 			return err
 		}},
-		{"CompareAndSet", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := compareAndSet(ctx, s, "k", []byte("v"), []byte("v"), time.Minute)
+		{"Write of two, IfAbsent", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{
+				{Key: "n1", TTL: time.Minute, If: tier.IfAbsent},
+				{Key: "n2", TTL: time.Minute, If: tier.IfAbsent},
+			}, tier.Feed{})
 			return err
 		}},
-		{"SetAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			return setAndPublish(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", []byte("m"))
-		}},
-		{"ReplaceAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := replaceAndPublish(ctx, s, "k", []byte("v"), []byte("v"), "t:l2:bound", nil)
+		{"Write IfEqual", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfEqual, Old: []byte("v")}}, tier.Feed{})
 			return err
 		}},
-		{"SetIfNewerAndPublish", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := setIfNewerAndPublish(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0)
+		{"Write with Msg", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, Msg: []byte("m")}}, tier.Feed{Channel: "t:l2:bound"})
 			return err
 		}},
-		{"SetIfNewerPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := setIfNewerPublishAndLog(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, 0, "log", nil, 10)
+		{"Write IfEqual, KeepTTL, on a channel", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), If: tier.IfEqual, Old: []byte("v"),
+				KeepTTL: true}}, tier.Feed{Channel: "t:l2:bound"})
 			return err
 		}},
-		{"SetPublishAndLog", false, func(ctx context.Context, s *l2.Store) error {
-			return setPublishAndLog(ctx, s, "k", []byte("v"), time.Minute, "t:l2:bound", nil, "log", nil, 10)
+		{"Write IfNewer, on a channel", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfNewer}}, tier.Feed{Channel: "t:l2:bound"})
+			return err
 		}},
-		{"OpenLog", false, func(ctx context.Context, s *l2.Store) error { _, err := openLog(ctx, s, "log"); return err }},
+		{"Write IfNewer with Log", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfNewer,
+				Msg: []byte{}, Log: []byte{}}}, tier.Feed{Channel: "t:l2:bound", Log: "log", LogLen: 10})
+			return err
+		}},
+		{"Write with Log", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, Msg: []byte{},
+				Log: []byte{}}}, tier.Feed{Channel: "t:l2:bound", Log: "log", LogLen: 10})
+			return err
+		}},
+		{"ReadLog opening the log", false, func(ctx context.Context, s *l2.Store) error { _, err := s.ReadLog(ctx, "log", "", 0); return err }},
 		{"TakeLeases", false, func(ctx context.Context, s *l2.Store) error {
-			_, _, _, _, err := takeLeases(ctx, s, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
+			_, err := s.TakeLeases(ctx, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", false, func(ctx context.Context, s *l2.Store) error {
@@ -115,14 +127,15 @@ func ops() []op {
 			return err
 		}},
 		{"ReleaseLeases", false, func(ctx context.Context, s *l2.Store) error {
-			return releaseLeases(ctx, s, []string{"lease"}, "tok", "t:l2:bound", nil)
+			return s.ReleaseLeases(ctx, []string{"lease"}, "tok", nil, tier.Feed{Channel: "t:l2:bound"})
 		}},
-		{"FillAndRelease", false, func(ctx context.Context, s *l2.Store) error {
-			_, err := fillAndRelease(ctx, s, "k", nil, []byte("v"), time.Minute, "lease", "tok", "t:l2:bound", nil, nil)
+		{"Write with Lease", false, func(ctx context.Context, s *l2.Store) error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent,
+				Lease: "lease", Token: "tok"}}, tier.Feed{Channel: "t:l2:bound"})
 			return err
 		}},
 		{"ReadLog", true, func(ctx context.Context, s *l2.Store) error {
-			_, _, _, err := readLog(ctx, s, "log", "", 10)
+			_, err := s.ReadLog(ctx, "log", "0-0", 10)
 			return err
 		}},
 	}
@@ -273,8 +286,8 @@ func TestBoundStalledServer(t *testing.T) {
 		t.Cleanup(func() { rdb.Close() })
 		s := l2.New(rdb, o)
 		// Open a connection before the server stops.
-		if err := set(t.Context(), s, "k", []byte("v"), time.Minute); err != nil {
-			t.Fatalf("Set: %v", err)
+		if _, err := s.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{}); err != nil {
+			t.Fatalf("Write: %v", err)
 		}
 		return s
 	}
@@ -291,7 +304,7 @@ func TestBoundStalledServer(t *testing.T) {
 	if err := own.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range ops()[:3] { // Get, GetMany, Set
+	for _, op := range ops()[:3] { // Get of one key, of two, Write
 		start := time.Now()
 		err := op.run(t.Context(), bounded)
 		d := time.Since(start)
@@ -304,7 +317,7 @@ func TestBoundStalledServer(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, _, err := get(t.Context(), unbounded, "k")
+	_, err := unbounded.Get(t.Context(), []string{"k"})
 	d := time.Since(start)
 	t.Logf("stalled server, without ContextTimeoutEnabled: Get: %v after %v", err, d.Round(time.Millisecond))
 	if err == nil || d < clientRead-50*time.Millisecond || d > 3*clientRead {
@@ -314,8 +327,8 @@ func TestBoundStalledServer(t *testing.T) {
 	if err := own.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := get(t.Context(), bounded, "k"); err != nil || !ok || string(got) != "v" {
-		t.Errorf("Get after SIGCONT = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+	if vs, err := bounded.Get(t.Context(), []string{"k"}); err != nil || string(vs[0]) != "v" {
+		t.Errorf("Get after SIGCONT = %q, %v; want [\"v\"], nil", vs, err)
 	}
 }
 
@@ -428,32 +441,36 @@ func TestTimeout(t *testing.T) {
 	// Set up with the patient Store: a busy machine may take more than 50ms
 	// to dial. This also loads the scripts, so no NOSCRIPT round trip is
 	// measured.
-	if err := setAndPublish(t.Context(), slow, "k", []byte("v"), time.Minute, prefix+"ch", nil); err != nil {
-		t.Fatalf("SetAndPublish: %v", err)
+	if _, err := slow.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}},
+		tier.Feed{Channel: prefix + "ch"}); err != nil {
+		t.Fatalf("Write on a channel: %v", err)
 	}
-	if _, err := compareAndSet(t.Context(), slow, "k", []byte("v"), []byte("v"), time.Minute); err != nil {
-		t.Fatalf("CompareAndSet: %v", err)
+	if _, err := slow.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfEqual,
+		Old: []byte("v")}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write IfEqual: %v", err)
 	}
-	if err := setPublishAndLog(t.Context(), slow, "k", []byte("v"), time.Minute, prefix+"ch", nil, "log", nil, 10); err != nil {
-		t.Fatalf("SetPublishAndLog: %v", err)
+	if _, err := slow.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, Msg: []byte{},
+		Log: []byte{}}}, tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 10}); err != nil {
+		t.Fatalf("Write with Log: %v", err)
 	}
-	if _, err := openLog(t.Context(), slow, "log"); err != nil {
-		t.Fatalf("OpenLog: %v", err)
+	if _, err := slow.ReadLog(t.Context(), "log", "", 0); err != nil {
+		t.Fatalf("ReadLog opening the log: %v", err)
 	}
-	if _, _, _, err := readLog(t.Context(), slow, "log", "", 10); err != nil {
+	if _, err := slow.ReadLog(t.Context(), "log", "0-0", 10); err != nil {
 		t.Fatalf("ReadLog: %v", err)
 	}
-	if _, _, _, _, err := takeLeases(t.Context(), slow, []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
+	if _, err := slow.TakeLeases(t.Context(), []string{"lease"}, []string{"g:lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("TakeLeases: %v", err)
 	}
 	if _, err := slow.ExtendLeases(t.Context(), []string{"lease"}, "tok", time.Minute); err != nil {
 		t.Fatalf("ExtendLeases: %v", err)
 	}
-	if err := releaseLeases(t.Context(), slow, []string{"lease"}, "tok", prefix+"ch", nil); err != nil {
+	if err := slow.ReleaseLeases(t.Context(), []string{"lease"}, "tok", nil, tier.Feed{Channel: prefix + "ch"}); err != nil {
 		t.Fatalf("ReleaseLeases: %v", err)
 	}
-	if _, err := fillAndRelease(t.Context(), slow, "k", nil, []byte("v"), time.Minute, "lease", "tok", prefix+"ch", nil, nil); err != nil {
-		t.Fatalf("FillAndRelease: %v", err)
+	if _, err := slow.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute,
+		If: tier.IfAbsent, Lease: "lease", Token: "tok"}}, tier.Feed{Channel: prefix + "ch"}); err != nil {
+		t.Fatalf("Write with Lease: %v", err)
 	}
 	callerDeadline := func() context.Context {
 		ctx, cancel := context.WithTimeout(t.Context(), timeout)
@@ -489,37 +506,48 @@ func TestTimeout(t *testing.T) {
 
 	t.Run("ALL", func(t *testing.T) {
 		check(t, "ALL", []call{
-			{"Get", func() error { _, _, err := get(t.Context(), fast, "k"); return err }},
-			{"Get with an earlier caller deadline", func() error { _, _, err := get(callerDeadline(), slow, "k"); return err }},
-			{"GetMany", func() error { _, err := fast.Get(t.Context(), []string{"k", "x"}); return err }},
-			{"ReadLog", func() error { _, _, _, err := readLog(t.Context(), fast, "log", "", 10); return err }},
+			{"Get of one key", func() error { _, err := fast.Get(t.Context(), []string{"k"}); return err }},
+			{"Get with an earlier caller deadline", func() error { _, err := slow.Get(callerDeadline(), []string{"k"}); return err }},
+			{"Get of two keys", func() error { _, err := fast.Get(t.Context(), []string{"k", "x"}); return err }},
+			{"ReadLog", func() error { _, err := fast.ReadLog(t.Context(), "log", "0-0", 10); return err }},
 		})
 	})
 	t.Run("WRITE", func(t *testing.T) {
 		check(t, "WRITE", []call{
-			{"Set", func() error { return set(t.Context(), fast, "k", []byte("v2"), time.Minute) }},
-			{"Set with an earlier caller deadline", func() error { return set(callerDeadline(), slow, "k", []byte("v2"), 0) }},
-			{"SetIfAbsent", func() error {
-				_, err := setIfAbsent(t.Context(), fast, "new", []byte("v"), time.Minute)
+			{"Write", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v2"), TTL: time.Minute}}, tier.Feed{})
 				return err
 			}},
-			{"SetManyIfAbsent", func() error {
-				_, err := setManyIfAbsent(t.Context(), fast, []string{"n1", "n2"}, [][]byte{nil, nil}, []time.Duration{0, 0})
+			{"Write with an earlier caller deadline", func() error {
+				_, err := slow.Write(callerDeadline(), []tier.Write{{Key: "k", Value: []byte("v2")}}, tier.Feed{})
 				return err
 			}},
-			{"CompareAndSet", func() error {
-				_, err := compareAndSet(t.Context(), fast, "k", []byte("v"), []byte("v2"), time.Minute)
+			{"Write IfAbsent", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "new", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent}}, tier.Feed{})
 				return err
 			}},
-			{"SetAndPublish", func() error {
-				return setAndPublish(t.Context(), fast, "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"))
+			{"Write of two, IfAbsent", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "n1", If: tier.IfAbsent}, {Key: "n2", If: tier.IfAbsent}}, tier.Feed{})
+				return err
 			}},
-			{"SetPublishAndLog", func() error {
-				return setPublishAndLog(t.Context(), fast, "k", []byte("v3"), time.Minute, prefix+"ch", []byte("m"), "log", []byte("e"), 10)
+			{"Write IfEqual", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v2"), TTL: time.Minute,
+					If: tier.IfEqual, Old: []byte("v")}}, tier.Feed{})
+				return err
 			}},
-			{"OpenLog", func() error { _, err := openLog(t.Context(), fast, "log2"); return err }},
+			{"Write with Msg", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v3"), TTL: time.Minute,
+					Msg: []byte("m")}}, tier.Feed{Channel: prefix + "ch"})
+				return err
+			}},
+			{"Write with Log", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v3"), TTL: time.Minute,
+					Msg: []byte("m"), Log: []byte("e")}}, tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 10})
+				return err
+			}},
+			{"ReadLog opening a log", func() error { _, err := fast.ReadLog(t.Context(), "log2", "", 0); return err }},
 			{"TakeLeases", func() error {
-				_, _, _, _, err := takeLeases(t.Context(), fast, []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
+				_, err := fast.TakeLeases(t.Context(), []string{"lease2"}, []string{"g:lease2"}, "tok", time.Minute)
 				return err
 			}},
 			{"ExtendLeases", func() error {
@@ -527,25 +555,26 @@ func TestTimeout(t *testing.T) {
 				return err
 			}},
 			{"ReleaseLeases", func() error {
-				return releaseLeases(t.Context(), fast, []string{"lease"}, "tok", prefix+"ch", []byte("m"))
+				return fast.ReleaseLeases(t.Context(), []string{"lease"}, "tok", []byte("m"), tier.Feed{Channel: prefix + "ch"})
 			}},
-			{"FillAndRelease", func() error {
-				_, err := fillAndRelease(t.Context(), fast, "k", []byte("v"), []byte("v4"), time.Minute, "lease", "tok", prefix+"ch", nil, nil)
+			{"Write with Lease", func() error {
+				_, err := fast.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v4"), TTL: time.Minute,
+					If: tier.IfEqual, Old: []byte("v"), Lease: "lease", Token: "tok"}}, tier.Feed{Channel: prefix + "ch"})
 				return err
 			}},
 		})
 		// Reads still work while only writes are paused.
 		start := time.Now()
-		if got, ok, err := get(t.Context(), slow, "k"); err != nil || !ok || string(got) != "v" {
-			t.Errorf("Get during CLIENT PAUSE WRITE = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+		if vs, err := slow.Get(t.Context(), []string{"k"}); err != nil || string(vs[0]) != "v" {
+			t.Errorf("Get during CLIENT PAUSE WRITE = %q, %v; want [\"v\"], nil", vs, err)
 		}
 		if elapsed := time.Since(start); elapsed > time.Second {
 			t.Errorf("Get during CLIENT PAUSE WRITE took %v, want it not paused", elapsed)
 		}
 	})
 	// Once the pause is over, the client works again.
-	if err := set(t.Context(), slow, "k", []byte("after"), time.Minute); err != nil {
-		t.Errorf("Set after the pause: %v", err)
+	if _, err := slow.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("after"), TTL: time.Minute}}, tier.Feed{}); err != nil {
+		t.Errorf("Write after the pause: %v", err)
 	}
 }
 
@@ -560,11 +589,11 @@ func TestHooksSeeCalls(t *testing.T) {
 	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":", ReadTimeout: time.Second})
 	rdb.AddHook(&after)
 	ctx := t.Context()
-	if err := set(ctx, s, "k", []byte("v"), time.Minute); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
-	if v, _, err := get(ctx, s, "k"); err != nil || string(v) != "v" {
-		t.Fatalf("Get = %q, %v; want \"v\"", v, err)
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || string(vs[0]) != "v" {
+		t.Fatalf("Get = %q, %v; want [\"v\"]", vs, err)
 	}
 	if _, err := s.Get(ctx, []string{"k", "x"}); err != nil {
 		t.Fatal(err)

@@ -72,16 +72,13 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 			const n = 100
 			var keys []string
 			var values [][]byte
-			var ttls []time.Duration
 			for i := range n {
 				keys = append(keys, fmt.Sprint("k", i))
 				values = append(values, []byte(fmt.Sprint("v", i)))
-				ttls = append(ttls, time.Minute)
 			}
 			// Two keys sharing a hash tag go in one MGET.
 			keys = append(keys, "{tag}a", "{tag}b", "empty")
 			values = append(values, []byte("ta"), []byte("tb"), []byte{})
-			ttls = append(ttls, time.Minute, time.Minute, time.Minute)
 
 			// The keys must span every master, and a plain MGET of them
 			// fails.
@@ -103,16 +100,20 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			stored, err := setManyIfAbsent(ctx, s, keys, values, ttls)
+			var ws []tier.Write
+			for i, k := range keys {
+				ws = append(ws, tier.Write{Key: k, Value: values[i], TTL: time.Minute, If: tier.IfAbsent})
+			}
+			stored, err := s.Write(ctx, ws, tier.Feed{})
 			if err != nil {
-				t.Fatalf("SetManyIfAbsent: %v", err)
+				t.Fatalf("Write: %v", err)
 			}
 			if i := slices.Index(stored, false); i >= 0 {
-				t.Errorf("SetManyIfAbsent did not store new key %s", keys[i])
+				t.Errorf("Write (IfAbsent) did not store new key %s", keys[i])
 			}
 			if c.nodes != nil {
 				if _, got := c.nodes.counts(); got != 3 {
-					t.Errorf("SetManyIfAbsent sent %d pipelines, want 3 (one per node): %v", got, c.nodes)
+					t.Errorf("Write sent %d pipelines, want 3 (one per node): %v", got, c.nodes)
 				}
 			}
 
@@ -123,32 +124,34 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 			}
 			got, err := s.Get(ctx, query)
 			if err != nil {
-				t.Fatalf("GetMany: %v", err)
+				t.Fatalf("Get: %v", err)
 			}
 			if c.nodes != nil {
 				if cmds, pipelines := c.nodes.counts(); cmds+pipelines != 3 {
-					t.Errorf("GetMany sent %d pipelines or commands, want 3 (one per node): %v", cmds+pipelines, c.nodes)
+					t.Errorf("Get sent %d pipelines or commands, want 3 (one per node): %v", cmds+pipelines, c.nodes)
 				}
 			}
 			if len(got) != len(want) {
-				t.Fatalf("GetMany: got %d values, want %d", len(got), len(want))
+				t.Fatalf("Get: got %d values, want %d", len(got), len(want))
 			}
 			for i := range want {
 				if !bytes.Equal(got[i], want[i]) || (got[i] == nil) != (want[i] == nil) {
-					t.Errorf("GetMany[%d] (%s): got %q, want %q", i, query[i], got[i], want[i])
+					t.Errorf("Get[%d] (%s): got %q, want %q", i, query[i], got[i], want[i])
 				}
 			}
 
-			stored, err = setManyIfAbsent(ctx, s, []string{"k1", "new", "k2", "{tag}c"},
-				[][]byte{[]byte("x"), []byte("n"), []byte("x"), []byte("tc")},
-				[]time.Duration{0, time.Minute, 0, time.Minute})
+			stored, err = s.Write(ctx, []tier.Write{
+				{Key: "k1", Value: []byte("x"), If: tier.IfAbsent},
+				{Key: "new", Value: []byte("n"), TTL: time.Minute, If: tier.IfAbsent},
+				{Key: "k2", Value: []byte("x"), If: tier.IfAbsent},
+				{Key: "{tag}c", Value: []byte("tc"), TTL: time.Minute, If: tier.IfAbsent},
+			}, tier.Feed{})
 			if err != nil {
-				t.Fatalf("SetManyIfAbsent: %v", err)
+				t.Fatalf("Write: %v", err)
 			}
 			if want := []bool{false, true, false, true}; !slices.Equal(stored, want) {
-				t.Errorf("SetManyIfAbsent: got %v, want %v", stored, want)
+				t.Errorf("Write: got %v, want %v", stored, want)
 			}
-
 		})
 	}
 }
@@ -202,17 +205,19 @@ func TestClusterSetAndPublish(t *testing.T) {
 	}
 	for i := range 10 {
 		key := fmt.Sprint("k", i) // keys in several slots
-		if err := setAndPublish(ctx, s, key, []byte("v"), time.Minute, prefix+"ch", []byte("set "+key)); err != nil {
-			t.Fatalf("SetAndPublish(%s): %v", key, err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte("v"), TTL: time.Minute,
+			Msg: []byte("set " + key)}}, tier.Feed{Channel: prefix + "ch"}); err != nil {
+			t.Fatalf("Write(%s) with Msg: %v", key, err)
 		}
-		if got, ok, err := get(ctx, s, key); err != nil || !ok || string(got) != "v" {
-			t.Errorf("Get(%s) = %q, %v, %v; want \"v\", true, nil", key, got, ok, err)
+		if vs, err := s.Get(ctx, []string{key}); err != nil || string(vs[0]) != "v" {
+			t.Errorf("Get(%s) = %q, %v; want [\"v\"], nil", key, vs, err)
 		}
-		if err := setAndPublish(ctx, s, key, []byte("v2"), time.Minute, prefix+"ch", []byte("set2 "+key)); err != nil {
-			t.Fatalf("SetAndPublish(%s): %v", key, err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte("v2"), TTL: time.Minute,
+			Msg: []byte("set2 " + key)}}, tier.Feed{Channel: prefix + "ch"}); err != nil {
+			t.Fatalf("Write(%s) with Msg: %v", key, err)
 		}
-		if got, ok, err := get(ctx, s, key); err != nil || !ok || string(got) != "v2" {
-			t.Errorf("Get(%s) = %q, %v, %v; want \"v2\", true, nil", key, got, ok, err)
+		if vs, err := s.Get(ctx, []string{key}); err != nil || string(vs[0]) != "v2" {
+			t.Errorf("Get(%s) = %q, %v; want [\"v2\"], nil", key, vs, err)
 		}
 	}
 	// Messages about one key keep their order. Messages about keys on
@@ -268,7 +273,8 @@ func TestClusterLeases(t *testing.T) {
 					others = append(others, keys[i])
 				}
 				if i%2 == 0 {
-					if err := set(ctx, s, guarded[i], []byte(fmt.Sprint("v", i)), time.Minute); err != nil {
+					if _, err := s.Write(ctx, []tier.Write{{Key: guarded[i], Value: []byte(fmt.Sprint("v", i)),
+						TTL: time.Minute}}, tier.Feed{}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -290,15 +296,15 @@ func TestClusterLeases(t *testing.T) {
 			// Every third key is held by another token. The other calls
 			// load each script on every node, so that what follows makes
 			// no NOSCRIPT round trip.
-			if taken, _, _, _, err := takeLeases(ctx, s, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
-				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
+			if ls, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(takenOf(ls), false) {
+				t.Fatalf("TakeLeases(other) = %v, %v; want all taken", takenOf(ls), err)
 			}
 			// Taking none reads nothing.
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if taken, _, values, _, err := takeLeases(ctx, s, others, guards(others), "nobody", time.Minute); err != nil || slices.Contains(taken, true) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
-				t.Fatalf("TakeLeases(nobody) = %v, %q, %v; want none taken, no values", taken, values, err)
+			if ls, err := s.TakeLeases(ctx, others, guards(others), "nobody", time.Minute); err != nil || slices.ContainsFunc(ls, func(l tier.Lease) bool { return l.Taken || l.Value != nil }) {
+				t.Fatalf("TakeLeases(nobody) = %+v, %v; want none taken, no values", ls, err)
 			}
 			if c.nodes != nil {
 				if cmds, pipes := c.nodes.counts(); cmds+pipes > 3 || strings.Contains(c.nodes.String(), "get") {
@@ -308,7 +314,7 @@ func TestClusterLeases(t *testing.T) {
 			if held, err := s.ExtendLeases(ctx, keys, "nobody", time.Minute); err != nil || slices.Contains(held, true) {
 				t.Fatalf("ExtendLeases(nobody) = %v, %v; want none held", held, err)
 			}
-			if err := releaseLeases(ctx, s, keys, "nobody", "", nil); err != nil {
+			if err := s.ReleaseLeases(ctx, keys, "nobody", nil, tier.Feed{}); err != nil {
 				t.Fatalf("ReleaseLeases(nobody): %v", err)
 			}
 			pipelines := func(call string, want int) {
@@ -340,7 +346,7 @@ func TestClusterLeases(t *testing.T) {
 				c.nodes.reset()
 			}
 
-			taken, left, values, _, err := takeLeases(ctx, s, keys, guarded, "me", 10*time.Second)
+			ls, err := s.TakeLeases(ctx, keys, guarded, "me", 10*time.Second)
 			if err != nil {
 				t.Fatalf("TakeLeases(me): %v", err)
 			}
@@ -348,21 +354,21 @@ func TestClusterLeases(t *testing.T) {
 			// taken, spread over every master too.
 			pipelines("TakeLeases", 6)
 			for i := range n {
-				if want := i%3 != 0; taken[i] != want {
-					t.Errorf("taken[%d]: got %v, want %v", i, taken[i], want)
+				if want := i%3 != 0; ls[i].Taken != want {
+					t.Errorf("[%d].Taken: got %v, want %v", i, ls[i].Taken, want)
 				}
 				var want []byte
 				if i%3 != 0 && i%2 == 0 {
 					want = []byte(fmt.Sprint("v", i))
 				}
-				if !bytes.Equal(values[i], want) || (values[i] == nil) != (want == nil) {
-					t.Errorf("values[%d]: got %q, want %q", i, values[i], want)
+				if v := ls[i].Value; !bytes.Equal(v, want) || (v == nil) != (want == nil) {
+					t.Errorf("[%d].Value: got %q, want %q", i, v, want)
 				}
-				if i%3 == 0 && (left[i] <= 15*time.Second || left[i] > 20*time.Second) {
-					t.Errorf("left[%d]: got %v, want in (15s, 20s] (the other lease's)", i, left[i])
+				if left := ls[i].Left; i%3 == 0 && (left <= 15*time.Second || left > 20*time.Second) {
+					t.Errorf("[%d].Left: got %v, want in (15s, 20s] (the other lease's)", i, left)
 				}
-				if i%3 != 0 && left[i] != 0 {
-					t.Errorf("left[%d] of a taken lease: got %v, want 0", i, left[i])
+				if i%3 != 0 && ls[i].Left != 0 {
+					t.Errorf("[%d].Left of a taken lease: got %v, want 0", i, ls[i].Left)
 				}
 			}
 			check("TakeLeases", 20*time.Second)
@@ -395,7 +401,7 @@ func TestClusterLeases(t *testing.T) {
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if err := releaseLeases(ctx, s, keys, "me", prefix+"ch", []byte("released")); err != nil {
+			if err := s.ReleaseLeases(ctx, keys, "me", []byte("released"), tier.Feed{Channel: prefix + "ch"}); err != nil {
 				t.Fatalf("ReleaseLeases(me): %v", err)
 			}
 			if c.nodes != nil {
@@ -425,13 +431,13 @@ func TestClusterLeases(t *testing.T) {
 			for i := range quiet {
 				quiet[i] = fmt.Sprint("ns:\x00lease:quiet:", i)
 			}
-			if taken, _, _, _, err := takeLeases(ctx, s, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(taken, false) {
-				t.Fatalf("TakeLeases(me, quiet) = %v, %v; want all taken", taken, err)
+			if ls, err := s.TakeLeases(ctx, quiet, guards(quiet), "me", time.Minute); err != nil || slices.Contains(takenOf(ls), false) {
+				t.Fatalf("TakeLeases(me, quiet) = %v, %v; want all taken", takenOf(ls), err)
 			}
 			if c.nodes != nil {
 				c.nodes.reset()
 			}
-			if err := releaseLeases(ctx, s, quiet, "me", prefix+"ch", []byte("not sent")); err != nil {
+			if err := s.ReleaseLeases(ctx, quiet, "me", []byte("not sent"), tier.Feed{Channel: prefix + "ch"}); err != nil {
 				t.Fatalf("ReleaseLeases(me, quiet): %v", err)
 			}
 			if c.nodes != nil {
@@ -469,10 +475,10 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	for i := range 30 {
 		keys = append(keys, fmt.Sprint("lease:", i))
 	}
-	if _, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "warm", time.Minute); err != nil {
+	if _, err := s.TakeLeases(ctx, keys, guards(keys), "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := releaseLeases(ctx, s, keys, "warm", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "warm", nil, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	node := redis.NewClient(&redis.Options{Addr: addrs[0]})
@@ -480,9 +486,9 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	taken, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "me", time.Minute)
-	if err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", taken, err)
+	ls, err := s.TakeLeases(ctx, keys, guards(keys), "me", time.Minute)
+	if err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases after SCRIPT FLUSH on one node = %v, %v; want all taken", takenOf(ls), err)
 	}
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
@@ -494,38 +500,41 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
-	if err := releaseLeases(ctx, s, keys, "me", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "me", nil, tier.Feed{}); err != nil {
 		t.Fatalf("ReleaseLeases after SCRIPT FLUSH on one node: %v", err)
 	}
-	// FillAndRelease's scripts (compare and set, release) on every node.
+	// The scripts of a write IfEqual with Lease (the write, the release) on
+	// every node.
 	for i, k := range keys {
-		if _, err := fillAndRelease(ctx, s, fmt.Sprint("v:", i), []byte("x"), []byte("v"), time.Minute, k, "me", "", nil, nil); err != nil {
-			t.Fatalf("FillAndRelease: %v", err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: fmt.Sprint("v:", i), Value: []byte("v"), TTL: time.Minute,
+			If: tier.IfEqual, Old: []byte("x"), Lease: k, Token: "me"}}, tier.Feed{}); err != nil {
+			t.Fatalf("Write with Lease: %v", err)
 		}
 	}
 	if err := node.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH on %s: %v", addrs[0], err)
 	}
 	for i, k := range keys {
-		if _, _, _, _, err := takeLeases(ctx, s, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
+		if _, err := s.TakeLeases(ctx, []string{k}, []string{"x"}, "fill", time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := set(ctx, s, fmt.Sprint("v:", i), []byte("old"), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: fmt.Sprint("v:", i), Value: []byte("old"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
-		wrote, err := fillAndRelease(ctx, s, fmt.Sprint("v:", i), []byte("old"), []byte("new"), time.Minute, k, "fill", "", nil, nil)
-		if err != nil || !wrote {
-			t.Fatalf("FillAndRelease(%s) after SCRIPT FLUSH on one node = %v, %v; want true, nil", k, wrote, err)
+		wrote, err := s.Write(ctx, []tier.Write{{Key: fmt.Sprint("v:", i), Value: []byte("new"), TTL: time.Minute,
+			If: tier.IfEqual, Old: []byte("old"), Lease: k, Token: "fill"}}, tier.Feed{})
+		if err != nil || !wrote[0] {
+			t.Fatalf("Write with Lease %s after SCRIPT FLUSH on one node = %v, %v; want [true], nil", k, wrote, err)
 		}
 		if n, err := rdb.Exists(ctx, prefix+k).Result(); err != nil || n != 0 {
-			t.Errorf("lease %s after FillAndRelease: %d, %v; want released", k, n, err)
+			t.Errorf("lease %s after the write: %d, %v; want released", k, n, err)
 		}
 	}
-	taken, _, _, _, err = takeLeases(ctx, s, keys, guards(keys), "again", time.Minute)
-	if err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", taken, err)
+	ls, err = s.TakeLeases(ctx, keys, guards(keys), "again", time.Minute)
+	if err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases after the release = %v, %v; want all taken", takenOf(ls), err)
 	}
-	if err := releaseLeases(ctx, s, keys, "again", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "again", nil, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -543,15 +552,15 @@ func TestClusterTakeLeasesValues(t *testing.T) {
 	}
 }
 
-// TestClusterFillAndRelease: in Redis Cluster, FillAndRelease writes on
-// the key's master, then releases and publishes on the lease's: its
+// TestClusterFillAndRelease: in Redis Cluster, a write with Lease writes
+// on the key's master, then releases and publishes on the lease's: its
 // semantics are those of one server, in two round trips.
 func TestClusterFillAndRelease(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	for _, c := range clusterClients(t) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
-			// Leases and keys of checkFillAndRelease are in other slots,
+			// Leases and keys of checkWriteWithLease are in other slots,
 			// and some on other masters. A key and its lease share most of
 			// their name, so their slots are often close, on one master: a
 			// prefix is drawn until some are not.
@@ -578,7 +587,7 @@ func TestClusterFillAndRelease(t *testing.T) {
 			channel := prefix + "ch"
 			sub := redis.NewClient(&redis.Options{Addr: addrs[len(addrs)-1]})
 			t.Cleanup(func() { sub.Close() })
-			checkFillAndRelease(t, s, c.rdb, prefix, channel, receive(subscribe(t, sub, channel), 32))
+			checkWriteWithLease(t, s, c.rdb, prefix, channel, receive(subscribe(t, sub, channel), 32))
 
 			if c.nodes == nil {
 				return
@@ -586,14 +595,18 @@ func TestClusterFillAndRelease(t *testing.T) {
 			// Two round trips: the write, then the release, which publishes
 			// (the lease is gone: someone may wait).
 			for _, old := range [][]byte{nil, []byte("v")} {
-				if err := set(ctx, s, "r", []byte("v"), time.Minute); err != nil {
+				if _, err := s.Write(ctx, []tier.Write{{Key: "r", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := fillAndRelease(ctx, s, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+				w := tier.Write{Key: "r", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent, Lease: "lease:r", Token: "me"}
+				if old != nil {
+					w.If, w.Old = tier.IfEqual, old
+				}
+				if _, err := s.Write(ctx, []tier.Write{w}, tier.Feed{Channel: channel}); err != nil {
 					t.Fatal(err) // loads the scripts
 				}
 				c.nodes.reset()
-				if _, err := fillAndRelease(ctx, s, "r", old, []byte("v"), time.Minute, "lease:r", "me", channel, nil, nil); err != nil {
+				if _, err := s.Write(ctx, []tier.Write{w}, tier.Feed{Channel: channel}); err != nil {
 					t.Fatal(err)
 				}
 				want := "commands [set evalsha], pipelines []"
@@ -601,15 +614,15 @@ func TestClusterFillAndRelease(t *testing.T) {
 					want = "commands [evalsha evalsha], pipelines []"
 				}
 				if got := c.nodes.String(); got != want {
-					t.Errorf("FillAndRelease (old %q) sent %s; want %s", old, got, want)
+					t.Errorf("Write with Lease (Old %q) sent %s; want %s", old, got, want)
 				}
 			}
 		})
 	}
 }
 
-// TestClusterFillAndReleaseAnnouncesAfter: a subscriber, on hearing a
-// FillAndRelease's message, finds the value written and the lease
+// TestClusterFillAndReleaseAnnouncesAfter: a subscriber, on hearing the
+// message of a write with Lease, finds the value written and the lease
 // released; a lease no one asked for is released without a message. The
 // rounds' keys and leases are spread over every master, so a subscriber on
 // any node hears messages that crossed the cluster bus.
@@ -706,13 +719,14 @@ func TestClusterWriteBatch(t *testing.T) {
 				ws, leases, asked, want := batch(tail)
 				for i := range n {
 					if i%3 == 1 || i == 8 {
-						if err := set(ctx, s, fmt.Sprint("k", i, tail), []byte("o"), time.Minute); err != nil {
+						if _, err := s.Write(ctx, []tier.Write{{Key: fmt.Sprint("k", i, tail), Value: []byte("o"),
+							TTL: time.Minute}}, tier.Feed{}); err != nil {
 							t.Fatal(err)
 						}
 					}
 				}
-				if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), "me", time.Minute); err != nil || slices.Contains(taken, false) {
-					t.Fatalf("TakeLeases(me) = %v, %v; want all taken", taken, err)
+				if ls, err := s.TakeLeases(ctx, leases, guards(leases), "me", time.Minute); err != nil || slices.Contains(takenOf(ls), false) {
+					t.Fatalf("TakeLeases(me) = %v, %v; want all taken", takenOf(ls), err)
 				}
 				askFor(t, s, asked...)
 				return ws, want
@@ -744,8 +758,8 @@ func TestClusterWriteBatch(t *testing.T) {
 				if i == 8 {
 					wantValue = "o"
 				}
-				if v, _, err := get(ctx, s, w.Key); err != nil || string(v) != wantValue {
-					t.Errorf("%s holds %q, %v; want %q", w.Key, v, err, wantValue)
+				if vs, err := s.Get(ctx, []string{w.Key}); err != nil || string(vs[0]) != wantValue {
+					t.Errorf("%s holds %q, %v; want %q", w.Key, vs, err, wantValue)
 				}
 				if w.Lease != "" {
 					if got := holder(t, c.rdb, prefix+w.Lease); got != "" {

@@ -44,14 +44,15 @@ func streamIDs(t *testing.T, rdb *redis.Client, key string) []string {
 	return ids
 }
 
-// appendLog makes n writes through s with SetPublishAndLog, of key k<i>
-// with entry e<i>, and returns the positions of their entries.
+// appendLog makes n logged writes through s, of key k<i> with entry e<i>,
+// and returns the positions of their entries.
 func appendLog(t *testing.T, s *l2.Store, rdb *redis.Client, prefix, log string, n int) []string {
 	t.Helper()
 	for i := range n {
 		e := fmt.Sprint("e", i)
-		if err := setPublishAndLog(t.Context(), s, fmt.Sprint("k", i), []byte("v"), time.Minute, prefix+"ch", []byte("m"), log, []byte(e), 1000); err != nil {
-			t.Fatalf("SetPublishAndLog: %v", err)
+		if _, err := s.Write(t.Context(), []tier.Write{{Key: fmt.Sprint("k", i), Value: []byte("v"), TTL: time.Minute,
+			Msg: []byte("m"), Log: []byte(e)}}, tier.Feed{Channel: prefix + "ch", Log: log, LogLen: 1000}); err != nil {
+			t.Fatalf("Write with Log: %v", err)
 		}
 	}
 	return streamIDs(t, rdb, prefix+log)
@@ -70,21 +71,22 @@ func TestSetPublishAndLog(t *testing.T) {
 		msg := message.Encode(m, secret)
 		sent = append(sent, msg)
 		entry := []byte(fmt.Sprint("entry", i))
-		if err := setPublishAndLog(ctx, s, "k", []byte(fmt.Sprint("v", i)), ttl, channel, msg, "log", entry, 100); err != nil {
-			t.Fatalf("SetPublishAndLog %d: %v", i, err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte(fmt.Sprint("v", i)), TTL: ttl, Msg: msg,
+			Log: entry}}, tier.Feed{Channel: channel, Log: "log", LogLen: 100}); err != nil {
+			t.Fatalf("Write with Log %d: %v", i, err)
 		}
 		pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
 		switch {
 		case err != nil:
 			t.Fatalf("PTTL: %v", err)
 		case ttl == 0 && pttl != -1:
-			t.Errorf("PTTL after SetPublishAndLog(ttl 0) = %v; want -1", pttl)
+			t.Errorf("PTTL after a logged write with TTL 0 = %v; want -1", pttl)
 		case ttl > 0 && (pttl <= ttl-2*time.Second || pttl > ttl):
-			t.Errorf("PTTL after SetPublishAndLog(ttl %v) = %v; want about %v", ttl, pttl, ttl)
+			t.Errorf("PTTL after a logged write with TTL %v = %v; want about %v", ttl, pttl, ttl)
 		}
 	}
-	if got, ok, err := get(ctx, s, "k"); err != nil || !ok || string(got) != "v2" {
-		t.Errorf("Get = %q, %v, %v; want \"v2\", true, nil", got, ok, err)
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || string(vs[0]) != "v2" {
+		t.Errorf("Get = %q, %v; want [\"v2\"], nil", vs, err)
 	}
 
 	// The log is a stream under the prefixed key, one entry per write,
@@ -132,9 +134,11 @@ func TestReplacePublishAndLog(t *testing.T) {
 		old, value string
 		replaced   bool
 	}{{"old", "new", true}, {"old", "newer", false}} {
-		got, err := replacePublishAndLog(ctx, s, "k", []byte(tt.old), []byte(tt.value), channel, []byte(fmt.Sprint("msg", i)), "log", []byte(fmt.Sprint("entry", i)), 100)
-		if err != nil || got != tt.replaced {
-			t.Fatalf("ReplacePublishAndLog %d = %v, %v; want %v, nil", i, got, err, tt.replaced)
+		got, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte(tt.value), If: tier.IfEqual, Old: []byte(tt.old),
+			KeepTTL: true, Msg: []byte(fmt.Sprint("msg", i)), Else: []byte(fmt.Sprint("msg", i)),
+			Log: []byte(fmt.Sprint("entry", i))}}, tier.Feed{Channel: channel, Log: "log", LogLen: 100})
+		if err != nil || got[0] != tt.replaced {
+			t.Fatalf("Write %d IfEqual with Log = %v, %v; want [%v], nil", i, got, err, tt.replaced)
 		}
 	}
 	if v, err := rdb.Get(ctx, prefix+"k").Result(); err != nil || v != "new" {
@@ -170,7 +174,8 @@ func TestSetPublishAndLogOrder(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				v := fmt.Appendf(nil, "w%d-%03d", w, i)
-				if err := setPublishAndLog(ctx, s, "k", v, time.Minute, channel, v, "log", v, 10000); err != nil {
+				if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: v, TTL: time.Minute, Msg: v, Log: v}},
+					tier.Feed{Channel: channel, Log: "log", LogLen: 10000}); err != nil {
 					errs <- err
 					return
 				}
@@ -203,8 +208,8 @@ func TestSetPublishAndLogOrder(t *testing.T) {
 		}
 		prev = pos
 	}
-	if v, _, err := get(ctx, s, "k"); err != nil || string(v) != log[len(log)-1].Values["m"] {
-		t.Errorf("Redis holds %q (err %v); the last log entry is %q", v, err, log[len(log)-1].Values["m"])
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || string(vs[0]) != log[len(log)-1].Values["m"] {
+		t.Errorf("Redis holds %q (err %v); the last log entry is %q", vs, err, log[len(log)-1].Values["m"])
 	}
 }
 
@@ -217,26 +222,27 @@ func TestSetPublishAndLogTrims(t *testing.T) {
 			node = n
 		}
 	}
-	const maxLen, writes = 10, 600
+	const logLen, writes = 10, 600
 	for i := range writes {
-		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", nil, "log", []byte(fmt.Sprint(i)), maxLen); err != nil {
-			t.Fatalf("SetPublishAndLog: %v", err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: []byte{}, Log: []byte(fmt.Sprint(i))}},
+			tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: logLen}); err != nil {
+			t.Fatalf("Write with Log: %v", err)
 		}
 	}
 	n, err := rdb.XLen(ctx, prefix+"log").Result()
 	if err != nil {
 		t.Fatalf("XLEN: %v", err)
 	}
-	if n < maxLen || n > int64(maxLen+node) {
-		t.Errorf("log of %d entries after %d writes with maxLen %d; want %d to %d", n, writes, maxLen, maxLen, maxLen+node)
+	if n < logLen || n > int64(logLen+node) {
+		t.Errorf("log of %d entries after %d writes with LogLen %d; want %d to %d", n, writes, logLen, logLen, logLen+node)
 	}
 	// What is left is the newest entries.
-	entries, _, complete, err := readLog(ctx, s, "log", "", writes)
-	if err != nil || complete {
-		t.Fatalf("ReadLog from the start of a trimmed log: complete %v, err %v; want false, nil", complete, err)
+	page, err := s.ReadLog(ctx, "log", "0-0", writes)
+	if err != nil || page.Complete {
+		t.Fatalf("ReadLog from the start of a trimmed log: complete %v, err %v; want false, nil", page.Complete, err)
 	}
-	if len(entries) != int(n) || string(entries[len(entries)-1]) != fmt.Sprint(writes-1) {
-		t.Errorf("ReadLog: %d entries ending %q; want %d ending %q", len(entries), entries[len(entries)-1], n, fmt.Sprint(writes-1))
+	if es := page.Entries; len(es) != int(n) || string(es[len(es)-1]) != fmt.Sprint(writes-1) {
+		t.Errorf("ReadLog: %d entries ending %q; want %d ending %q", len(es), es[len(es)-1], n, fmt.Sprint(writes-1))
 	}
 }
 
@@ -246,20 +252,24 @@ func TestSetPublishAndLogWrongType(t *testing.T) {
 	if err := rdb.Set(ctx, prefix+"log", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := setPublishAndLog(ctx, s, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err == nil {
-		t.Error("SetPublishAndLog to a log key holding a string: got nil error, want one")
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), Msg: []byte{}, Log: []byte{}}},
+		tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 10}); err == nil {
+		t.Error("Write with Log to a log key holding a string: got nil error, want one")
 	}
-	if _, ok, err := get(ctx, s, "k"); ok || err != nil {
-		t.Errorf("after the failed SetPublishAndLog, Get: ok %v, err %v; want nothing written", ok, err)
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || vs[0] != nil {
+		t.Errorf("after the failed logged write, Get = %q, %v; want [nil], nil: nothing written", vs, err)
 	}
-	if _, err := openLog(ctx, s, "log"); err == nil {
-		t.Error("OpenLog of a string key: got nil error, want one")
+	if _, err := s.ReadLog(ctx, "log", "", 0); err == nil {
+		t.Error("ReadLog opening a string key: got nil error, want one")
 	}
-	if _, _, _, err := readLog(ctx, s, "log", "", 10); err == nil {
+	if _, err := s.ReadLog(ctx, "log", "0-0", 10); err == nil {
 		t.Error("ReadLog of a string key: got nil error, want one")
 	}
 }
 
+// TestOpenLog: ReadLog with no position opens the log: it makes a marker
+// entry where the log is missing or empty, and returns, as Last, the
+// newest position.
 func TestOpenLog(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
@@ -269,22 +279,22 @@ func TestOpenLog(t *testing.T) {
 	}
 	pos := page.Last
 	if ids := streamIDs(t, rdb, prefix+"log"); !slices.Equal(ids, []string{pos}) {
-		t.Fatalf("OpenLog created %v, returned %q; want one marker entry at the position returned", ids, pos)
+		t.Fatalf("ReadLog opening the log created %v, returned %q; want one marker entry at the position returned", ids, pos)
 	}
-	if again, err := openLog(ctx, s, "log"); err != nil || again != pos {
-		t.Errorf("OpenLog again = %q, %v; want %q, nil (no second marker)", again, err, pos)
+	if again, err := s.ReadLog(ctx, "log", "", 0); err != nil || again.Last != pos {
+		t.Errorf("ReadLog opening the log again: Last %q, %v; want %q, nil (no second marker)", again.Last, err, pos)
 	}
 	ids := appendLog(t, s, rdb, prefix, "log", 2)
-	if got, err := openLog(ctx, s, "log"); err != nil || got != ids[len(ids)-1] {
-		t.Errorf("OpenLog after writes = %q, %v; want the newest, %q", got, err, ids[len(ids)-1])
+	if got, err := s.ReadLog(ctx, "log", "", 0); err != nil || got.Last != ids[len(ids)-1] {
+		t.Errorf("ReadLog opening the log after writes: Last %q, %v; want the newest, %q", got.Last, err, ids[len(ids)-1])
 	}
 	// An emptied log gets a new marker, newer than all before.
 	if err := rdb.XTrimMaxLen(ctx, prefix+"log", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	got, err := openLog(ctx, s, "log")
-	if err != nil || message.ComparePositions(got, ids[len(ids)-1]) <= 0 {
-		t.Errorf("OpenLog of an emptied log = %q, %v; want a position after %q", got, err, ids[len(ids)-1])
+	got, err := s.ReadLog(ctx, "log", "", 0)
+	if err != nil || message.ComparePositions(got.Last, ids[len(ids)-1]) <= 0 {
+		t.Errorf("ReadLog opening an emptied log: Last %q, %v; want a position after %q", got.Last, err, ids[len(ids)-1])
 	}
 }
 
@@ -310,17 +320,14 @@ func TestReadLog(t *testing.T) {
 	check := func(t *testing.T, rs []read) {
 		t.Helper()
 		for _, r := range rs {
-			es, ps, complete, err := readLog(ctx, s, "log", r.after, r.max)
+			page, err := s.ReadLog(ctx, "log", r.after, r.max)
 			if err != nil {
 				t.Errorf("ReadLog(%q, %d): %v", r.after, r.max, err)
 				continue
 			}
-			var got []string
-			for _, e := range es {
-				got = append(got, string(e))
-			}
-			if !slices.Equal(got, r.entries) || complete != r.complete {
-				t.Errorf("ReadLog(%q, %d) = %q, complete %v; want %q, %v", r.after, r.max, got, complete, r.entries, r.complete)
+			es, ps := page.Entries, page.Positions
+			if got := strs(es); !slices.Equal(got, r.entries) || page.Complete != r.complete {
+				t.Errorf("ReadLog(%q, %d) = %q, complete %v; want %q, %v", r.after, r.max, got, page.Complete, r.entries, r.complete)
 			}
 			if len(ps) != len(es) {
 				t.Errorf("ReadLog(%q, %d): %d positions for %d entries", r.after, r.max, len(ps), len(es))
@@ -346,9 +353,8 @@ func TestReadLog(t *testing.T) {
 	last(t)
 	t.Run("whole", func(t *testing.T) {
 		check(t, []read{
-			{"", 10, entries(0, 5), true},
-			{"", 2, entries(0, 2), true},
 			{"0-0", 10, entries(0, 5), true},
+			{"0-0", 2, entries(0, 2), true},
 			{ids[0], 10, entries(1, 5), true},
 			{ids[1], 2, entries(2, 4), true},
 			{ids[4], 10, nil, true},
@@ -361,7 +367,6 @@ func TestReadLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, []read{
-			{"", 10, entries(3, 5), false},
 			{"0-0", 10, entries(3, 5), false},
 			{ids[1], 10, entries(3, 5), false}, // e2 is gone
 			{ids[2], 10, entries(3, 5), false}, // nothing after ids[2] is gone, but the log cannot tell
@@ -384,7 +389,7 @@ func TestReadLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, []read{
-			{"", 10, nil, false},
+			{"0-0", 10, nil, false},
 			{ids[4], 10, nil, false},
 		})
 	})
@@ -395,12 +400,12 @@ func TestReadLog(t *testing.T) {
 		if message.ComparePositions(newer[0], ids[4]) <= 0 {
 			t.Fatalf("new entry at %s, not after %s", newer[0], ids[4])
 		}
-		es, ps, complete, err := readLog(ctx, s, "log", ids[4], 10)
-		if err != nil || complete || len(es) != 1 || ps[0] != newer[0] {
-			t.Errorf("ReadLog of a recreated log = %q at %q, complete %v, %v; want [e0] at %s, false", es, ps, complete, err, newer[0])
+		page, err := s.ReadLog(ctx, "log", ids[4], 10)
+		if err != nil || page.Complete || len(page.Entries) != 1 || page.Positions[0] != newer[0] {
+			t.Errorf("ReadLog of a recreated log = %q at %q, complete %v, %v; want [e0] at %s, false", page.Entries, page.Positions, page.Complete, err, newer[0])
 		}
-		if _, _, complete, err := readLog(ctx, s, "log", "", 10); err != nil || !complete {
-			t.Errorf("ReadLog of a recreated log from the start: complete %v, %v; want true", complete, err)
+		if page, err := s.ReadLog(ctx, "log", "0-0", 10); err != nil || !page.Complete {
+			t.Errorf("ReadLog of a recreated log from the start: complete %v, %v; want true", page.Complete, err)
 		}
 	})
 }
@@ -430,19 +435,21 @@ func TestReadLogMissing(t *testing.T) {
 func TestReadLogSkipsMarkers(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
-	open, err := openLog(ctx, s, "log")
+	page, err := s.ReadLog(ctx, "log", "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if es, _, complete, err := readLog(ctx, s, "log", "", 10); err != nil || len(es) != 0 || !complete {
-		t.Errorf("ReadLog of a new log = %q, %v, %v; want nothing, complete", es, complete, err)
+	open := page.Last
+	if page, err := s.ReadLog(ctx, "log", "0-0", 10); err != nil || len(page.Entries) != 0 || !page.Complete {
+		t.Errorf("ReadLog of a new log = %q, %v, %v; want nothing, complete", page.Entries, page.Complete, err)
 	}
-	if es, _, complete, err := readLog(ctx, s, "log", open, 10); err != nil || len(es) != 0 || !complete {
-		t.Errorf("ReadLog after its marker = %q, %v, %v; want nothing, complete", es, complete, err)
+	if page, err := s.ReadLog(ctx, "log", open, 10); err != nil || len(page.Entries) != 0 || !page.Complete {
+		t.Errorf("ReadLog after its marker = %q, %v, %v; want nothing, complete", page.Entries, page.Complete, err)
 	}
 	write := func(e string) {
 		t.Helper()
-		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", nil, "log", []byte(e), 100); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: []byte{}, Log: []byte(e)}},
+			tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 100}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -463,15 +470,15 @@ func TestReadLogSkipsMarkers(t *testing.T) {
 	if len(all) != 8 {
 		t.Fatalf("log holds %d entries, want 8", len(all))
 	}
-	all = all[1:] // without OpenLog's marker
+	all = all[1:] // without the marker of the opening
 	tests := []struct {
 		after string
 		max   int
 		want  []string
 	}{
-		{"", 10, []string{"a", "b", "c"}},
-		{"", 1, []string{"a"}},
-		{"", 2, []string{"a", "b"}},
+		{"0-0", 10, []string{"a", "b", "c"}},
+		{"0-0", 1, []string{"a"}},
+		{"0-0", 2, []string{"a", "b"}},
 		{open, 2, []string{"a", "b"}},
 		{all[0], 1, []string{"b"}}, // after a come three markers, then b
 		{all[2], 1, []string{"b"}}, // from within the markers
@@ -481,13 +488,10 @@ func TestReadLogSkipsMarkers(t *testing.T) {
 		{all[6], 1, nil},
 	}
 	for _, tt := range tests {
-		es, ps, complete, err := readLog(ctx, s, "log", tt.after, tt.max)
-		var got []string
-		for _, e := range es {
-			got = append(got, string(e))
-		}
-		if err != nil || !slices.Equal(got, tt.want) || !complete || len(ps) != len(es) {
-			t.Errorf("ReadLog(%q, %d) = %q at %q, %v, %v; want %q, complete", tt.after, tt.max, got, ps, complete, err, tt.want)
+		page, err := s.ReadLog(ctx, "log", tt.after, tt.max)
+		got := strs(page.Entries)
+		if err != nil || !slices.Equal(got, tt.want) || !page.Complete || len(page.Positions) != len(page.Entries) {
+			t.Errorf("ReadLog(%q, %d) = %q at %q, %v, %v; want %q, complete", tt.after, tt.max, got, page.Positions, page.Complete, err, tt.want)
 		}
 	}
 }
@@ -495,14 +499,14 @@ func TestReadLogSkipsMarkers(t *testing.T) {
 func TestLogBadArguments(t *testing.T) {
 	s, _, _ := newStore(t) // no round trip: any server
 	ctx := t.Context()
-	if err := setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 0); err == nil {
-		t.Error("SetPublishAndLog with maxLen 0: got nil error, want one")
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: []byte{}, Log: []byte{}}}, tier.Feed{Channel: "ch", Log: "log"}); err == nil {
+		t.Error("Write with Log, LogLen 0: got nil error, want one")
 	}
-	if _, _, _, err := readLog(ctx, s, "log", "", -1); err == nil {
+	if _, err := s.ReadLog(ctx, "log", "0-0", -1); err == nil {
 		t.Error("ReadLog with max -1: got nil error, want one")
 	}
 	for _, after := range []string{"x", "1", "01-0", "1-0)", "(1-0"} {
-		if _, _, _, err := readLog(ctx, s, "log", after, 1); err == nil {
+		if _, err := s.ReadLog(ctx, "log", after, 1); err == nil {
 			t.Errorf("ReadLog after %q: got nil error, want one", after)
 		}
 	}
@@ -530,17 +534,19 @@ func checkLogUnsupported(t *testing.T, s *l2.Store, nodes *counter) {
 	if nodes != nil {
 		nodes.reset()
 	}
-	if _, err := openLog(ctx, s, "log"); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("OpenLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	if _, err := s.ReadLog(ctx, "log", "", 0); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("ReadLog opening the log: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if _, _, _, err := readLog(ctx, s, "log", "", 10); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := s.ReadLog(ctx, "log", "0-0", 10); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("ReadLog: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if err := setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("SetPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: []byte{}, Log: []byte{}}},
+		tier.Feed{Channel: "ch", Log: "log", LogLen: 10}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Write with Log: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
-	if _, err := setIfNewerPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, 0, "log", nil, 10); !errors.Is(err, errors.ErrUnsupported) {
-		t.Errorf("SetIfNewerPublishAndLog: got %v, want an error wrapping errors.ErrUnsupported", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", If: tier.IfNewer, Msg: []byte{}, Log: []byte{}}},
+		tier.Feed{Channel: "ch", Log: "log", LogLen: 10}); !errors.Is(err, errors.ErrUnsupported) {
+		t.Errorf("Write IfNewer with Log: got %v, want an error wrapping errors.ErrUnsupported", err)
 	}
 	// One logged write refuses its whole batch.
 	ws := []tier.Write{{Key: "a", Value: []byte("v")}, {Key: "b", Msg: []byte("m"), Log: []byte("e")}}
@@ -567,7 +573,8 @@ func TestJournalHistory(t *testing.T) {
 	msgs := receive(subscribe(t, srv.Client(t), prefix+"ch"), 100)
 	var seen, got []string
 	write := func(e string) {
-		if err := setPublishAndLog(ctx, s, "k", nil, 0, prefix+"ch", clearMsg, "log", []byte(e), 100); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: clearMsg, Log: []byte(e)}},
+			tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 100}); err != nil {
 			t.Fatal(err)
 		}
 		p, err := msgs.next()
@@ -582,11 +589,11 @@ func TestJournalHistory(t *testing.T) {
 		}
 	}
 	open := func() {
-		p, err := openLog(ctx, s, "log")
+		page, err := s.ReadLog(ctx, "log", "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Contains(seen, p) {
+		if p := page.Last; !slices.Contains(seen, p) {
 			seen = append(seen, p)
 		}
 	}
@@ -698,12 +705,13 @@ func TestSetIfNewerPublishAndLog(t *testing.T) {
 		{"the same value", at(10, "a"), true, at(10, "a")},
 		{"older stored", at(20, "c"), true, at(20, "c")},
 	} {
-		stored, err := setIfNewerPublishAndLog(ctx, s, "k", c.value, time.Minute, channel, []byte("msg-"+c.name), 3, "log", []byte("entry-"+c.name), 100)
-		if err != nil || stored != c.wantStored {
-			t.Fatalf("%s: got %v, %v; want %v, nil", c.name, stored, err, c.wantStored)
+		stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: c.value, TTL: time.Minute, If: tier.IfNewer,
+			StampAt: 3, Msg: []byte("msg-" + c.name), Log: []byte("entry-" + c.name)}}, tier.Feed{Channel: channel, Log: "log", LogLen: 100})
+		if err != nil || stored[0] != c.wantStored {
+			t.Fatalf("%s: got %v, %v; want [%v], nil", c.name, stored, err, c.wantStored)
 		}
-		if got, _, _ := get(ctx, s, "k"); !bytes.Equal(got, c.want) {
-			t.Fatalf("%s: key holds %x, want %x", c.name, got, c.want)
+		if vs, err := s.Get(ctx, []string{"k"}); err != nil || !bytes.Equal(vs[0], c.want) {
+			t.Fatalf("%s: key holds %x, %v; want %x", c.name, vs, err, c.want)
 		}
 	}
 	log, err := rdb.XRange(ctx, prefix+"log", "-", "+").Result()
@@ -723,7 +731,8 @@ func TestSetIfNewerPublishAndLog(t *testing.T) {
 			t.Errorf("message %d: got %q, want it positioned at %s", i, p, id)
 		}
 	}
-	if _, err := setIfNewerPublishAndLog(ctx, s, "k", at(30, ""), 0, channel, nil, 3, "log", nil, 0); err == nil {
-		t.Error("maxLen 0: got nil error")
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: at(30, ""), If: tier.IfNewer, StampAt: 3, Msg: []byte{},
+		Log: []byte{}}}, tier.Feed{Channel: channel, Log: "log"}); err == nil {
+		t.Error("LogLen 0: got nil error")
 	}
 }

@@ -103,9 +103,9 @@ func (c *counter) String() string {
 
 func TestGetMiss(t *testing.T) {
 	s, _, _ := newStore(t)
-	v, ok, err := get(t.Context(), s, "missing")
-	if err != nil || ok || v != nil {
-		t.Fatalf("Get(missing) = %q, %v, %v; want nil, false, nil", v, ok, err)
+	vs, err := s.Get(t.Context(), []string{"missing"})
+	if err != nil || len(vs) != 1 || vs[0] != nil {
+		t.Fatalf("Get(missing) = %q, %v; want [nil], nil", vs, err)
 	}
 }
 
@@ -114,15 +114,15 @@ func TestSetGet(t *testing.T) {
 		t.Run(fmt.Sprintf("%q", value), func(t *testing.T) {
 			s, _, _ := newStore(t)
 			ctx := t.Context()
-			if err := set(ctx, s, "k", value, time.Minute); err != nil {
-				t.Fatalf("Set: %v", err)
+			if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: value, TTL: time.Minute}}, tier.Feed{}); err != nil {
+				t.Fatalf("Write: %v", err)
 			}
-			got, ok, err := get(ctx, s, "k")
-			if err != nil || !ok {
-				t.Fatalf("Get = %q, %v, %v; want %q, true, nil", got, ok, err, value)
+			vs, err := s.Get(ctx, []string{"k"})
+			if err != nil || vs[0] == nil {
+				t.Fatalf("Get = %q, %v; want [%q], nil", vs, err, value)
 			}
-			if !bytes.Equal(got, value) {
-				t.Errorf("Get: got %q, want %q", got, value)
+			if !bytes.Equal(vs[0], value) {
+				t.Errorf("Get: got %q, want %q", vs[0], value)
 			}
 		})
 	}
@@ -132,8 +132,8 @@ func TestSetTTL(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	if err := set(ctx, s, "k", []byte("v"), ttl); err != nil {
-		t.Fatalf("Set: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: ttl}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
 	if err != nil {
@@ -144,8 +144,8 @@ func TestSetTTL(t *testing.T) {
 	}
 
 	// A ttl that is not whole seconds goes as milliseconds.
-	if err := set(ctx, s, "k", []byte("v"), 1500*time.Millisecond); err != nil {
-		t.Fatalf("Set: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: 1500 * time.Millisecond}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	pttl, err = rdb.PTTL(ctx, prefix+"k").Result()
 	if err != nil {
@@ -163,11 +163,11 @@ func TestSetNoExpiry(t *testing.T) {
 		t.Run(ttl.String(), func(t *testing.T) {
 			s, rdb, prefix := newStore(t)
 			ctx := t.Context()
-			if err := set(ctx, s, "k", []byte("old"), time.Minute); err != nil {
-				t.Fatalf("Set: %v", err)
+			if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("old"), TTL: time.Minute}}, tier.Feed{}); err != nil {
+				t.Fatalf("Write: %v", err)
 			}
-			if err := set(ctx, s, "k", []byte("new"), ttl); err != nil {
-				t.Fatalf("Set: %v", err)
+			if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("new"), TTL: ttl}}, tier.Feed{}); err != nil {
+				t.Fatalf("Write: %v", err)
 			}
 			pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
 			if err != nil {
@@ -195,28 +195,29 @@ func TestSetIfAbsent(t *testing.T) {
 		{"third", time.Minute, false, "first", 10 * time.Second},
 	}
 	for _, tt := range tests {
-		stored, err := setIfAbsent(ctx, s, "k", []byte(tt.value), tt.ttl)
-		if err != nil || stored != tt.wantStored {
-			t.Errorf("SetIfAbsent(%q) = %v, %v; want %v, nil", tt.value, stored, err, tt.wantStored)
+		stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte(tt.value), TTL: tt.ttl, If: tier.IfAbsent}}, tier.Feed{})
+		if err != nil || stored[0] != tt.wantStored {
+			t.Errorf("Write(%q) IfAbsent = %v, %v; want [%v], nil", tt.value, stored, err, tt.wantStored)
 		}
-		got, ok, err := get(ctx, s, "k")
-		if err != nil || !ok || string(got) != tt.wantValue {
-			t.Errorf("Get after SetIfAbsent(%q) = %q, %v, %v; want %q, true, nil", tt.value, got, ok, err, tt.wantValue)
+		vs, err := s.Get(ctx, []string{"k"})
+		if err != nil || string(vs[0]) != tt.wantValue {
+			t.Errorf("Get after Write(%q) IfAbsent = %q, %v; want [%q], nil", tt.value, vs, err, tt.wantValue)
 		}
 		pttl, err := rdb.PTTL(ctx, prefix+"k").Result()
 		if err != nil || pttl <= tt.wantPTTL-2*time.Second || pttl > tt.wantPTTL {
-			t.Errorf("PTTL after SetIfAbsent(%q) = %v, %v; want in (%v, %v]", tt.value, pttl, err, tt.wantPTTL-2*time.Second, tt.wantPTTL)
+			t.Errorf("PTTL after Write(%q) IfAbsent = %v, %v; want in (%v, %v]", tt.value, pttl, err, tt.wantPTTL-2*time.Second, tt.wantPTTL)
 		}
 	}
 
 	// ttl 0 or less: no expiry.
 	for _, ttl := range []time.Duration{0, -time.Second} {
 		key := "noexp" + ttl.String()
-		if stored, err := setIfAbsent(ctx, s, key, []byte("v"), ttl); err != nil || !stored {
-			t.Fatalf("SetIfAbsent(%s, ttl %v) = %v, %v; want true, nil", key, ttl, stored, err)
+		if stored, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte("v"), TTL: ttl, If: tier.IfAbsent}},
+			tier.Feed{}); err != nil || !stored[0] {
+			t.Fatalf("Write(%s, TTL %v) IfAbsent = %v, %v; want [true], nil", key, ttl, stored, err)
 		}
 		if pttl, err := rdb.PTTL(ctx, prefix+key).Result(); err != nil || pttl != -1 {
-			t.Errorf("PTTL after SetIfAbsent(ttl %v) = %v, %v; want -1, nil", ttl, pttl, err)
+			t.Errorf("PTTL after a Write IfAbsent with TTL %v = %v, %v; want -1, nil", ttl, pttl, err)
 		}
 	}
 
@@ -224,8 +225,9 @@ func TestSetIfAbsent(t *testing.T) {
 	if err := rdb.Del(ctx, prefix+"k").Err(); err != nil {
 		t.Fatalf("DEL: %v", err)
 	}
-	if stored, err := setIfAbsent(ctx, s, "k", []byte("again"), time.Minute); err != nil || !stored {
-		t.Errorf("SetIfAbsent after DEL = %v, %v; want true, nil", stored, err)
+	if stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("again"), TTL: time.Minute, If: tier.IfAbsent}},
+		tier.Feed{}); err != nil || !stored[0] {
+		t.Errorf("Write IfAbsent after DEL = %v, %v; want [true], nil", stored, err)
 	}
 }
 
@@ -234,8 +236,8 @@ func TestPrefix(t *testing.T) {
 	ctx := t.Context()
 	base := redistest.Prefix(t)
 	s := l2.New(rdb, l2.Options{Prefix: base + ":app:"})
-	if err := set(ctx, s, "k", []byte("v"), time.Minute); err != nil {
-		t.Fatalf("Set: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	raw, err := rdb.Get(ctx, base+":app:k").Result()
 	if err != nil || raw != "v" {
@@ -244,57 +246,58 @@ func TestPrefix(t *testing.T) {
 
 	// A Store without the prefix sees other keys.
 	bare := l2.New(rdb, l2.Options{})
-	if _, ok, err := get(ctx, bare, "k"); ok || err != nil {
-		t.Errorf("unprefixed Get(k): got ok %v, err %v; want false, nil", ok, err)
+	if vs, err := bare.Get(ctx, []string{"k"}); err != nil || vs[0] != nil {
+		t.Errorf("unprefixed Get(k) = %q, %v; want [nil], nil", vs, err)
 	}
-	got, ok, err := get(ctx, bare, base+":app:k")
-	if err != nil || !ok || string(got) != "v" {
-		t.Errorf("unprefixed Get(full key) = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+	vs, err := bare.Get(ctx, []string{base + ":app:k"})
+	if err != nil || string(vs[0]) != "v" {
+		t.Errorf("unprefixed Get(full key) = %q, %v; want [\"v\"], nil", vs, err)
 	}
 
 	// Batches and scripts use the prefix too.
-	if _, err := setManyIfAbsent(ctx, s, []string{"m"}, [][]byte{[]byte("mv")}, []time.Duration{0}); err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "m", Value: []byte("mv"), If: tier.IfAbsent}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write IfAbsent: %v", err)
 	}
-	if err := setAndPublish(ctx, s, "p", []byte("pv"), 0, base+":ch", []byte("msg")); err != nil {
-		t.Fatalf("SetAndPublish: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "p", Value: []byte("pv"), Msg: []byte("msg")}}, tier.Feed{Channel: base + ":ch"}); err != nil {
+		t.Fatalf("Write with Msg: %v", err)
 	}
 	for key, want := range map[string]string{"m": "mv", "p": "pv"} {
 		if raw, err := rdb.Get(ctx, base+":app:"+key).Result(); err != nil || raw != want {
 			t.Errorf("raw GET of %q = %q, %v; want %q, nil", key, raw, err, want)
 		}
 	}
-	if ok, err := compareAndSet(ctx, s, "p", []byte("pv"), []byte("pv2"), 0); err != nil || !ok {
-		t.Fatalf("CompareAndSet = %v, %v; want true, nil", ok, err)
+	if stored, err := s.Write(ctx, []tier.Write{{Key: "p", Value: []byte("pv2"), If: tier.IfEqual, Old: []byte("pv")}},
+		tier.Feed{}); err != nil || !stored[0] {
+		t.Fatalf("Write IfEqual = %v, %v; want [true], nil", stored, err)
 	}
 	vals, err := s.Get(ctx, []string{"m", "p"})
 	if err != nil || string(vals[0]) != "mv" || string(vals[1]) != "pv2" {
-		t.Errorf("GetMany(m, p) = %q, %v; want [mv pv2], nil", vals, err)
+		t.Errorf("Get(m, p) = %q, %v; want [mv pv2], nil", vals, err)
 	}
 }
 
 func TestGetMany(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := t.Context()
-	if _, err := setManyIfAbsent(ctx, s,
-		[]string{"a", "b", "empty"},
-		[][]byte{[]byte("A"), []byte("B"), {}},
-		[]time.Duration{time.Minute, time.Minute, time.Minute},
-	); err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{
+		{Key: "a", Value: []byte("A"), TTL: time.Minute, If: tier.IfAbsent},
+		{Key: "b", Value: []byte("B"), TTL: time.Minute, If: tier.IfAbsent},
+		{Key: "empty", Value: []byte{}, TTL: time.Minute, If: tier.IfAbsent},
+	}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	keys := []string{"b", "missing", "a", "b", "empty", "missing", "a"}
 	want := [][]byte{[]byte("B"), nil, []byte("A"), []byte("B"), {}, nil, []byte("A")}
 	got, err := s.Get(ctx, keys)
 	if err != nil {
-		t.Fatalf("GetMany: %v", err)
+		t.Fatalf("Get: %v", err)
 	}
 	if len(got) != len(want) {
-		t.Fatalf("GetMany: got %d values, want %d", len(got), len(want))
+		t.Fatalf("Get: got %d values, want %d", len(got), len(want))
 	}
 	for i := range want {
 		if !bytes.Equal(got[i], want[i]) || (got[i] == nil) != (want[i] == nil) {
-			t.Errorf("GetMany[%d] (%s): got %q (nil %v), want %q (nil %v)",
+			t.Errorf("Get[%d] (%s): got %q (nil %v), want %q (nil %v)",
 				i, keys[i], got[i], got[i] == nil, want[i], want[i] == nil)
 		}
 	}
@@ -303,23 +306,25 @@ func TestGetMany(t *testing.T) {
 func TestSetManyIfAbsent(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if err := set(ctx, s, "old", []byte("kept"), 0); err != nil {
-		t.Fatalf("Set: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "old", Value: []byte("kept")}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
-	keys := []string{"a", "old", "b", "a"}
-	values := [][]byte{[]byte("A"), []byte("new"), []byte("B"), []byte("A2")}
-	ttls := []time.Duration{10 * time.Second, time.Minute, 0, time.Minute}
-	stored, err := setManyIfAbsent(ctx, s, keys, values, ttls)
+	stored, err := s.Write(ctx, []tier.Write{
+		{Key: "a", Value: []byte("A"), TTL: 10 * time.Second, If: tier.IfAbsent},
+		{Key: "old", Value: []byte("new"), TTL: time.Minute, If: tier.IfAbsent},
+		{Key: "b", Value: []byte("B"), If: tier.IfAbsent},
+		{Key: "a", Value: []byte("A2"), TTL: time.Minute, If: tier.IfAbsent},
+	}, tier.Feed{})
 	if err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+		t.Fatalf("Write: %v", err)
 	}
 	if want := []bool{true, false, true, false}; !slices.Equal(stored, want) {
 		t.Errorf("stored: got %v, want %v", stored, want)
 	}
 	for key, want := range map[string]string{"a": "A", "old": "kept", "b": "B"} {
-		got, ok, err := get(ctx, s, key)
-		if err != nil || !ok || string(got) != want {
-			t.Errorf("Get(%s) = %q, %v, %v; want %q, true, nil", key, got, ok, err, want)
+		vs, err := s.Get(ctx, []string{key})
+		if err != nil || string(vs[0]) != want {
+			t.Errorf("Get(%s) = %q, %v; want [%q], nil", key, vs, err, want)
 		}
 	}
 	if pttl, err := rdb.PTTL(ctx, prefix+"a").Result(); err != nil || pttl <= 8*time.Second || pttl > 10*time.Second {
@@ -384,13 +389,13 @@ func TestEmptyInputsMakeNoRoundTrip(t *testing.T) {
 	ctx := t.Context()
 	got, err := s.Get(ctx, nil)
 	if err != nil || len(got) != 0 {
-		t.Errorf("GetMany(nil) = %v, %v; want no values, nil", got, err)
+		t.Errorf("Get(nil) = %v, %v; want no values, nil", got, err)
 	}
 	if got, err := s.Get(ctx, []string{}); err != nil || len(got) != 0 {
-		t.Errorf("GetMany([]) = %v, %v; want no values, nil", got, err)
+		t.Errorf("Get([]) = %v, %v; want no values, nil", got, err)
 	}
-	if stored, err := setManyIfAbsent(ctx, s, nil, nil, nil); err != nil || len(stored) != 0 {
-		t.Errorf("SetManyIfAbsent(nil) = %v, %v; want no results, nil", stored, err)
+	if stored, err := s.Write(ctx, []tier.Write{}, tier.Feed{}); err != nil || len(stored) != 0 {
+		t.Errorf("Write([]) = %v, %v; want no results, nil", stored, err)
 	}
 	if stored, err := s.Write(ctx, []tier.Write{}, tier.Feed{Channel: "ch"}); err != nil || len(stored) != 0 {
 		t.Errorf("Write([]) = %v, %v; want no results, nil", stored, err)
@@ -406,23 +411,31 @@ func TestOneCommandPerBatch(t *testing.T) {
 	rdb.AddHook(&c)
 	ctx := t.Context()
 	keys := []string{"a", "b", "c", "d", "e"}
-	values := [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4"), []byte("5")}
-	ttls := []time.Duration{time.Minute, time.Minute, time.Minute, time.Minute, time.Minute}
+	var ifAbsent []tier.Write
+	for i, k := range keys {
+		ifAbsent = append(ifAbsent, tier.Write{Key: k, Value: []byte(fmt.Sprint(i + 1)), TTL: time.Minute, If: tier.IfAbsent})
+	}
 
 	tests := []struct {
 		name string
 		run  func() error
 		want string
 	}{
-		{"SetManyIfAbsent", func() error { _, err := setManyIfAbsent(ctx, s, keys, values, ttls); return err },
+		{"Write of many, if absent", func() error { _, err := s.Write(ctx, ifAbsent, tier.Feed{}); return err },
 			"commands [], pipelines [[set set set set set]]"},
-		{"GetMany", func() error { _, err := s.Get(ctx, keys); return err },
+		{"Get of many keys", func() error { _, err := s.Get(ctx, keys); return err },
 			"commands [mget], pipelines []"},
 		{"Get of one key", func() error { _, err := s.Get(ctx, keys[:1]); return err },
 			"commands [get], pipelines []"},
-		{"Write of one", func() error { return set(ctx, s, "a", nil, time.Minute) },
+		{"Write of one", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "a", TTL: time.Minute}}, tier.Feed{})
+			return err
+		},
 			"commands [set], pipelines []"},
-		{"Write of one, if absent", func() error { _, err := setIfAbsent(ctx, s, "a", nil, 0); return err },
+		{"Write of one, if absent", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "a", If: tier.IfAbsent}}, tier.Feed{})
+			return err
+		},
 			"commands [set], pipelines []"},
 		{"Write of plain writes, messages with no channel", func() error {
 			_, err := s.Write(ctx, []tier.Write{{Key: "a", Msg: []byte("m")}, {Key: "f", If: tier.IfAbsent, Else: []byte("m")}}, tier.Feed{})
@@ -444,8 +457,8 @@ func TestOneCommandPerBatch(t *testing.T) {
 
 func TestCanceledContext(t *testing.T) {
 	s, _, _ := newStore(t)
-	if err := set(t.Context(), s, "k", []byte("v"), time.Minute); err != nil {
-		t.Fatalf("Set: %v", err) // and the pool has a connection
+	if _, err := s.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute}}, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err) // and the pool has a connection
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -453,27 +466,40 @@ func TestCanceledContext(t *testing.T) {
 		name string
 		run  func() error
 	}{
-		{"Get", func() error { _, _, err := get(ctx, s, "k"); return err }},
-		{"Set", func() error { return set(ctx, s, "k", []byte("v"), 0) }},
-		{"SetIfAbsent", func() error { _, err := setIfAbsent(ctx, s, "new", []byte("v"), 0); return err }},
-		{"GetMany", func() error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
-		{"SetManyIfAbsent", func() error {
-			_, err := setManyIfAbsent(ctx, s, []string{"new"}, [][]byte{nil}, []time.Duration{0})
+		{"Get", func() error { _, err := s.Get(ctx, []string{"k"}); return err }},
+		{"Write", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v")}}, tier.Feed{})
 			return err
 		}},
-		{"CompareAndSet", func() error { _, err := compareAndSet(ctx, s, "k", []byte("v"), nil, 0); return err }},
-		{"SetAndPublish", func() error { return setAndPublish(ctx, s, "k", nil, 0, "ch", nil) }},
-		{"SetPublishAndLog", func() error { return setPublishAndLog(ctx, s, "k", nil, 0, "ch", nil, "log", nil, 10) }},
-		{"OpenLog", func() error { _, err := openLog(ctx, s, "log"); return err }},
-		{"ReadLog", func() error { _, _, _, err := readLog(ctx, s, "log", "", 10); return err }},
+		{"Write IfAbsent", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "new", Value: []byte("v"), If: tier.IfAbsent}}, tier.Feed{})
+			return err
+		}},
+		{"Get of two keys", func() error { _, err := s.Get(ctx, []string{"k", "x"}); return err }},
+		{"Write IfAbsent of no value", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "new", If: tier.IfAbsent}}, tier.Feed{})
+			return err
+		}},
+		{"Write IfEqual", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", If: tier.IfEqual, Old: []byte("v")}}, tier.Feed{})
+			return err
+		}},
+		{"Write on a channel", func() error { _, err := s.Write(ctx, []tier.Write{{Key: "k"}}, tier.Feed{Channel: "ch"}); return err }},
+		{"Write with Log", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Msg: []byte{}, Log: []byte{}}}, tier.Feed{Channel: "ch", Log: "log", LogLen: 10})
+			return err
+		}},
+		{"ReadLog opening the log", func() error { _, err := s.ReadLog(ctx, "log", "", 0); return err }},
+		{"ReadLog", func() error { _, err := s.ReadLog(ctx, "log", "0-0", 10); return err }},
 		{"TakeLeases", func() error {
-			_, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
+			_, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute)
 			return err
 		}},
 		{"ExtendLeases", func() error { _, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); return err }},
-		{"ReleaseLeases", func() error { return releaseLeases(ctx, s, []string{"l"}, "tok", "ch", nil) }},
-		{"FillAndRelease", func() error {
-			_, err := fillAndRelease(ctx, s, "k", nil, []byte("v"), time.Minute, "l", "tok", "ch", nil, nil)
+		{"ReleaseLeases", func() error { return s.ReleaseLeases(ctx, []string{"l"}, "tok", nil, tier.Feed{Channel: "ch"}) }},
+		{"Write with Lease", func() error {
+			_, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent,
+				Lease: "l", Token: "tok"}}, tier.Feed{Channel: "ch"})
 			return err
 		}},
 	}
@@ -488,8 +514,8 @@ func TestCanceledContext(t *testing.T) {
 			}
 		})
 	}
-	if got, ok, err := get(t.Context(), s, "k"); err != nil || !ok || string(got) != "v" {
-		t.Errorf("Get after canceled calls = %q, %v, %v; want \"v\", true, nil", got, ok, err)
+	if vs, err := s.Get(t.Context(), []string{"k"}); err != nil || string(vs[0]) != "v" {
+		t.Errorf("Get after canceled calls = %q, %v; want [\"v\"], nil", vs, err)
 	}
 }
 
@@ -512,7 +538,7 @@ func TestErrorsNameTheKey(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: l.Addr().String(), Password: "s3cret-pw", MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
 	s := l2.New(rdb, l2.Options{})
-	_, _, err = get(t.Context(), s, "user:1")
+	_, err = s.Get(t.Context(), []string{"user:1"})
 	if err == nil {
 		t.Fatal("Get from a broken server: got nil error, want one")
 	}
@@ -594,7 +620,7 @@ func subscribe(t *testing.T, rdb redis.UniversalClient, channel string) *redis.P
 
 // checkOrder checks that messages about key arrive in the order of its
 // writes. In each of rounds rounds, writers goroutines released together
-// each make one write of key through s with SetAndPublish, whose message is
+// each make one write of key through s, whose message (Msg) is
 // the value written. After each round, once its messages are in, the last
 // one must be what Redis holds: the writes raced, so a write and its
 // message made in two steps would sometimes leave a stale last message.
@@ -612,7 +638,7 @@ func checkOrder(t *testing.T, s *l2.Store, ps *redis.PubSub, key, channel string
 			wg.Go(func() {
 				<-start
 				v := []byte(fmt.Sprintf("w%d-%03d", w, round))
-				if err := setAndPublish(ctx, s, key, v, time.Minute, channel, v); err != nil {
+				if _, err := s.Write(ctx, []tier.Write{{Key: key, Value: v, TTL: time.Minute, Msg: v}}, tier.Feed{Channel: channel}); err != nil {
 					errs <- fmt.Errorf("writer %d, round %d: %w", w, round, err)
 				}
 			})
@@ -631,12 +657,12 @@ func checkOrder(t *testing.T, s *l2.Store, ps *redis.PubSub, key, channel string
 			}
 			got = append(got, m)
 		}
-		final, ok, err := get(ctx, s, key)
+		final, err := s.Get(ctx, []string{key})
 		if err != nil {
 			t.Fatalf("round %d: Get: %v", round, err)
 		}
-		if last := got[len(got)-1]; !ok || string(final) != last {
-			t.Fatalf("round %d: last message is %q, but Redis holds %q (found %v)", round, last, final, ok)
+		if last := got[len(got)-1]; final[0] == nil || string(final[0]) != last {
+			t.Fatalf("round %d: last message is %q, but Redis holds %q (found %v)", round, last, final[0], final[0] != nil)
 		}
 	}
 
@@ -669,20 +695,21 @@ func TestSetAndPublish(t *testing.T) {
 	ps := subscribe(t, srv.Client(t), channel)
 	msgs := receive(ps, 2)
 
-	if err := setAndPublish(ctx, s, "k", []byte("v1"), 10*time.Second, channel, []byte("m1")); err != nil {
-		t.Fatalf("SetAndPublish: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v1"), TTL: 10 * time.Second, Msg: []byte("m1")}},
+		tier.Feed{Channel: channel}); err != nil {
+		t.Fatalf("Write with Msg: %v", err)
 	}
 	if pttl, err := rdb.PTTL(ctx, prefix+"k").Result(); err != nil || pttl <= 8*time.Second || pttl > 10*time.Second {
-		t.Errorf("PTTL after SetAndPublish(ttl 10s) = %v, %v; want in (8s, 10s]", pttl, err)
+		t.Errorf("PTTL after a Write with Msg, TTL 10s = %v, %v; want in (8s, 10s]", pttl, err)
 	}
-	if err := setAndPublish(ctx, s, "k", []byte("v2"), 0, channel, []byte("m2")); err != nil {
-		t.Fatalf("SetAndPublish: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v2"), Msg: []byte("m2")}}, tier.Feed{Channel: channel}); err != nil {
+		t.Fatalf("Write with Msg: %v", err)
 	}
 	if pttl, err := rdb.PTTL(ctx, prefix+"k").Result(); err != nil || pttl != -1 {
-		t.Errorf("PTTL after SetAndPublish(ttl 0) = %v, %v; want -1, nil", pttl, err)
+		t.Errorf("PTTL after a Write with Msg, TTL 0 = %v, %v; want -1, nil", pttl, err)
 	}
-	if got, ok, err := get(ctx, s, "k"); err != nil || !ok || string(got) != "v2" {
-		t.Errorf("Get = %q, %v, %v; want \"v2\", true, nil", got, ok, err)
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || string(vs[0]) != "v2" {
+		t.Errorf("Get = %q, %v; want [\"v2\"], nil", vs, err)
 	}
 	if got, want := wait(t, msgs, 2), []string{"m1", "m2"}; !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
@@ -698,37 +725,41 @@ func TestScriptReloaded(t *testing.T) {
 		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatalf("SCRIPT FLUSH: %v", err)
 		}
-		if err := setAndPublish(ctx, s, "k", []byte("v"), 0, prefix+"ch", []byte("m")); err != nil {
-			t.Errorf("SetAndPublish after SCRIPT FLUSH %d: %v", i, err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), Msg: []byte("m")}}, tier.Feed{Channel: prefix + "ch"}); err != nil {
+			t.Errorf("Write with Msg after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if ok, err := compareAndSet(ctx, s, "k", []byte("v"), []byte("w"), 0); err != nil || !ok {
-			t.Errorf("CompareAndSet after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		if stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("w"), If: tier.IfEqual, Old: []byte("v")}},
+			tier.Feed{}); err != nil || !stored[0] {
+			t.Errorf("Write IfEqual after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, stored, err)
 		}
-		if ok, err := replaceAndPublish(ctx, s, "k", []byte("w"), []byte("v"), prefix+"ch", nil); err != nil || !ok {
-			t.Errorf("ReplaceAndPublish after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		if stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), If: tier.IfEqual, Old: []byte("w"),
+			KeepTTL: true}}, tier.Feed{Channel: prefix + "ch"}); err != nil || !stored[0] {
+			t.Errorf("Write IfEqual, KeepTTL, on a channel after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, stored, err)
 		}
-		if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !taken[0] {
-			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, taken, err)
+		if ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "tok", time.Minute); err != nil || !ls[0].Taken {
+			t.Errorf("TakeLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, takenOf(ls), err)
 		}
 		if held, err := s.ExtendLeases(ctx, []string{"l"}, "tok", time.Minute); err != nil || !held[0] {
 			t.Errorf("ExtendLeases after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, held, err)
 		}
-		if err := releaseLeases(ctx, s, []string{"l"}, "tok", prefix+"ch", nil); err != nil {
+		if err := s.ReleaseLeases(ctx, []string{"l"}, "tok", nil, tier.Feed{Channel: prefix + "ch"}); err != nil {
 			t.Errorf("ReleaseLeases after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if ok, err := fillAndRelease(ctx, s, "k", []byte("v"), []byte("v"), time.Minute, "l", "tok", prefix+"ch", nil, nil); err != nil || !ok {
-			t.Errorf("FillAndRelease after SCRIPT FLUSH %d = %v, %v; want true, nil", i, ok, err)
+		if stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), TTL: time.Minute, If: tier.IfEqual,
+			Old: []byte("v"), Lease: "l", Token: "tok"}}, tier.Feed{Channel: prefix + "ch"}); err != nil || !stored[0] {
+			t.Errorf("Write with Lease after SCRIPT FLUSH %d = %v, %v; want [true], nil", i, stored, err)
 		}
 		if !srv.Real() {
 			continue
 		}
-		if _, err := openLog(ctx, s, "log"); err != nil {
-			t.Errorf("OpenLog after SCRIPT FLUSH %d: %v", i, err)
+		if _, err := s.ReadLog(ctx, "log", "", 0); err != nil {
+			t.Errorf("ReadLog opening the log after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if err := setPublishAndLog(ctx, s, "k", []byte("v"), 0, prefix+"ch", nil, "log", nil, 10); err != nil {
-			t.Errorf("SetPublishAndLog after SCRIPT FLUSH %d: %v", i, err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("v"), Msg: []byte{}, Log: []byte{}}},
+			tier.Feed{Channel: prefix + "ch", Log: "log", LogLen: 10}); err != nil {
+			t.Errorf("Write with Log after SCRIPT FLUSH %d: %v", i, err)
 		}
-		if _, _, _, err := readLog(ctx, s, "log", "", 10); err != nil {
+		if _, err := s.ReadLog(ctx, "log", "0-0", 10); err != nil {
 			t.Errorf("ReadLog after SCRIPT FLUSH %d: %v", i, err)
 		}
 	}
@@ -743,38 +774,36 @@ func TestRing(t *testing.T) {
 	s := l2.New(rdb, l2.Options{Prefix: "p:"})
 	ctx := t.Context()
 	var keys []string
-	var values [][]byte
-	var ttls []time.Duration
+	var ws []tier.Write
 	for i := range 20 {
 		keys = append(keys, fmt.Sprint("k", i))
-		values = append(values, []byte(fmt.Sprint("v", i)))
-		ttls = append(ttls, time.Minute)
+		ws = append(ws, tier.Write{Key: keys[i], Value: []byte(fmt.Sprint("v", i)), TTL: time.Minute, If: tier.IfAbsent})
 	}
-	values[3] = []byte{} // an empty value is not a miss
-	if _, err := setManyIfAbsent(ctx, s, keys, values, ttls); err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+	ws[3].Value = []byte{} // an empty value is not a miss
+	if _, err := s.Write(ctx, ws, tier.Feed{}); err != nil {
+		t.Fatalf("Write: %v", err)
 	}
 	if len(m1.Keys()) == 0 || len(m2.Keys()) == 0 {
 		t.Fatalf("keys per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
 	got, err := s.Get(ctx, append(keys, "missing"))
 	if err != nil {
-		t.Fatalf("GetMany: %v", err)
+		t.Fatalf("Get: %v", err)
 	}
-	for i, v := range values {
-		if !bytes.Equal(got[i], v) || got[i] == nil {
-			t.Errorf("GetMany[%d]: got %q (nil %v), want %q", i, got[i], got[i] == nil, v)
+	for i, w := range ws {
+		if !bytes.Equal(got[i], w.Value) || got[i] == nil {
+			t.Errorf("Get[%d]: got %q (nil %v), want %q", i, got[i], got[i] == nil, w.Value)
 		}
 	}
 	if got[len(keys)] != nil {
-		t.Errorf("GetMany[missing]: got %q, want nil", got[len(keys)])
+		t.Errorf("Get[missing]: got %q, want nil", got[len(keys)])
 	}
-	stored, err := setManyIfAbsent(ctx, s, append(keys, "new"), append(values, nil), append(ttls, 0))
+	stored, err := s.Write(ctx, append(ws, tier.Write{Key: "new", If: tier.IfAbsent}), tier.Feed{})
 	if err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+		t.Fatalf("Write: %v", err)
 	}
 	if want := append(make([]bool, len(keys)), true); !slices.Equal(stored, want) {
-		t.Errorf("SetManyIfAbsent: got %v, want %v", stored, want)
+		t.Errorf("Write: got %v, want %v", stored, want)
 	}
 }
 
@@ -794,20 +823,24 @@ func TestNoGoroutinesLeft(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	s := l2.New(rdb, l2.Options{Prefix: redistest.Prefix(t) + ":"})
 	ctx := t.Context()
-	if _, err := setManyIfAbsent(ctx, s, []string{"a", "b"}, [][]byte{nil, nil}, []time.Duration{time.Minute, time.Minute}); err != nil {
-		t.Fatalf("SetManyIfAbsent: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{
+		{Key: "a", TTL: time.Minute, If: tier.IfAbsent},
+		{Key: "b", TTL: time.Minute, If: tier.IfAbsent},
+	}, tier.Feed{}); err != nil {
+		t.Fatalf("Write IfAbsent: %v", err)
 	}
 	if _, err := s.Get(ctx, []string{"a", "b", "c"}); err != nil {
-		t.Fatalf("GetMany: %v", err)
+		t.Fatalf("Get: %v", err)
 	}
-	if err := setAndPublish(ctx, s, "a", nil, 0, redistest.Prefix(t), nil); err != nil {
-		t.Fatalf("SetAndPublish: %v", err)
+	if _, err := s.Write(ctx, []tier.Write{{Key: "a"}}, tier.Feed{Channel: redistest.Prefix(t)}); err != nil {
+		t.Fatalf("Write on a channel: %v", err)
 	}
 	if srv.Real() {
-		if err := setPublishAndLog(ctx, s, "a", nil, 0, redistest.Prefix(t), nil, "log", nil, 10); err != nil {
-			t.Fatalf("SetPublishAndLog: %v", err)
+		if _, err := s.Write(ctx, []tier.Write{{Key: "a", Msg: []byte{}, Log: []byte{}}},
+			tier.Feed{Channel: redistest.Prefix(t), Log: "log", LogLen: 10}); err != nil {
+			t.Fatalf("Write with Log: %v", err)
 		}
-		if _, _, _, err := readLog(ctx, s, "log", "", 10); err != nil {
+		if _, err := s.ReadLog(ctx, "log", "0-0", 10); err != nil {
 			t.Fatalf("ReadLog: %v", err)
 		}
 	}

@@ -48,9 +48,9 @@ func holder(t *testing.T, rdb redis.UniversalClient, key string) string {
 // every one held (and so marks it), with time left.
 func askFor(t *testing.T, s *l2.Store, leases ...string) {
 	t.Helper()
-	taken, left, values, _, err := takeLeases(t.Context(), s, leases, guards(leases), "waiter", time.Hour)
-	if err != nil || slices.Contains(taken, true) || slices.Contains(left, 0) || slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
-		t.Fatalf("TakeLeases(waiter, %q) = %v, %v, %q, %v; want none taken, all with time left", leases, taken, left, values, err)
+	ls, err := s.TakeLeases(t.Context(), leases, guards(leases), "waiter", time.Hour)
+	if err != nil || slices.ContainsFunc(ls, func(l tier.Lease) bool { return l.Taken || l.Left == 0 || l.Value != nil }) {
+		t.Fatalf("TakeLeases(waiter, %q) = %+v, %v; want none taken, all with time left", leases, ls, err)
 	}
 }
 
@@ -96,13 +96,22 @@ func guards(keys []string) []string {
 	return out
 }
 
+// takenOf returns whether each lease of ls was taken.
+func takenOf(ls []tier.Lease) []bool {
+	var taken []bool
+	for _, l := range ls {
+		taken = append(taken, l.Taken)
+	}
+	return taken
+}
+
 func TestTakeLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	taken, left, values, holders, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
-	if err != nil || !slices.Equal(taken, []bool{true}) || !slices.Equal(left, []time.Duration{0}) || len(values) != 1 || values[0] != nil || !slices.Equal(holders, []string{""}) {
-		t.Fatalf("TakeLeases(a) = %v, %v, %q, %q, %v; want [true], [0], [nil], [\"\"], nil", taken, left, values, holders, err)
+	ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	if err != nil || len(ls) != 1 || !ls[0].Taken || ls[0].Left != 0 || ls[0].Value != nil || ls[0].Holder != "" {
+		t.Fatalf("TakeLeases(a) = %+v, %v; want [{Taken:true Value:[] Left:0s Holder:}], nil", ls, err)
 	}
 	if got := holder(t, rdb, prefix+"l"); got != "a" {
 		t.Errorf("lease holds %q, want the token \"a\"", got)
@@ -115,12 +124,12 @@ func TestTakeLeases(t *testing.T) {
 	// asked for: the holder's token and a '*', with the lifetime it had
 	// (not the taker's ttl). A second taker leaves it so.
 	for _, token := range []string{"b", "c"} {
-		taken, left, _, holders, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, token, time.Minute)
-		if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
-			t.Fatalf("TakeLeases(%s) = %v, %v, %v; want [false], [(0, %v]], nil", token, taken, left, err, ttl)
+		ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, token, time.Minute)
+		if err != nil || len(ls) != 1 || ls[0].Taken || ls[0].Left <= 0 || ls[0].Left > ttl {
+			t.Fatalf("TakeLeases(%s) = %+v, %v; want not taken, Left in (0, %v], nil", token, ls, err, ttl)
 		}
-		if !slices.Equal(holders, []string{"a"}) {
-			t.Errorf("TakeLeases(%s): holders %q, want [a] (the token, without the mark)", token, holders)
+		if ls[0].Holder != "a" {
+			t.Errorf("TakeLeases(%s): Holder %q, want a (the token, without the mark)", token, ls[0].Holder)
 		}
 		if got := holder(t, rdb, prefix+"l"); got != "a*" {
 			t.Errorf("after %s's failed take, lease holds %q, want \"a*\" (marked)", token, got)
@@ -131,9 +140,9 @@ func TestTakeLeases(t *testing.T) {
 	}
 
 	// SET NX: the holder itself does not take it again.
-	taken, left, _, _, err = takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
-	if err != nil || !slices.Equal(taken, []bool{false}) || len(left) != 1 || left[0] <= 0 || left[0] > ttl {
-		t.Fatalf("TakeLeases(a) again = %v, %v, %v; want [false], [(0, %v]], nil", taken, left, err, ttl)
+	ls, err = s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	if err != nil || len(ls) != 1 || ls[0].Taken || ls[0].Left <= 0 || ls[0].Left > ttl {
+		t.Fatalf("TakeLeases(a) again = %+v, %v; want not taken, Left in (0, %v], nil", ls, err, ttl)
 	}
 	if got := holder(t, rdb, prefix+"l"); got != "a*" {
 		t.Errorf("after its holder's take, lease holds %q, want \"a*\"", got)
@@ -147,12 +156,12 @@ func TestTakeLeasesMarks(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
-	if taken, _, _, _, err := takeLeases(ctx, s, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	if ls, err := s.TakeLeases(ctx, []string{"asked", "quiet"}, guards([]string{"asked", "quiet"}), "a", ttl); err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", takenOf(ls), err)
 	}
-	taken, _, _, _, err := takeLeases(ctx, s, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
-	if want := []bool{false, true}; err != nil || !slices.Equal(taken, want) {
-		t.Fatalf("TakeLeases(b) = %v, %v; want %v, nil", taken, err, want)
+	ls, err := s.TakeLeases(ctx, []string{"asked", "free"}, guards([]string{"asked", "free"}), "b", ttl)
+	if want := []bool{false, true}; err != nil || !slices.Equal(takenOf(ls), want) {
+		t.Fatalf("TakeLeases(b) = %v, %v; want %v, nil", takenOf(ls), err, want)
 	}
 	for k, want := range map[string]string{"asked": "a*", "quiet": "a", "free": "b"} {
 		if got := holder(t, rdb, prefix+k); got != want {
@@ -177,20 +186,20 @@ func TestTakeLeasesMany(t *testing.T) {
 			others = append(others, keys[i])
 		}
 	}
-	if taken, _, _, _, err := takeLeases(ctx, s, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases(other) = %v, %v; want all taken", taken, err)
+	if ls, err := s.TakeLeases(ctx, others, guards(others), "other", 20*time.Second); err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases(other) = %v, %v; want all taken", takenOf(ls), err)
 	}
 	const ttl = 10 * time.Second
 	mine := append(slices.Clone(keys), keys[1])
-	taken, left, values, _, err := takeLeases(ctx, s, mine, guards(mine), "me", ttl)
+	ls, err := s.TakeLeases(ctx, mine, guards(mine), "me", ttl)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
-	if len(taken) != n+1 || len(left) != n+1 || len(values) != n+1 {
-		t.Fatalf("TakeLeases(me): %d taken, %d left, %d values, want %d each", len(taken), len(left), len(values), n+1)
+	if len(ls) != n+1 {
+		t.Fatalf("TakeLeases(me): %d results, want %d", len(ls), n+1)
 	}
-	if i := slices.IndexFunc(values, func(v []byte) bool { return v != nil }); i >= 0 {
-		t.Errorf("values[%d]: got %q, want nil (nothing guarded)", i, values[i])
+	if i := slices.IndexFunc(ls, func(l tier.Lease) bool { return l.Value != nil }); i >= 0 {
+		t.Errorf("[%d].Value: got %q, want nil (nothing guarded)", i, ls[i].Value)
 	}
 	for i := range n {
 		// The others' leases were asked for; so was keys[1], repeated:
@@ -202,14 +211,14 @@ func TestTakeLeasesMany(t *testing.T) {
 		case i == 1:
 			wantHolder = "me*"
 		}
-		if taken[i] != want {
-			t.Errorf("taken[%d]: got %v, want %v", i, taken[i], want)
+		if ls[i].Taken != want {
+			t.Errorf("[%d].Taken: got %v, want %v", i, ls[i].Taken, want)
 		}
 		switch {
-		case want && left[i] != 0:
-			t.Errorf("left[%d] of a taken lease: got %v, want 0", i, left[i])
-		case !want && (left[i] <= 15*time.Second || left[i] > 20*time.Second):
-			t.Errorf("left[%d]: got %v, want in (15s, 20s] (the other lease's)", i, left[i])
+		case want && ls[i].Left != 0:
+			t.Errorf("[%d].Left of a taken lease: got %v, want 0", i, ls[i].Left)
+		case !want && (ls[i].Left <= 15*time.Second || ls[i].Left > 20*time.Second):
+			t.Errorf("[%d].Left: got %v, want in (15s, 20s] (the other lease's)", i, ls[i].Left)
 		}
 		if got := holder(t, rdb, prefix+keys[i]); got != wantHolder {
 			t.Errorf("%q holds %q, want %q", keys[i], got, wantHolder)
@@ -218,13 +227,13 @@ func TestTakeLeasesMany(t *testing.T) {
 			t.Errorf("PTTL of %q = %v, want a lifetime", keys[i], d)
 		}
 	}
-	if taken[n] || left[n] <= 0 || left[n] > ttl {
-		t.Errorf("repeated key: got taken %v, left %v; want false, in (0, %v]", taken[n], left[n], ttl)
+	if ls[n].Taken || ls[n].Left <= 0 || ls[n].Left > ttl {
+		t.Errorf("repeated key: got taken %v, left %v; want false, in (0, %v]", ls[n].Taken, ls[n].Left, ttl)
 	}
 }
 
 func TestTakeLeaseWithoutExpiry(t *testing.T) {
-	// A key that has no expiry (no Leaser wrote it) would hold its lease
+	// A key that has no expiry (not one a take wrote) would hold its lease
 	// for ever: a take gives it ttl.
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
@@ -232,9 +241,9 @@ func TestTakeLeaseWithoutExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 10 * time.Second
-	taken, left, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", ttl)
-	if err != nil || !slices.Equal(taken, []bool{false}) || !slices.Equal(left, []time.Duration{ttl}) {
-		t.Fatalf("TakeLeases over a key without expiry = %v, %v, %v; want [false], [%v], nil", taken, left, err, ttl)
+	ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", ttl)
+	if err != nil || len(ls) != 1 || ls[0].Taken || ls[0].Left != ttl {
+		t.Fatalf("TakeLeases over a key without expiry = %+v, %v; want not taken, Left %v, nil", ls, err, ttl)
 	}
 	if d := pttl(t, rdb, prefix+"l"); d <= 0 || d > ttl {
 		t.Errorf("PTTL after the take = %v, want in (0, %v]", d, ttl)
@@ -253,15 +262,15 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 	for i := range takers {
 		wg.Go(func() {
 			<-start
-			taken, left, _, _, err := takeLeases(t.Context(), s, []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
+			ls, err := s.TakeLeases(t.Context(), []string{"l"}, []string{"g:l"}, fmt.Sprint("t", i), time.Minute)
 			if err != nil {
 				t.Errorf("taker %d: %v", i, err)
 				return
 			}
-			if !taken[0] && left[0] <= 0 {
-				t.Errorf("taker %d: not taken, left %v; want > 0", i, left[0])
+			if !ls[0].Taken && ls[0].Left <= 0 {
+				t.Errorf("taker %d: not taken, left %v; want > 0", i, ls[0].Left)
 			}
-			results <- taken[0]
+			results <- ls[0].Taken
 		})
 	}
 	close(start)
@@ -284,10 +293,10 @@ func TestTakeLeasesConcurrent(t *testing.T) {
 func TestExtendLeases(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if _, _, _, _, err := takeLeases(ctx, s, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
+	if _, err := s.TakeLeases(ctx, []string{"l1", "l2"}, []string{"g:l1", "g:l2"}, "a", time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, err := takeLeases(ctx, s, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
+	if _, err := s.TakeLeases(ctx, []string{"l3"}, []string{"g:l3"}, "b", time.Second); err != nil {
 		t.Fatal(err)
 	}
 	held, err := s.ExtendLeases(ctx, []string{"l1", "l3", "missing", "l2"}, "a", time.Minute)
@@ -337,13 +346,13 @@ func TestReleaseLeases(t *testing.T) {
 	const ttl = time.Minute
 	take := func(token string, leases ...string) {
 		t.Helper()
-		if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), token, ttl); err != nil || slices.Contains(taken, false) {
-			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
+		if ls, err := s.TakeLeases(ctx, leases, guards(leases), token, ttl); err != nil || slices.Contains(takenOf(ls), false) {
+			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, takenOf(ls), err)
 		}
 	}
 	release := func(token string, leases []string, channel, msg string) {
 		t.Helper()
-		if err := releaseLeases(ctx, s, leases, token, channel, []byte(msg)); err != nil {
+		if err := s.ReleaseLeases(ctx, leases, token, []byte(msg), tier.Feed{Channel: channel}); err != nil {
 			t.Fatalf("ReleaseLeases(%s, %q): %v", token, leases, err)
 		}
 	}
@@ -421,8 +430,8 @@ func TestLeaseExpires(t *testing.T) {
 	srv.NeedReal(t) // miniredis expires keys only when told to
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
-	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !taken[0] {
-		t.Fatalf("TakeLeases = %v, %v; want [true], nil", taken, err)
+	if ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "a", 30*time.Millisecond); err != nil || !ls[0].Taken {
+		t.Fatalf("TakeLeases = %v, %v; want [true], nil", takenOf(ls), err)
 	}
 	// Redis expires it by itself; wait for that.
 	deadline := time.Now().Add(5 * time.Second)
@@ -439,14 +448,14 @@ func TestLeaseExpires(t *testing.T) {
 	// release, never asked for, announces all the same.
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 1)
-	if err := releaseLeases(ctx, s, []string{"l"}, "a", channel, []byte("expired")); err != nil {
+	if err := s.ReleaseLeases(ctx, []string{"l"}, "a", []byte("expired"), tier.Feed{Channel: channel}); err != nil {
 		t.Fatalf("ReleaseLeases of an expired lease: %v", err)
 	}
 	if got := wait(t, msgs, 1); got[0] != "expired" {
 		t.Errorf("message: got %q, want \"expired\"", got[0])
 	}
-	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !taken[0] {
-		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", taken, err)
+	if ls, err := s.TakeLeases(ctx, []string{"l"}, []string{"g:l"}, "b", time.Minute); err != nil || !ls[0].Taken {
+		t.Errorf("TakeLeases(b) after expiry = %v, %v; want [true], nil", takenOf(ls), err)
 	}
 }
 
@@ -460,9 +469,9 @@ func TestLeasesBadArguments(t *testing.T) {
 	ctx := t.Context()
 	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
 		for _, keys := range [][]string{{"l"}, nil} {
-			taken, left, values, _, err := takeLeases(ctx, s, keys, guards(keys), "a", ttl)
-			if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
-				t.Errorf("TakeLeases(%d keys, ttl %v) = %v, %v, %q, %v; want an l2 error", len(keys), ttl, taken, left, values, err)
+			ls, err := s.TakeLeases(ctx, keys, guards(keys), "a", ttl)
+			if err == nil || ls != nil || !strings.HasPrefix(err.Error(), "l2: ") {
+				t.Errorf("TakeLeases(%d keys, ttl %v) = %+v, %v; want nil and an l2 error", len(keys), ttl, ls, err)
 			}
 			held, err := s.ExtendLeases(ctx, keys, "a", ttl)
 			if err == nil || held != nil || !strings.HasPrefix(err.Error(), "l2: ") {
@@ -476,9 +485,9 @@ func TestLeasesBadArguments(t *testing.T) {
 		if len(g) == 1 {
 			keys = nil
 		}
-		taken, left, values, _, err := takeLeases(ctx, s, keys, g, "a", time.Second)
-		if err == nil || taken != nil || left != nil || values != nil || !strings.HasPrefix(err.Error(), "l2: ") {
-			t.Errorf("TakeLeases(%d keys, %d guards) = %v, %v, %q, %v; want an l2 error", len(keys), len(g), taken, left, values, err)
+		ls, err := s.TakeLeases(ctx, keys, g, "a", time.Second)
+		if err == nil || ls != nil || !strings.HasPrefix(err.Error(), "l2: ") {
+			t.Errorf("TakeLeases(%d keys, %d guards) = %+v, %v; want nil and an l2 error", len(keys), len(g), ls, err)
 		}
 	}
 	if c.String() != "commands [], pipelines []" {
@@ -491,13 +500,13 @@ func TestLeasesNoKeys(t *testing.T) {
 	var c counter
 	rdb.AddHook(&c)
 	ctx := t.Context()
-	if taken, left, values, _, err := takeLeases(ctx, s, nil, nil, "a", time.Second); err != nil || len(taken) != 0 || len(left) != 0 || len(values) != 0 {
-		t.Errorf("TakeLeases(nil) = %v, %v, %q, %v; want none, nil", taken, left, values, err)
+	if ls, err := s.TakeLeases(ctx, nil, nil, "a", time.Second); err != nil || len(ls) != 0 {
+		t.Errorf("TakeLeases(nil) = %+v, %v; want none, nil", ls, err)
 	}
 	if held, err := s.ExtendLeases(ctx, []string{}, "a", time.Second); err != nil || len(held) != 0 {
 		t.Errorf("ExtendLeases([]) = %v, %v; want none, nil", held, err)
 	}
-	if err := releaseLeases(ctx, s, nil, "a", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, nil, "a", nil, tier.Feed{}); err != nil {
 		t.Errorf("ReleaseLeases(nil, no channel): %v", err)
 	}
 	if c.String() != "commands [], pipelines []" {
@@ -505,7 +514,7 @@ func TestLeasesNoKeys(t *testing.T) {
 	}
 
 	// With a channel too: no lease, so no one waits for its release.
-	if err := releaseLeases(ctx, s, nil, "a", prefix+"ch", []byte("m")); err != nil {
+	if err := s.ReleaseLeases(ctx, nil, "a", []byte("m"), tier.Feed{Channel: prefix + "ch"}); err != nil {
 		t.Errorf("ReleaseLeases(nil, channel): %v", err)
 	}
 	if c.String() != "commands [], pipelines []" {
@@ -516,8 +525,8 @@ func TestLeasesNoKeys(t *testing.T) {
 // TestLeasesOneRoundTrip: each call is one round trip on one server: one
 // pipeline of one script per key for a take (the read of its guarded key
 // included) or an extend, one script over every lease for ReleaseLeases
-// and FillAndRelease, each publishing within, only when a lease was asked
-// for; after SCRIPT FLUSH, the scripts go again by EVAL.
+// and for a write with Lease, each publishing within, only when a lease
+// was asked for; after SCRIPT FLUSH, the scripts go again by EVAL.
 func TestLeasesOneRoundTrip(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	var c counter
@@ -527,7 +536,7 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	msgs := receive(subscribe(t, srv.Client(t), channel), 9)
 	keys := []string{"a", "b", "c"}
 	for _, k := range guards(keys) {
-		if err := set(ctx, s, k, []byte("v"+k), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: k, Value: []byte("v" + k), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -535,11 +544,11 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	// for.
 	hold := func(asked ...string) func() {
 		return func() {
-			if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
+			if err := s.ReleaseLeases(ctx, keys, "tok", nil, tier.Feed{}); err != nil {
 				t.Fatal(err)
 			}
-			if taken, _, _, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(taken, false) {
-				t.Fatalf("TakeLeases(tok) = %v, %v; want all taken", taken, err)
+			if ls, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute); err != nil || slices.Contains(takenOf(ls), false) {
+				t.Fatalf("TakeLeases(tok) = %v, %v; want all taken", takenOf(ls), err)
 			}
 			if len(asked) > 0 {
 				askFor(t, s, asked...)
@@ -552,9 +561,10 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		script   = "commands [evalsha], pipelines []"
 		again    = "commands [evalsha eval], pipelines []"
 	)
-	release := func() error { return releaseLeases(ctx, s, keys, "tok", channel, []byte("m")) }
+	release := func() error { return s.ReleaseLeases(ctx, keys, "tok", []byte("m"), tier.Feed{Channel: channel}) }
 	fill := func() error {
-		_, err := fillAndRelease(ctx, s, "v", nil, []byte("v"), time.Minute, "a", "tok", channel, []byte("m"), []byte("m"))
+		_, err := s.Write(ctx, []tier.Write{{Key: "v", Value: []byte("v"), TTL: time.Minute, If: tier.IfAbsent,
+			Lease: "a", Token: "tok", Msg: []byte("m"), Else: []byte("m")}}, tier.Feed{Channel: channel})
 		return err
 	}
 	calls := []struct {
@@ -565,21 +575,21 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		released       []string // leases the call releases
 	}{
 		{"TakeLeases", func() {
-			if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
+			if err := s.ReleaseLeases(ctx, keys, "tok", nil, tier.Feed{}); err != nil {
 				t.Fatal(err)
 			}
 		}, func() error {
-			taken, _, values, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute)
-			if err == nil && (slices.Contains(taken, false) || len(values) != 3 || string(values[0]) != "vg:a") {
-				err = fmt.Errorf("taken %v, values %q; want all taken, \"vg:a\" first", taken, values)
+			ls, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+			if err == nil && (slices.Contains(takenOf(ls), false) || len(ls) != 3 || string(ls[0].Value) != "vg:a") {
+				err = fmt.Errorf("TakeLeases = %+v; want all taken, \"vg:a\" first", ls)
 			}
 			return err
 		}, pipeline, reloaded, nil},
 		{"ExtendLeases", hold("b"), func() error { _, err := s.ExtendLeases(ctx, keys, "tok", time.Minute); return err }, pipeline, reloaded, nil},
 		{"ReleaseLeases, none asked for", hold(), release, script, again, keys},
 		{"ReleaseLeases, one asked for", hold("b"), release, script, again, keys},
-		{"FillAndRelease, not asked for", hold(), fill, script, again, []string{"a"}},
-		{"FillAndRelease, asked for", hold("a"), fill, script, again, []string{"a"}},
+		{"Write with Lease, not asked for", hold(), fill, script, again, []string{"a"}},
+		{"Write with Lease, asked for", hold("a"), fill, script, again, []string{"a"}},
 	}
 	for _, flush := range []bool{false, true} {
 		for _, call := range calls {
@@ -616,17 +626,17 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 		t.Errorf("messages: got %q, want %q", got, want)
 	}
 	quiet(t, rdb, "", channel, msgs, "calls with leases not asked for")
-	if err := releaseLeases(ctx, s, keys, "tok", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "tok", nil, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	// The scripts did their work after the flush too.
-	taken, _, values, _, err := takeLeases(ctx, s, keys, guards(keys), "tok", time.Minute)
-	if err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases = %v, %v; want all taken", taken, err)
+	ls, err := s.TakeLeases(ctx, keys, guards(keys), "tok", time.Minute)
+	if err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases = %v, %v; want all taken", takenOf(ls), err)
 	}
 	for i, k := range guards(keys) {
-		if string(values[i]) != "v"+k {
-			t.Errorf("values[%d]: got %q, want %q", i, values[i], "v"+k)
+		if string(ls[i].Value) != "v"+k {
+			t.Errorf("[%d].Value: got %q, want %q", i, ls[i].Value, "v"+k)
 		}
 	}
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
@@ -641,18 +651,19 @@ func TestLeasesOneRoundTrip(t *testing.T) {
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatalf("SCRIPT FLUSH: %v", err)
 	}
-	if wrote, err := fillAndRelease(ctx, s, "w", nil, []byte("w"), time.Minute, "a", "tok", "", nil, nil); err != nil || !wrote {
-		t.Errorf("FillAndRelease after SCRIPT FLUSH = %v, %v; want true, nil", wrote, err)
+	if wrote, err := s.Write(ctx, []tier.Write{{Key: "w", Value: []byte("w"), TTL: time.Minute, If: tier.IfAbsent,
+		Lease: "a", Token: "tok"}}, tier.Feed{}); err != nil || !wrote[0] {
+		t.Errorf("Write with Lease after SCRIPT FLUSH = %v, %v; want [true], nil", wrote, err)
 	}
 	if got := holder(t, rdb, prefix+"a"); got != "" {
-		t.Errorf("after FillAndRelease, the lease holds %q, want it released", got)
+		t.Errorf("after the write with Lease, the lease holds %q, want it released", got)
 	}
 }
 
 func TestLeasesRing(t *testing.T) {
 	// A Ring shards by key on the client side: each script goes to its
-	// key's shard, the guarded keys are read after the takes, and
-	// FillAndRelease writes, then releases, then publishes on the
+	// key's shard, the guarded keys are read after the takes, and a write
+	// with Lease writes, then releases, then publishes on the
 	// channel's shard, where the Ring's subscribers listen.
 	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
 	// A Ring sends PUBLISH to its shard's client past its own hooks: the
@@ -686,30 +697,30 @@ func TestLeasesRing(t *testing.T) {
 	}
 	gs := guards(keys)
 	for _, g := range gs[:10] {
-		if err := set(ctx, s, g, []byte("v"+g), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: g, Value: []byte("v" + g), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Load the script on both shards.
-	if _, _, _, _, err := takeLeases(ctx, s, keys, gs, "warm", time.Minute); err != nil {
+	if _, err := s.TakeLeases(ctx, keys, gs, "warm", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := releaseLeases(ctx, s, keys, "warm", "", nil); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "warm", nil, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	var c counter
 	rdb.AddHook(&c)
-	taken, _, values, _, err := takeLeases(ctx, s, keys, gs, "a", time.Minute)
-	if err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	ls, err := s.TakeLeases(ctx, keys, gs, "a", time.Minute)
+	if err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", takenOf(ls), err)
 	}
 	for i, g := range gs {
 		want := []byte("v" + g)
 		if i >= 10 {
 			want = nil
 		}
-		if !bytes.Equal(values[i], want) || (values[i] == nil) != (want == nil) {
-			t.Errorf("values[%d]: got %q, want %q", i, values[i], want)
+		if !bytes.Equal(ls[i].Value, want) || (ls[i].Value == nil) != (want == nil) {
+			t.Errorf("[%d].Value: got %q, want %q", i, ls[i].Value, want)
 		}
 	}
 	if _, pipes := c.counts(); pipes != 2 {
@@ -719,12 +730,12 @@ func TestLeasesRing(t *testing.T) {
 		t.Fatalf("leases per shard: %d and %d; want both used", len(m1.Keys()), len(m2.Keys()))
 	}
 	c.reset()
-	taken, left, values, _, err := takeLeases(ctx, s, keys, gs, "b", time.Minute)
-	if err != nil || slices.Contains(taken, true) || slices.ContainsFunc(left, func(d time.Duration) bool { return d <= 0 }) {
-		t.Fatalf("TakeLeases(b) = %v, %v, %v; want none taken, all with time left", taken, left, err)
+	ls, err = s.TakeLeases(ctx, keys, gs, "b", time.Minute)
+	if err != nil || slices.ContainsFunc(ls, func(l tier.Lease) bool { return l.Taken || l.Left <= 0 }) {
+		t.Fatalf("TakeLeases(b) = %+v, %v; want none taken, all with time left", ls, err)
 	}
-	if slices.ContainsFunc(values, func(v []byte) bool { return v != nil }) {
-		t.Errorf("TakeLeases(b): values %q; want none for leases not taken", values)
+	if slices.ContainsFunc(ls, func(l tier.Lease) bool { return l.Value != nil }) {
+		t.Errorf("TakeLeases(b) = %+v; want no Value for leases not taken", ls)
 	}
 	if _, pipes := c.counts(); pipes != 1 {
 		t.Errorf("TakeLeases taking nothing sent %v; want 1 pipeline, no reads", &c)
@@ -738,7 +749,7 @@ func TestLeasesRing(t *testing.T) {
 		t.Fatalf("ExtendLeases(a) = %v, %v; want all held", held, err)
 	}
 
-	// FillAndRelease, with a subscriber of the Ring, which listens on the
+	// Writes with Lease, with a subscriber of the Ring, which listens on the
 	// channel's shard: the fills' leases are on the other shard.
 	shard := func(key string) string {
 		c, err := rdb.GetShardClientForKey(key)
@@ -767,27 +778,31 @@ func TestLeasesRing(t *testing.T) {
 	}
 	msgs := receive(ps, 10)
 	shards.reset()
-	if wrote, err := fillAndRelease(ctx, s, gs[fresh], nil, []byte("new"), time.Minute, keys[fresh], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
-		t.Fatalf("FillAndRelease(absent) = %v, %v; want true, nil", wrote, err)
+	if wrote, err := s.Write(ctx, []tier.Write{{Key: gs[fresh], Value: []byte("new"), TTL: time.Minute,
+		If: tier.IfAbsent, Lease: keys[fresh], Token: "a", Msg: []byte("stored"), Else: []byte("unstored")}},
+		tier.Feed{Channel: "fills"}); err != nil || !wrote[0] {
+		t.Fatalf("Write IfAbsent with Lease = %v, %v; want [true], nil", wrote, err)
 	}
-	if wrote, err := fillAndRelease(ctx, s, gs[set], []byte("old"), []byte("new"), time.Minute, keys[set], "a", "fills", []byte("stored"), []byte("unstored")); err != nil || wrote {
-		t.Fatalf("FillAndRelease(mismatch) = %v, %v; want false, nil", wrote, err)
+	if wrote, err := s.Write(ctx, []tier.Write{{Key: gs[set], Value: []byte("new"), TTL: time.Minute, If: tier.IfEqual,
+		Old: []byte("old"), Lease: keys[set], Token: "a", Msg: []byte("stored"), Else: []byte("unstored")}},
+		tier.Feed{Channel: "fills"}); err != nil || wrote[0] {
+		t.Fatalf("Write IfEqual with Lease, a wrong Old = %v, %v; want [false], nil", wrote, err)
 	}
 	if got, want := wait(t, msgs, 2), []string{"stored", "unstored"}; !slices.Equal(got, want) {
 		t.Errorf("messages: got %q, want %q", got, want)
 	}
 	if n := publishes(); n != 2 {
-		t.Errorf("two FillAndRelease of leases asked for sent %d PUBLISH, want 2", n)
+		t.Errorf("two writes with Lease, of leases asked for, sent %d PUBLISH, want 2", n)
 	}
-	if v, ok, err := get(ctx, s, gs[fresh]); err != nil || string(v) != "new" {
-		t.Errorf("Get(%s) = %q, %v, %v; want \"new\"", gs[fresh], v, ok, err)
+	if vs, err := s.Get(ctx, []string{gs[fresh]}); err != nil || string(vs[0]) != "new" {
+		t.Errorf("Get(%s) = %q, %v; want [\"new\"]", gs[fresh], vs, err)
 	}
-	if v, ok, err := get(ctx, s, gs[set]); err != nil || string(v) != "v"+gs[set] {
-		t.Errorf("Get(%s) = %q, %v, %v; want %q", gs[set], v, ok, err, "v"+gs[set])
+	if vs, err := s.Get(ctx, []string{gs[set]}); err != nil || string(vs[0]) != "v"+gs[set] {
+		t.Errorf("Get(%s) = %q, %v; want [%q]", gs[set], vs, err, "v"+gs[set])
 	}
 	for _, i := range []int{fresh, set} {
-		if _, ok, err := get(ctx, s, keys[i]); err != nil || ok {
-			t.Errorf("lease %s after FillAndRelease: found %v, %v; want released", keys[i], ok, err)
+		if vs, err := s.Get(ctx, []string{keys[i]}); err != nil || vs[0] != nil {
+			t.Errorf("lease %s after the holder's write: Get = %q, %v; want [nil]: released", keys[i], vs, err)
 		}
 	}
 
@@ -796,25 +811,26 @@ func TestLeasesRing(t *testing.T) {
 	for i := range 10 {
 		quietKeys = append(quietKeys, fmt.Sprint("q", i))
 	}
-	if taken, _, _, _, err := takeLeases(ctx, s, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases(q) = %v, %v; want all taken", taken, err)
+	if ls, err := s.TakeLeases(ctx, quietKeys, guards(quietKeys), "q", time.Minute); err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases(q) = %v, %v; want all taken", takenOf(ls), err)
 	}
 	shards.reset()
-	if err := releaseLeases(ctx, s, quietKeys[:9], "q", "fills", []byte("not sent")); err != nil {
+	if err := s.ReleaseLeases(ctx, quietKeys[:9], "q", []byte("not sent"), tier.Feed{Channel: "fills"}); err != nil {
 		t.Fatalf("ReleaseLeases(q): %v", err)
 	}
 	if n := publishes(); n != 0 {
 		t.Errorf("ReleaseLeases of leases not asked for sent %d PUBLISH, want none", n)
 	}
 	c.reset()
-	if wrote, err := fillAndRelease(ctx, s, "g:q9", nil, []byte("q"), time.Minute, quietKeys[9], "q", "fills", []byte("stored"), []byte("unstored")); err != nil || !wrote {
-		t.Fatalf("FillAndRelease(q9) = %v, %v; want true, nil", wrote, err)
+	if wrote, err := s.Write(ctx, []tier.Write{{Key: "g:q9", Value: []byte("q"), TTL: time.Minute, If: tier.IfAbsent,
+		Lease: quietKeys[9], Token: "q", Msg: []byte("stored"), Else: []byte("unstored")}}, tier.Feed{Channel: "fills"}); err != nil || !wrote[0] {
+		t.Fatalf("Write of g:q9 with Lease = %v, %v; want [true], nil", wrote, err)
 	}
 	if want := "commands [set evalsha], pipelines []"; c.String() != want {
-		t.Errorf("FillAndRelease of a lease not asked for sent %v; want %s", &c, want)
+		t.Errorf("Write with Lease, not asked for, sent %v; want %s", &c, want)
 	}
 	if n := publishes(); n != 0 {
-		t.Errorf("FillAndRelease of a lease not asked for sent %d PUBLISH, want none", n)
+		t.Errorf("Write with Lease, not asked for, sent %d PUBLISH, want none", n)
 	}
 	quiet(t, rdb, "", "fills", msgs, "Ring: leases not asked for")
 	for _, k := range quietKeys {
@@ -825,7 +841,7 @@ func TestLeasesRing(t *testing.T) {
 
 	// The leases asked for: one PUBLISH, after the scripts.
 	shards.reset()
-	if err := releaseLeases(ctx, s, keys, "a", "fills", []byte("released")); err != nil {
+	if err := s.ReleaseLeases(ctx, keys, "a", []byte("released"), tier.Feed{Channel: "fills"}); err != nil {
 		t.Fatalf("ReleaseLeases(a): %v", err)
 	}
 	if n := publishes(); n != 1 {
@@ -881,12 +897,14 @@ func TestLeasesHistory(t *testing.T) {
 		for i, k := range keys {
 			gs[i] = "v:" + k
 		}
-		taken, left, values, _, err := takeLeases(ctx, s, keys, gs, token, ttl)
+		ls, err := s.TakeLeases(ctx, keys, gs, token, ttl)
 		var leftOK []bool
-		for _, d := range left {
-			leftOK = append(leftOK, d > 0 && d <= ttl)
+		var values [][]byte
+		for _, l := range ls {
+			leftOK = append(leftOK, l.Left > 0 && l.Left <= ttl)
+			values = append(values, l.Value)
 		}
-		out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, values %s, %v", token, keys, taken, leftOK, show(values), err))
+		out = append(out, fmt.Sprintf("take %s %q: %v, left in (0, ttl] %v, values %s, %v", token, keys, takenOf(ls), leftOK, show(values), err))
 	}
 	extend := func(token string, keys ...string) {
 		held, err := s.ExtendLeases(ctx, keys, token, ttl)
@@ -897,7 +915,7 @@ func TestLeasesHistory(t *testing.T) {
 		if announce {
 			ch = channel
 		}
-		err := releaseLeases(ctx, s, keys, token, ch, []byte(fmt.Sprintf("released by %s %q", token, keys)))
+		err := s.ReleaseLeases(ctx, keys, token, []byte(fmt.Sprintf("released by %s %q", token, keys)), tier.Feed{Channel: ch})
 		out = append(out, fmt.Sprintf("release %s %q (announce %v): %v", token, keys, announce, err))
 		out = append(out, fmt.Sprintf("heard %q", heard()))
 	}
@@ -906,26 +924,30 @@ func TestLeasesHistory(t *testing.T) {
 		if announce {
 			ch = channel
 		}
-		wrote, err := fillAndRelease(ctx, s, "v:"+key, old, []byte(value), ttl, key, token, ch,
-			[]byte("stored "+value), []byte("unstored "+value))
-		out = append(out, fmt.Sprintf("fill %s %s old %s with %q (announce %v): %v, %v", token, key, show([][]byte{old}), value, announce, wrote, err))
+		w := tier.Write{Key: "v:" + key, Value: []byte(value), TTL: ttl, If: tier.IfAbsent, Lease: key, Token: token,
+			Msg: []byte("stored " + value), Else: []byte("unstored " + value)}
+		if old != nil {
+			w.If, w.Old = tier.IfEqual, old
+		}
+		stored, err := s.Write(ctx, []tier.Write{w}, tier.Feed{Channel: ch})
+		out = append(out, fmt.Sprintf("fill %s %s old %s with %q (announce %v): %v, %v", token, key, show([][]byte{old}), value, announce, slices.Contains(stored, true), err))
 		out = append(out, fmt.Sprintf("heard %q", heard()))
 	}
 	state := func() {
 		var live []string
 		for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
 			for _, k := range []string{k, "v:" + k} {
-				if v, ok, err := get(ctx, s, k); err != nil {
+				if vs, err := s.Get(ctx, []string{k}); err != nil {
 					t.Fatal(err)
-				} else if ok {
-					live = append(live, k+"="+string(v))
+				} else if vs[0] != nil {
+					live = append(live, k+"="+string(vs[0]))
 				}
 			}
 		}
 		out = append(out, fmt.Sprintf("live %q", live))
 	}
 	for k, v := range map[string]string{"v:b": "B", "v:e": ""} {
-		if err := set(ctx, s, k, []byte(v), ttl); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: k, Value: []byte(v), TTL: ttl}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -968,35 +990,35 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 	keys := []string{"l:0", "l:1", "l:2", "l:3", "l:4", "l:4", "l:5"}
 	gs := []string{"v:0", "v:1", "v:2", "v:3", "v:4", "v:4", "v:5"}
 	for k, v := range map[string]string{"v:0": "zero", "v:1": "", "v:3": "three", "v:4": "four", "v:5": "five"} {
-		if err := set(ctx, s, k, []byte(v), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: k, Value: []byte(v), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// l:3 is held by another; l:5 is a lease this token holds already.
-	if taken, _, _, _, err := takeLeases(ctx, s, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !taken[0] {
-		t.Fatalf("TakeLeases(other) = %v, %v; want [true], nil", taken, err)
+	if ls, err := s.TakeLeases(ctx, []string{"l:3"}, []string{"v:3"}, "other", time.Minute); err != nil || !ls[0].Taken {
+		t.Fatalf("TakeLeases(other) = %v, %v; want [true], nil", takenOf(ls), err)
 	}
-	if taken, _, values, _, err := takeLeases(ctx, s, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !taken[0] || string(values[0]) != "five" {
-		t.Fatalf("TakeLeases(me, l:5) = %v, %q, %v; want [true], [\"five\"], nil", taken, values, err)
+	if ls, err := s.TakeLeases(ctx, []string{"l:5"}, []string{"v:5"}, "me", time.Minute); err != nil || !ls[0].Taken || string(ls[0].Value) != "five" {
+		t.Fatalf("TakeLeases(me, l:5) = %+v, %v; want taken, Value \"five\", nil", ls, err)
 	}
-	taken, left, values, _, err := takeLeases(ctx, s, keys, gs, "me", time.Minute)
+	ls, err := s.TakeLeases(ctx, keys, gs, "me", time.Minute)
 	if err != nil {
 		t.Fatalf("TakeLeases(me): %v", err)
 	}
-	if want := []bool{true, true, true, false, true, false, false}; !slices.Equal(taken, want) {
-		t.Errorf("taken: got %v, want %v", taken, want)
+	if want := []bool{true, true, true, false, true, false, false}; !slices.Equal(takenOf(ls), want) {
+		t.Errorf("taken: got %v, want %v", takenOf(ls), want)
 	}
 	want := [][]byte{[]byte("zero"), {}, nil, nil, []byte("four"), nil, nil}
-	if len(values) != len(want) {
-		t.Fatalf("got %d values, want %d", len(values), len(want))
+	if len(ls) != len(want) {
+		t.Fatalf("got %d results, want %d", len(ls), len(want))
 	}
 	for i := range want {
-		if !bytes.Equal(values[i], want[i]) || (values[i] == nil) != (want[i] == nil) {
-			t.Errorf("values[%d] (%s, guarding %s): got %q (nil: %v), want %q (nil: %v)",
-				i, keys[i], gs[i], values[i], values[i] == nil, want[i], want[i] == nil)
+		if v := ls[i].Value; !bytes.Equal(v, want[i]) || (v == nil) != (want[i] == nil) {
+			t.Errorf("[%d].Value (%s, guarding %s): got %q (nil: %v), want %q (nil: %v)",
+				i, keys[i], gs[i], v, v == nil, want[i], want[i] == nil)
 		}
-		if taken[i] == (left[i] != 0) {
-			t.Errorf("left[%d]: got %v with taken %v", i, left[i], taken[i])
+		if ls[i].Taken == (ls[i].Left != 0) {
+			t.Errorf("[%d].Left: got %v with Taken %v", i, ls[i].Left, ls[i].Taken)
 		}
 	}
 	// The leases are the tokens, marked where a take found them held (l:4
@@ -1012,8 +1034,8 @@ func checkTakeLeasesValues(t *testing.T, s *l2.Store, rdb redis.UniversalClient,
 		if got := holder(t, rdb, prefix+k); got != wantHolder {
 			t.Errorf("lease %s holds %q, want %q", k, got, wantHolder)
 		}
-		if v, _, err := get(ctx, s, gs[i]); err != nil || (gs[i] != "v:2" && v == nil) || (gs[i] == "v:2" && v != nil) {
-			t.Errorf("Get(%s) after the takes = %q, %v", gs[i], v, err)
+		if vs, err := s.Get(ctx, []string{gs[i]}); err != nil || (gs[i] != "v:2" && vs[0] == nil) || (gs[i] == "v:2" && vs[0] != nil) {
+			t.Errorf("Get(%s) after the takes = %q, %v", gs[i], vs, err)
 		}
 	}
 }
@@ -1025,8 +1047,8 @@ func TestTakeLeasesValues(t *testing.T) {
 
 // checkTakeSeesFill checks that a guarded key is read after its lease is
 // taken. In each round a holder takes a lease, then fills its key and
-// releases it with FillAndRelease, while a taker tries to take the lease
-// until it does: it must find the holder's value every time it takes it
+// releases it with one write with Lease, while a taker tries to take the
+// lease until it does: it must find the holder's value every time it takes it
 // (the fill writes before it releases). A read made before the take, or
 // alongside it on another node, would sometimes find nothing.
 func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
@@ -1035,16 +1057,17 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
 		value := []byte(fmt.Sprint("value ", round))
-		taken, _, values, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "holder", time.Minute)
-		if err != nil || !taken[0] || values[0] != nil {
-			t.Fatalf("round %d: holder's TakeLeases = %v, %q, %v; want [true], [nil], nil", round, taken, values, err)
+		ls, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "holder", time.Minute)
+		if err != nil || !ls[0].Taken || ls[0].Value != nil {
+			t.Fatalf("round %d: holder's TakeLeases = %+v, %v; want taken, no Value, nil", round, ls, err)
 		}
 		start := make(chan struct{})
 		filled := make(chan error, 1)
 		go func() {
 			<-start
-			wrote, err := fillAndRelease(ctx, s, key, nil, value, time.Minute, lease, "holder", "", nil, nil)
-			if err == nil && !wrote {
+			wrote, err := s.Write(ctx, []tier.Write{{Key: key, Value: value, TTL: time.Minute, If: tier.IfAbsent,
+				Lease: lease, Token: "holder"}}, tier.Feed{})
+			if err == nil && !wrote[0] {
 				err = errors.New("not written")
 			}
 			filled <- err
@@ -1052,23 +1075,23 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 		close(start)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			taken, _, values, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "taker", time.Minute)
+			ls, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "taker", time.Minute)
 			if err != nil {
 				t.Fatalf("round %d: taker's TakeLeases: %v", round, err)
 			}
-			if taken[0] {
-				if !bytes.Equal(values[0], value) {
-					t.Errorf("round %d: the taker took the released lease and found %q, want %q", round, values[0], value)
+			if ls[0].Taken {
+				if !bytes.Equal(ls[0].Value, value) {
+					t.Errorf("round %d: the taker took the released lease and found %q, want %q", round, ls[0].Value, value)
 				}
 				break
 			}
-			if values[0] != nil {
-				t.Errorf("round %d: a lease not taken came with value %q, want nil", round, values[0])
+			if ls[0].Value != nil {
+				t.Errorf("round %d: a lease not taken came with value %q, want nil", round, ls[0].Value)
 			}
 			select {
 			case err := <-filled: // the fill ended without releasing: say why
 				if err != nil {
-					t.Fatalf("round %d: FillAndRelease: %v", round, err)
+					t.Fatalf("round %d: Write with Lease: %v", round, err)
 				}
 				filled <- nil
 			default:
@@ -1079,7 +1102,7 @@ func checkTakeSeesFill(t *testing.T, s *l2.Store, rounds int) {
 			time.Sleep(100 * time.Microsecond) // not a busy loop on a loaded machine
 		}
 		if err := <-filled; err != nil {
-			t.Fatalf("round %d: FillAndRelease: %v", round, err)
+			t.Fatalf("round %d: Write with Lease: %v", round, err)
 		}
 	}
 }
@@ -1089,26 +1112,26 @@ func TestTakeLeasesSeesFill(t *testing.T) {
 	checkTakeSeesFill(t, s, 50)
 }
 
-// checkFillAndRelease checks FillAndRelease through s (whose keys have
-// prefix in rdb): which writes it makes, which leases it releases, and
-// that it publishes exactly one of its two messages on channel, which msgs
-// receives (rdb publishes on it too), when someone may wait for the lease
-// (a taker asked for it, or it is no longer held under the token), and
-// none otherwise.
-func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, prefix, channel string, msgs *messages) {
+// checkWriteWithLease checks a holder's write with Lease through s (whose
+// keys have prefix in rdb): which writes it makes, which leases it
+// releases, and that it publishes exactly one of its two messages (Msg or
+// Else) on channel, which msgs receives (rdb publishes on it too), when
+// someone may wait for the lease (a taker asked for it, or it is no longer
+// held under the token), and none otherwise.
+func checkWriteWithLease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, prefix, channel string, msgs *messages) {
 	t.Helper()
 	ctx := t.Context()
 	const ttl = 10 * time.Second
 	take := func(token string, leases ...string) {
 		t.Helper()
-		taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), token, 20*time.Second)
-		if err != nil || slices.Contains(taken, false) {
-			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, taken, err)
+		ls, err := s.TakeLeases(ctx, leases, guards(leases), token, 20*time.Second)
+		if err != nil || slices.Contains(takenOf(ls), false) {
+			t.Fatalf("TakeLeases(%s, %q) = %v, %v; want all taken", token, leases, takenOf(ls), err)
 		}
 	}
 	set := func(key, value string) {
 		t.Helper()
-		if err := set(ctx, s, key, []byte(value), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte(value), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1172,13 +1195,17 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 			ch = ""
 		}
 		stored, unstored := []byte("stored "+tt.name), []byte("unstored "+tt.name)
-		wrote, err := fillAndRelease(ctx, s, tt.key, tt.old, value, ttl, tt.lease, "me", ch, stored, unstored)
-		if err != nil || wrote != tt.wrote {
-			t.Errorf("%s: FillAndRelease = %v, %v; want %v, nil", tt.name, wrote, err, tt.wrote)
+		w := tier.Write{Key: tt.key, Value: value, TTL: ttl, If: tier.IfAbsent, Lease: tt.lease, Token: "me", Msg: stored, Else: unstored}
+		if tt.old != nil {
+			w.If, w.Old = tier.IfEqual, tt.old
 		}
-		got, ok, err := get(ctx, s, tt.key)
-		if err != nil || ok != (tt.want != "") || string(got) != tt.want {
-			t.Errorf("%s: %s holds %q (found %v, %v); want %q", tt.name, tt.key, got, ok, err, tt.want)
+		wrote, err := s.Write(ctx, []tier.Write{w}, tier.Feed{Channel: ch})
+		if err != nil || wrote[0] != tt.wrote {
+			t.Errorf("%s: Write = %v, %v; want [%v], nil", tt.name, wrote, err, tt.wrote)
+		}
+		vs, err := s.Get(ctx, []string{tt.key})
+		if err != nil || (vs[0] != nil) != (tt.want != "") || string(vs[0]) != tt.want {
+			t.Errorf("%s: Get(%s) = %q (nil: %v), %v; want [%q]", tt.name, tt.key, vs, vs == nil || vs[0] == nil, err, tt.want)
 		}
 		if tt.wrote {
 			if d := pttl(t, rdb, prefix+tt.key); d <= 0 || d > ttl {
@@ -1206,18 +1233,19 @@ func checkFillAndRelease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 		}
 	}
 	// Exactly one message each: the next is one sent now.
-	quiet(t, rdb, "", channel, msgs, "after the last FillAndRelease")
+	quiet(t, rdb, "", channel, msgs, "after the last write with Lease")
 }
 
+// TestFillAndRelease runs checkWriteWithLease on one server.
 func TestFillAndRelease(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 32)
-	checkFillAndRelease(t, s, rdb, prefix, channel, msgs)
+	checkWriteWithLease(t, s, rdb, prefix, channel, msgs)
 }
 
-// TestFillAndReleaseAnnouncesAfter: a subscriber that hears a
-// FillAndRelease's message finds the value written and the lease released;
+// TestFillAndReleaseAnnouncesAfter: a subscriber that hears the message of
+// a write with Lease finds the value written and the lease released;
 // a lease no one asked for is released without a message.
 func TestFillAndReleaseAnnouncesAfter(t *testing.T) {
 	s, rdb, prefix := newStore(t)
@@ -1250,7 +1278,7 @@ func publishEverywhere(t *testing.T, rdb redis.UniversalClient, channel, msg str
 	return 1
 }
 
-// checkFillAnnouncesAfter makes rounds FillAndRelease calls through s,
+// checkFillAnnouncesAfter makes rounds writes with Lease through s,
 // every other one of a lease first asked for by another token, and checks
 // that when ps receives each of their messages, the value is already
 // written and the lease released, as a second client, rdb, reads them; and
@@ -1306,8 +1334,8 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 	want := make(map[string]bool) // the messages to hear
 	for round := range rounds {
 		key, lease := fmt.Sprint("user:", round), fmt.Sprint("ns:\x00lease:user:", round)
-		if taken, _, _, _, err := takeLeases(ctx, s, []string{lease}, []string{key}, "me", time.Minute); err != nil || !taken[0] {
-			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, taken, err)
+		if ls, err := s.TakeLeases(ctx, []string{lease}, []string{key}, "me", time.Minute); err != nil || !ls[0].Taken {
+			t.Fatalf("round %d: TakeLeases = %v, %v; want [true], nil", round, takenOf(ls), err)
 		}
 		msg := "quiet " + key + " " + lease
 		if round%2 == 0 {
@@ -1315,8 +1343,10 @@ func checkFillAnnouncesAfter(t *testing.T, s *l2.Store, rdb redis.UniversalClien
 			msg = "filled " + key + " " + lease
 			want[msg] = true
 		}
-		if wrote, err := fillAndRelease(ctx, s, key, nil, []byte("v "+key), time.Minute, lease, "me", channel, []byte(msg), []byte("unstored")); err != nil || !wrote {
-			t.Fatalf("round %d: FillAndRelease = %v, %v; want true, nil", round, wrote, err)
+		if wrote, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte("v " + key), TTL: time.Minute,
+			If: tier.IfAbsent, Lease: lease, Token: "me", Msg: []byte(msg), Else: []byte("unstored")}},
+			tier.Feed{Channel: channel}); err != nil || !wrote[0] {
+			t.Fatalf("round %d: Write with Lease = %v, %v; want [true], nil", round, wrote, err)
 		}
 	}
 	// Every master's "end" comes after what it published before.
@@ -1375,11 +1405,11 @@ func TestRingWriteBatch(t *testing.T) {
 			want = append(want, fmt.Sprint("stored ", i))
 		}
 	}
-	if err := set(ctx, s, "k3", []byte("there"), time.Minute); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k3", Value: []byte("there"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
-	if taken, _, _, _, err := takeLeases(ctx, s, leases, guards(leases), "a", time.Minute); err != nil || slices.Contains(taken, false) {
-		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", taken, err)
+	if ls, err := s.TakeLeases(ctx, leases, guards(leases), "a", time.Minute); err != nil || slices.Contains(takenOf(ls), false) {
+		t.Fatalf("TakeLeases(a) = %v, %v; want all taken", takenOf(ls), err)
 	}
 	var asked []string
 	for i, l := range leases {

@@ -27,11 +27,11 @@ func TestWriteBatch(t *testing.T) {
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 20)
 	for k, v := range map[string]string{"old": "o", "eq": "e1", "n": string(stamped(5, "n"))} {
-		if err := set(ctx, s, k, []byte(v), time.Minute); err != nil {
+		if _, err := s.Write(ctx, []tier.Write{{Key: k, Value: []byte(v), TTL: time.Minute}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, _, _, _, err := takeLeases(ctx, s, []string{"lk", "quiet"}, []string{"l", "q"}, "tok", time.Minute); err != nil {
+	if _, err := s.TakeLeases(ctx, []string{"lk", "quiet"}, []string{"l", "q"}, "tok", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	askFor(t, s, "lk")
@@ -52,7 +52,7 @@ func TestWriteBatch(t *testing.T) {
 	}
 	f := tier.Feed{Channel: channel, Log: "log", LogLen: 100}
 	// Load the script: the count below meets no NOSCRIPT.
-	if _, err := write(ctx, s, tier.Write{Key: "warm", If: tier.IfEqual}, f); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "warm", If: tier.IfEqual}}, f); err != nil {
 		t.Fatal(err)
 	}
 	c.reset()
@@ -68,8 +68,8 @@ func TestWriteBatch(t *testing.T) {
 		t.Errorf("sent %s; want %s", got, sent)
 	}
 	for k, want := range map[string]string{"a": "A", "old": "o", "b": "B", "eq": "e2", "l": "L", "q": "Q", "g": "G", "n": string(stamped(6, "n")), "silent": "S"} {
-		if v, _, err := get(ctx, s, k); err != nil || string(v) != want {
-			t.Errorf("%s holds %q, %v; want %q", k, v, err, want)
+		if vs, err := s.Get(ctx, []string{k}); err != nil || string(vs[0]) != want {
+			t.Errorf("%s holds %q, %v; want %q", k, vs, err, want)
 		}
 	}
 	if d := pttl(t, rdb, prefix+"eq"); d <= 50*time.Second || d > time.Minute {
@@ -91,7 +91,8 @@ func TestWriteBatch(t *testing.T) {
 	quiet(t, rdb, "", channel, msgs, "the writes whose messages do not go out")
 
 	// With no channel, a logged message is logged and not published.
-	if _, err := write(ctx, s, tier.Write{Key: "g", Value: []byte("G2"), Msg: []byte("m"), Log: []byte("eg2")}, tier.Feed{Log: "log", LogLen: 100}); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "g", Value: []byte("G2"), Msg: []byte("m"), Log: []byte("eg2")}},
+		tier.Feed{Log: "log", LogLen: 100}); err != nil {
 		t.Fatal(err)
 	}
 	if got := streamIDs(t, rdb, prefix+"log"); len(got) != 2 {
@@ -129,8 +130,8 @@ func TestWriteBatchScriptReloaded(t *testing.T) {
 		t.Errorf("sent %s; want %s", got, want)
 	}
 	for k, want := range map[string]string{"k": "2", "p": "P", "q": "Q"} {
-		if v, _, err := get(ctx, s, k); err != nil || string(v) != want {
-			t.Errorf("%s holds %q, %v; want %q", k, v, err, want)
+		if vs, err := s.Get(ctx, []string{k}); err != nil || string(vs[0]) != want {
+			t.Errorf("%s holds %q, %v; want %q", k, vs, err, want)
 		}
 	}
 }
@@ -146,7 +147,7 @@ func TestWriteFailedLogWritesNothing(t *testing.T) {
 	if err := rdb.Set(ctx, prefix+"log", "not a stream", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, err := takeLeases(ctx, s, []string{"lk"}, []string{"k"}, "tok", time.Minute); err != nil {
+	if _, err := s.TakeLeases(ctx, []string{"lk"}, []string{"k"}, "tok", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	askFor(t, s, "lk")
@@ -162,8 +163,8 @@ func TestWriteFailedLogWritesNothing(t *testing.T) {
 	if want := []bool{true, false, true}; !slices.Equal(stored, want) {
 		t.Errorf("stored: got %v, want %v", stored, want)
 	}
-	if _, ok, err := get(ctx, s, "k"); ok || err != nil {
-		t.Errorf("k after the failed write: found %v, %v; want nothing written", ok, err)
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || vs[0] != nil {
+		t.Errorf("k after the failed write: Get = %q, %v; want [nil], nil: nothing written", vs, err)
 	}
 	if got := holder(t, rdb, prefix+"lk"); got != "tok*" {
 		t.Errorf("lease after the failed write holds %q, want \"tok*\" (not released)", got)
@@ -179,7 +180,7 @@ func TestWriteIfNewerReleases(t *testing.T) {
 	ctx := t.Context()
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 4)
-	if err := set(ctx, s, "k", stamped(10, "a"), time.Minute); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: stamped(10, "a"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
@@ -191,14 +192,14 @@ func TestWriteIfNewerReleases(t *testing.T) {
 		{stamped(5, "b"), false, "no"}, // older
 		{stamped(20, "c"), true, "yes"},
 	} {
-		if _, _, _, _, err := takeLeases(ctx, s, []string{"lk"}, []string{"k"}, "tok", time.Minute); err != nil {
+		if _, err := s.TakeLeases(ctx, []string{"lk"}, []string{"k"}, "tok", time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		askFor(t, s, "lk")
-		stored, err := write(ctx, s, tier.Write{Key: "k", Value: c.value, If: tier.IfNewer, StampAt: 3,
-			Lease: "lk", Token: "tok", Msg: []byte("yes"), Else: []byte("no")}, tier.Feed{Channel: channel})
-		if err != nil || stored != c.stored {
-			t.Errorf("write of %x = %v, %v; want %v", c.value, stored, err, c.stored)
+		stored, err := s.Write(ctx, []tier.Write{{Key: "k", Value: c.value, If: tier.IfNewer, StampAt: 3,
+			Lease: "lk", Token: "tok", Msg: []byte("yes"), Else: []byte("no")}}, tier.Feed{Channel: channel})
+		if err != nil || stored[0] != c.stored {
+			t.Errorf("write of %x = %v, %v; want [%v]", c.value, stored, err, c.stored)
 		}
 		if got := holder(t, rdb, prefix+"lk"); got != "" {
 			t.Errorf("write of %x: lease holds %q, want it released", c.value, got)
@@ -209,8 +210,8 @@ func TestWriteIfNewerReleases(t *testing.T) {
 			t.Errorf("write of %x: heard %q, want %q", c.value, got[0], c.heard)
 		}
 	}
-	if v, _, _ := get(ctx, s, "k"); !bytes.Equal(v, stamped(20, "c")) {
-		t.Errorf("k holds %x, want %x", v, stamped(20, "c"))
+	if vs, err := s.Get(ctx, []string{"k"}); err != nil || !bytes.Equal(vs[0], stamped(20, "c")) {
+		t.Errorf("k holds %x, %v; want %x", vs, err, stamped(20, "c"))
 	}
 }
 
@@ -247,7 +248,7 @@ func TestWriteAnnouncedBatch(t *testing.T) {
 	ctx := t.Context()
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 10)
-	if err := set(ctx, s, "eq", []byte("e1"), time.Minute); err != nil {
+	if _, err := s.Write(ctx, []tier.Write{{Key: "eq", Value: []byte("e1"), TTL: time.Minute}}, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
