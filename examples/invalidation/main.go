@@ -290,6 +290,10 @@ func run(ctx context.Context, cfg config, writes int, out, errOut io.Writer) err
 	var delays []time.Duration
 	hows := map[string]int{}
 	for v := 1; v <= writes; v++ {
+		// A reader swaps a value in over a copy from an earlier
+		// millisecond than its write: writes a few milliseconds apart, as
+		// a product's price changes, are each swapped in.
+		time.Sleep(3 * time.Millisecond)
 		start := time.Now()
 		if err := writer.Set(ctx, key, Product{ID: "42", PriceCents: 999 + v, Version: v}); err != nil {
 			return err
