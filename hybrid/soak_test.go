@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -389,11 +390,38 @@ type soakRemote struct {
 	failed [][2]int64               // call and return of each failed Get
 	stored map[string]soakWriteBack // loaded values written
 	keys   []string                 // the keys the clients use
+	// trail holds, by loaded value, what the shared tier was asked and
+	// answered about it: writes of it, and reads that returned it.
+	trail map[string][]string
+}
+
+// note adds to v's trail.
+func (r *soakRemote) note(v, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.trail == nil {
+		r.trail = map[string][]string{}
+	}
+	r.trail[v] = append(r.trail[v], fmt.Sprintf(format, args...))
+}
+
+// loadedValue returns the loaded value b encodes ("l..."), if it does.
+func loadedValue(b []byte) (string, bool) {
+	var v string
+	if _, payload, err := envelope.Decode(b); err != nil || json.Unmarshal(payload, &v) != nil || !strings.HasPrefix(v, "l") {
+		return "", false
+	}
+	return v, true
 }
 
 func (r *soakRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	call := r.rec.now()
 	v, err := r.Remote.Get(ctx, keys)
+	for i, b := range v {
+		if lv, ok := loadedValue(b); ok {
+			r.note(lv, "read under %q [%s, %s]", keys[i], histTime(call), histTime(r.rec.now()))
+		}
+	}
 	if err != nil {
 		ret := r.rec.now()
 		r.mu.Lock()
@@ -421,10 +449,11 @@ func (r *soakRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed
 		}
 	}
 	for i, w := range ws {
-		var v string
-		if _, payload, derr := envelope.Decode(w.Value); derr != nil || json.Unmarshal(payload, &v) != nil || !strings.HasPrefix(v, "l") {
+		v, ok := loadedValue(w.Value)
+		if !ok {
 			continue
 		}
+		r.note(v, "write under %q (cond %d, seq was %q) [%s, %s]: stored %v, err %v", w.Key, w.If, w.SeqWas, histTime(call), histTime(r.rec.now()), i < len(stored) && stored[i], err)
 		r.mu.Lock()
 		switch {
 		case i < len(stored) && stored[i]:
@@ -688,6 +717,15 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 				break
 			}
 			t.Logf("%s: read older than its own write: %s", sc.name, v)
+			if m := regexp.MustCompile(`= (l\d+\.\d+) `).FindStringSubmatch(v); m != nil {
+				for j, r := range remotes {
+					r.mu.Lock()
+					for _, e := range r.trail[m[1]] {
+						t.Logf("%s: %s, by %c's shared tier: %s", sc.name, m[1], 'A'+j, e)
+					}
+					r.mu.Unlock()
+				}
+			}
 		}
 	}
 	for _, d := range diverged {
