@@ -357,6 +357,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 // its load. So a lost tombstone costs a miss, never a deleted value written
 // back.
 func (c *Cache[V]) replaySet(ctx context.Context, w *pendingWrite, wr *Write, m *message.Message) (done, stored bool, err error) {
+	w.dropped = false // as an attempt before this one may have found it
 	cur, err := c.get(ctx, OpReplaySet, w.name, []string{w.rkey})
 	if err != nil {
 		return true, false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)

@@ -15,9 +15,9 @@ import (
 // fill reads the counters of the keys it found missing, before it loads
 // them, and writes back on the condition that the counter is unchanged
 // (IfSeq): no Set or Delete of a key in that slot was made since, whatever
-// of it the shared tier still holds. A counter found missing
-// (never made, or evicted) is made by the write-back itself (IfAbsent with
-// Seq), which then relies on the key's tombstone as before.
+// of it the shared tier still holds. A counter found missing (never made,
+// or evicted) is made by the write-back itself (IfAbsent with Seq), which
+// then relies on the key's tombstone alone.
 //
 // A write-back refused because another key of the slot was written costs
 // that key a miss on other instances, nothing more. The counters cost the
@@ -28,7 +28,8 @@ import (
 // sequence counter that covers key: in the same hash slot as key, once the
 // Remote's prefix is put before both. It returns "" where no such counter
 // can be named (a prefix whose braces make the slot of a counter differ
-// from key's): then writes go without one, as before counters.
+// from key's): then writes go without one, and a fill relies on the
+// tombstone alone.
 func (c *Cache[V]) seqKey(key string) string {
 	slot := keyslot.Of(c.o.info.Prefix + c.prefix + key)
 	s := c.prefix + "\x00seq:{" + keyslot.Tag(slot) + "}"
@@ -82,14 +83,14 @@ func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 	if err != nil {
 		return
 	}
-	byKey := make(map[string][]byte, len(rkeys))
+	bySeq := make(map[string][]byte, len(rkeys))
 	for j, s := range rkeys {
 		if vals[j] != nil {
-			byKey[s] = vals[j]
+			bySeq[s] = vals[j]
 		}
 	}
 	for _, key := range keys {
-		if b := byKey[c.seqKey(key)]; b != nil {
+		if b := bySeq[c.seqKey(key)]; b != nil {
 			if f.seqWas == nil {
 				f.seqWas = make(map[string][]byte, len(keys))
 			}
