@@ -269,12 +269,7 @@ func (c *Cache[V]) probeShared() {
 		if !pause(c.stop, heldProbe) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
-		err := c.do(ctx, OpProbe, "", func(ctx context.Context) error {
-			_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
-			return err
-		})
-		cancel()
+		err := c.probe()
 		switch {
 		case err == nil:
 			c.loss.downUntil.Store(0)
@@ -283,6 +278,17 @@ func (c *Cache[V]) probeShared() {
 			c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
 		}
 	}
+}
+
+// probe reads the Clear record once, bounded by heldRecheck, to learn
+// whether the shared tier answers (OpProbe).
+func (c *Cache[V]) probe() error {
+	ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
+	defer cancel()
+	return c.do(ctx, OpProbe, "", func(ctx context.Context) error {
+		_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
+		return err
+	})
 }
 
 // onLoss runs when the bus may have lost messages: restored false when its

@@ -1,9 +1,6 @@
 package hybrid
 
-import (
-	"context"
-	"sync"
-)
+import "sync"
 
 // A fill whose write-back failed (the shared tier could not be reached, or
 // the breaker kept the call away) leaves in L1 a value the shared tier may
@@ -64,12 +61,7 @@ func (c *Cache[V]) verifyUnverified() {
 		if !pause(c.stop, heldProbe) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
-		err := c.do(ctx, OpProbe, "", func(ctx context.Context) error {
-			_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
-			return err
-		})
-		cancel()
+		err := c.probe()
 		if err != nil {
 			continue
 		}
