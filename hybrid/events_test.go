@@ -130,10 +130,11 @@ func TestEventsAndSpans(t *testing.T) {
 	}
 	// The fill's write ends its span after the Remote has counted the call,
 	// so wait for the span rather than for the write.
-	// Before its load, the fill reads the key's sequence counter; before
-	// its first write, the instance reads the clear record.
-	spans := ra.waitSpans(t, 5)
-	if want := []string{"get k", "get_seq k", "load k", "get_clear ", "set k"}; !slices.Equal(spans, want) {
+	// Before its load, the fill reads the key's sequence counter, and
+	// makes it, found missing; before its first write, the instance reads
+	// the clear record.
+	spans := ra.waitSpans(t, 6)
+	if want := []string{"get k", "get_seq k", "get_seq k", "load k", "get_clear ", "set k"}; !slices.Equal(spans, want) {
 		t.Errorf("spans of a full miss: %q, want %q", spans, want)
 	}
 

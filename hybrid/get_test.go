@@ -73,8 +73,8 @@ func TestGetOrCreateTiers(t *testing.T) {
 		}
 		// b's hit read the clear record too, once: a Clear may have made the
 		// value a miss (see TestClearRecordReadOncePerInstance).
-		if c := s.remote.Calls(); c.Get != 5 || c.IfAbsent != 1 || c.Total() != 6 {
-			t.Errorf("Remote calls: got %+v, want 5 Gets (a miss, its sequence counter, a's and b's reads of the clear record, b's hit) and 1 IfAbsent write", c)
+		if c := s.remote.Calls(); c.Get != 5 || c.IfAbsent != 1 || c.IfSeq != 1 || c.Total() != 7 {
+			t.Errorf("Remote calls: got %+v, want 5 Gets (a miss, its sequence counter, a's and b's reads of the clear record, b's hit), the counter's IfAbsent write (missing, so made) and the write-back's IfSeq", c)
 		}
 	})
 }

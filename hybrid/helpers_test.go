@@ -435,6 +435,17 @@ func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.
 	return r.s.Write(ctx, ws, f)
 }
 
+// recordWrites reports whether ws are writes of the cache's records (the clear
+// and tag records, sequence counters) only, announced nowhere.
+func recordWrites(ws []hybrid.Write) bool {
+	for _, w := range ws {
+		if !strings.Contains(w.Key, ":\x00") || w.Msg != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (r *countingRemote) count(ws []hybrid.Write) {
 	if len(ws) == 0 {
 		return
@@ -444,7 +455,7 @@ func (r *countingRemote) count(ws []hybrid.Write) {
 	}
 	w := ws[0]
 	switch {
-	case len(ws) == 1 && strings.Contains(w.Key, ":\x00") && w.Msg == nil:
+	case recordWrites(ws):
 		r.recordWrites.Add(1)
 	case w.Touch:
 		r.touches.Add(int64(len(ws)))

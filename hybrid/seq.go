@@ -2,6 +2,9 @@ package hybrid
 
 import (
 	"context"
+	"math/rand/v2"
+	"strconv"
+	"time"
 
 	"github.com/hybridcache/hybridcache/internal/keyslot"
 )
@@ -16,13 +19,17 @@ import (
 // them, and writes back on the condition that the counter is unchanged
 // (IfSeq): no Set or Delete of a key in that slot was made since, whatever
 // of it the shared tier still holds. A counter found missing (never made,
-// or evicted) is made by the write-back itself (IfAbsent with Seq), which
-// then relies on the key's tombstone alone.
+// evicted, or lost with a Redis restarted empty) is made by the fill that
+// found it so (see readSeqs); one that lost it again by its write-back
+// refuses that write-back. Only where a counter could be neither read nor
+// made does the write-back make it (IfAbsent with Seq), relying on the
+// key's tombstone alone.
 //
 // A write-back refused because another key of the slot was written costs
 // that key a miss on other instances, nothing more. The counters cost the
 // shared tier one small key per slot written (at most 16384 per
-// namespace), and a fill that loads one more read, before its load.
+// namespace), a fill that loads one more read, before its load, and the
+// first such fill of a slot whose counter is missing one write more.
 
 // seqKey returns the shared-tier key (Remote prefix not included) of the
 // sequence counter that covers key: in the same hash slot as key, once the
@@ -42,9 +49,14 @@ func (c *Cache[V]) seqKey(key string) string {
 // readSeqs reads the sequence counters of f's keys still to load that
 // its read found missing, into f.seqWas, in one call: before their load,
 // so that a Set or Delete made after it shows in the counter, and one made
-// before it in what the load reads. Nothing is read where the write-back
-// cannot follow (the read was skipped or failed, or the write is skipped).
-// A counter that cannot be read is taken as missing.
+// before it in what the load reads. A counter found missing (never made,
+// evicted, or lost with a Redis that restarted empty) is made here, with a
+// value it never held (see newSeq), so that the write-back is conditional
+// on it too: were it left missing, the write-back would rely on the key's
+// tombstone alone, which Redis may lose with the counter while the load
+// runs. Nothing is read where the write-back cannot follow (the read was
+// skipped or failed, or the write is skipped). A counter that cannot be
+// read or made is taken as missing.
 func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 	if c.remote == nil || f.e.skip&(SkipRemoteRead|SkipRemoteWrite) != 0 {
 		return
@@ -84,10 +96,16 @@ func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 		return
 	}
 	bySeq := make(map[string][]byte, len(rkeys))
+	var missing []string
 	for j, s := range rkeys {
 		if vals[j] != nil {
 			bySeq[s] = vals[j]
+		} else {
+			missing = append(missing, s)
 		}
+	}
+	if len(missing) > 0 {
+		c.makeSeqs(ctx, name, missing, bySeq)
 	}
 	for _, key := range keys {
 		if b := bySeq[c.seqKey(key)]; b != nil {
@@ -97,6 +115,52 @@ func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 			f.seqWas[key] = b
 		}
 	}
+}
+
+// makeSeqs makes the missing sequence counters rkeys, each with a value
+// it never held, where they are still missing, and puts in bySeq the value
+// each holds then: the one made here, or, for a counter another instance
+// made meanwhile, the one read again. Counters it cannot make or read are
+// left out.
+func (c *Cache[V]) makeSeqs(ctx context.Context, name string, rkeys []string, bySeq map[string][]byte) {
+	ws := make([]Write, len(rkeys))
+	for j, s := range rkeys {
+		ws[j] = Write{Key: s, Value: newSeq(), If: IfAbsent}
+	}
+	made, err := c.writeFeed(ctx, OpGetSeq, name, ws, Feed{})
+	if err != nil {
+		return
+	}
+	var again []string
+	for j, s := range rkeys {
+		if made[j] {
+			bySeq[s] = ws[j].Value
+		} else {
+			again = append(again, s)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	vals, err := c.get(ctx, OpGetSeq, name, again)
+	if err != nil {
+		return
+	}
+	for j, s := range again {
+		if vals[j] != nil {
+			bySeq[s] = vals[j]
+		}
+	}
+}
+
+// newSeq returns a value for a sequence counter made anew that it never
+// held before: this clock in microseconds, times 1000, plus 1 to 999 at
+// random. A write that bumps a missing counter makes it the server's clock
+// in microseconds times 1000 (see Write.Seq), and each bump adds one, so
+// neither repeats a value a fill read before the counter was lost, short
+// of a thousand bumps in a microsecond or clocks set back.
+func newSeq() []byte {
+	return strconv.AppendInt(nil, time.Now().UnixMicro()*1000+1+rand.Int64N(999), 10)
 }
 
 // fillCond returns the write of w's value, on the condition a fill writes
@@ -112,7 +176,7 @@ func (c *Cache[V]) fillCond(w *fillWrite) Write {
 	case w.seqWas != nil:
 		r.If, r.Seq, r.SeqWas = IfSeq, w.seq, w.seqWas
 	default:
-		r.Seq = w.seq // makes the counter, missing when read
+		r.Seq = w.seq // makes the counter, which could not be read or made
 	}
 	return r
 }

@@ -96,6 +96,12 @@ type soakScenario struct {
 	// serve what they loaded; otherwise every instance waits a fault out
 	// (go-redis's retries, a 2 s read timeout) and only its bus is lost.
 	failFast bool
+	// db: the loads read a database that each Set and Delete changes
+	// first (histDB), as a cache's loads do, instead of making up new
+	// values; then a key Redis lost is no delete in the history (its next
+	// load reads what the last write left), and the clients read with
+	// GetOrCreate only.
+	db bool
 	// broken names a promise this scenario breaks on the current code:
 	// it runs only with HYBRID_SOAK_BROKEN=1.
 	broken string
@@ -123,16 +129,12 @@ func TestSoak(t *testing.T) {
 		// around an empty restart (C/c1 get(k25) = l2.56 after C/c0
 		// delete(k25)). On demand only, until that is understood.
 		{name: "nemesis-empty-restarts", kinds: all, broken: "promise 1: a value loaded around an empty restart served after this instance's own Delete returned (about 1 run in 5)"},
-		// With Redis evicting as well. A fill after Redis evicted a key
-		// writes back a value that the other instances do not hear of
-		// (a fill is not announced: it fills a key Redis lacks), while
-		// they keep serving the last write from L1. The soak's loads
-		// make up new values, so that reads as stale (1 run in 1:
-		// smallest passing Δ 2 s against a bound of 1.36 s); a load that
-		// reads a database written before the cache returns the last
-		// write itself. On demand only, until the soak's loads read a
-		// database.
-		{name: "nemesis-evict", kinds: append(slices.Clone(held), soakEvict), broken: "promise 4 as the soak models loads: a fill after an eviction writes back a value the other instances do not hear of"},
+		// With Redis evicting as well, and loads that read a database
+		// (a fill after an eviction writes back a value the other
+		// instances do not hear of: a load that makes up a new value
+		// would read as stale, one that reads the database returns
+		// what the last write left).
+		{name: "nemesis-evict", kinds: append(slices.Clone(held), soakEvict), db: true},
 		// With instances that give up on Redis at once, a read that fails
 		// loads, and what it loaded is served until Redis answers again
 		// (then it leaves L1, see hybrid/unverified.go). The history
@@ -170,6 +172,7 @@ type soakNemesis struct {
 	lag   *gatedBus         // B's bus
 	keys  []string
 	kinds []soakFault
+	db    bool // the loads read a database (soakScenario.db)
 
 	mu      sync.Mutex
 	outages []soakOutage
@@ -275,6 +278,9 @@ func (n *soakNemesis) inject(kind soakFault) {
 // lost records that Redis may have lost any key in o: the nemesis's
 // writes, 'D' in the history (see runSoak for how the checks take them).
 func (n *soakNemesis) lost(o soakOutage) {
+	if n.db {
+		return // the database holds what Redis lost
+	}
 	for _, k := range n.keys {
 		n.rec.add(histOp{inst: histInstances, kind: histDelete, key: k, call: o.start, ret: o.end})
 	}
@@ -520,6 +526,18 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 			addr = proxy.Addr()
 		}
 		ro := &redis.Options{Addr: addr}
+		if i == 2 {
+			// C's connections are cut with commands in flight. go-redis
+			// sends a command whose reply a cut lost again, on a new
+			// connection once the cut heals (MaxRetries), so a Set
+			// that Redis had made is made a second time, over a newer
+			// write of another instance made in between: the older
+			// value comes back (seen once in about 30 runs, as a
+			// smallest passing Δ of 2 s). The docs say so
+			// (operations.md, "Writes sent twice"); C runs as they
+			// advise.
+			ro.MaxRetries = -1
+		}
 		lo := l2.Options{ReadTimeout: soakReadTimeout}
 		if i > 0 && sc.failFast {
 			// B and C give up quickly and do not retry: their reads
@@ -549,7 +567,7 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 			Events:    hybrid.Events{Invalidated: func(_ hybrid.Op, keys []string) { rec.applied(i, keys) }},
 		})
 	}
-	n := &soakNemesis{rec: rec, own: own, admin: admin, proxy: proxy, lag: lag, keys: keys, kinds: sc.kinds}
+	n := &soakNemesis{rec: rec, own: own, admin: admin, proxy: proxy, lag: lag, keys: keys, kinds: sc.kinds, db: sc.db}
 
 	// Clients call until the faults stop; errors are expected (writes
 	// fail while Redis is down: pending in the history) and only counted.
@@ -560,6 +578,11 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 		opErrs   failures
 		loadSeqs [histInstances]atomic.Int64
 	)
+	var db *histDB
+	if sc.db {
+		db = newHistDB(keys)
+	}
+	loads := make([]func(context.Context, string) (string, error), len(caches))
 	for i, c := range caches {
 		load := func(_ context.Context, key string) (string, error) {
 			l := histOp{inst: i, kind: histLoad, key: key, value: fmt.Sprintf("l%d.%d", i, loadSeqs[i].Add(1)), call: rec.now()}
@@ -568,8 +591,19 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 			rec.addLoad(l)
 			return l.value, nil
 		}
+		if db != nil {
+			load = func(_ context.Context, key string) (string, error) {
+				v, ok := db.get(key)
+				time.Sleep(histLoadTime)
+				if !ok {
+					return "", hybrid.ErrNotFound
+				}
+				return v, nil
+			}
+		}
+		loads[i] = load
 		for client := range soakClients {
-			wg.Go(func() { runHistClient(rec, &opErrs, c, i, client, keys, load, nil, stop) })
+			wg.Go(func() { runHistClient(rec, &opErrs, c, i, client, keys, load, db, stop) })
 		}
 	}
 	var nemesis sync.WaitGroup
@@ -588,7 +622,11 @@ func runSoak(t *testing.T, sc soakScenario, run time.Duration) {
 		wg.Go(func() {
 			for range histTail / histTailEvery {
 				for _, k := range keys {
-					histRead(rec, &opErrs, c, i, histClients, k)
+					if db != nil {
+						histFill(rec, &opErrs, c, i, histClients, k, loads[i])
+					} else {
+						histRead(rec, &opErrs, c, i, histClients, k)
+					}
 				}
 				time.Sleep(histTailEvery)
 			}
