@@ -102,8 +102,9 @@ func ExampleNewTracer() {
 		}
 	}
 	// Close waits for the fill's write to the shared tier. The fill read
-	// the key (get), found it missing and read its sequence counter
-	// (get_seq), which its write is conditional on, before it loaded it;
+	// the key (get), found it missing and read its sequence counter,
+	// which its write is conditional on, found that missing too in a new
+	// namespace and made it (get_seq twice), before it loaded the key;
 	// before its write, it read the record of the namespace's last Clear,
 	// found it missing in a new namespace and wrote it (get_clear twice).
 	users.Close()
@@ -114,6 +115,7 @@ func ExampleNewTracer() {
 	// Output:
 	// hybridcache.open_log
 	// hybridcache.get
+	// hybridcache.get_seq
 	// hybridcache.get_seq
 	// hybridcache.load
 	// hybridcache.get_clear
