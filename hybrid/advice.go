@@ -62,7 +62,7 @@ func advice(o, set *Options) []string {
 		add("Options.SoftTimeout (%v) is not shorter than Options.LoadTimeout (%v): the load is cancelled first, so callers never get the stale value early; they wait the whole LoadTimeout", o.SoftTimeout, o.LoadTimeout)
 	}
 	if !o.RefreshBatch.off() && o.EagerRefresh == 0 && o.XFetchBeta == 0 {
-		add("Options.RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetch refresh in the background, and only theirs are batched")
+		add("Options.RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetchBeta refresh in the background, and only theirs are batched")
 	}
 	if set.BreakerOpenFor > 0 && o.BreakerThreshold == 0 {
 		add("Options.BreakerOpenFor has no effect without Options.BreakerThreshold: there is no breaker")

@@ -453,7 +453,7 @@ func testBatchFailSafe(t *testing.T, cancelable bool) {
 	})
 }
 
-// TestBatchWithFailSafeZero: WithFailSafe(0) turns fail-safe off for one
+// TestBatchWithFailSafeZero: WithFailSafeMaxAge(0) turns fail-safe off for one
 // batch: its failing load is an error for every key.
 func TestBatchWithFailSafeZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -463,9 +463,9 @@ func TestBatchWithFailSafeZero(t *testing.T) {
 		time.Sleep(11 * time.Second)
 		dbDown := errors.New("db down")
 		fail := func(context.Context, []string) (map[string]string, error) { return nil, dbDown }
-		got, err := c.GetOrCreateMany(t.Context(), []string{"k"}, fail, hybrid.WithFailSafe(0))
+		got, err := c.GetOrCreateMany(t.Context(), []string{"k"}, fail, hybrid.WithFailSafeMaxAge(0))
 		if !errors.Is(err, dbDown) || len(got) != 0 {
-			t.Errorf("WithFailSafe(0): got %v, %v; want no value and the load's error", got, err)
+			t.Errorf("WithFailSafeMaxAge(0): got %v, %v; want no value and the load's error", got, err)
 		}
 		got, err = c.GetOrCreateMany(t.Context(), []string{"k"}, fail)
 		if err != nil || got["k"] != "old" {

@@ -31,7 +31,7 @@ type RefreshBatch struct {
 // key). load is called as a GetOrCreateMany load function is: with the
 // keys, detached from every caller (a batch serves many; it gets none of
 // their ctx values), under LoadTimeout; a key it does not return keeps its
-// value until it expires. Keys whose calls' EntryOptions differ are
+// value until it expires. Keys whose calls' entry options differ are
 // batched apart. New checks that V is the cache's value type. size is 1
 // to 10,000, wait up to 1 minute: refreshes serve the current value while
 // they wait, so a wait costs the callers nothing.

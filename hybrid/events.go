@@ -91,7 +91,7 @@ const (
 	logOversize
 	logStale
 	logQueue
-	logOptions // options a load set (EntryFrom) or Options.EntryOptions gave, refused
+	logOptions // options a load set (SettingsFrom) or Options.PerKey gave, refused
 	logVerify  // an L1 entry the background verifier found divergent, or its failed read
 	logKinds
 )

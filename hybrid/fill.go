@@ -40,7 +40,7 @@ type fill[V any] struct {
 	replace map[string][]byte // by key, the stored bytes a write back replaces
 	seqWas  map[string][]byte // by key, its sequence counter as read (see seqKey)
 	missIdx []int             // the keys still to load
-	slot    entrySlot         // the settings of the load running (see EntryFrom)
+	slot    entrySlot         // the settings of the load running (see SettingsFrom)
 
 	// Room for a fill of one key, so that its slices cost no allocation
 	// of their own.
@@ -278,7 +278,7 @@ func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
 // loadFill loads f.keys[idx], found missing by f's read, with one call of
 // the load, and stores what it returns in L1 and then the shared tier, each
 // key under its policy (see policy.of) with what the load set through
-// its EntrySettings (see adapt); fbs are their fail-safe fallbacks. A load
+// its LoadSettings (see adapt); fbs are their fail-safe fallbacks. A load
 // that fails with ErrNotFound finds every key absent. h is this fill's lease on some
 // of the keys (nil: none), released once they are stored.
 func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fallback[V], h *heldLease) {

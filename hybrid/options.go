@@ -43,15 +43,17 @@ type Options struct {
 
 	// --- Lifetimes, and per-key defaults ---
 	//
+	// The entry settings among the fields (these four, FailSafeMaxAge,
+	// FailSafeThrottle, SoftTimeout, LoadTimeout, LoadLease, EagerRefresh,
+	// XFetchBeta) are the cache's defaults, which PerKey, a call's
+	// EntryOptions and the load's LoadSettings override (see EntryOption).
+	//
 	// TTL is how long a value lives in the shared tier. Default: 10 minutes.
 	TTL time.Duration
 	// LocalTTL is how long a value lives in L1. With a Remote, it is cut to
-	// the TTL the value is written with, never refused: each of TTL and
-	// LocalTTL comes from the last level that sets it (these Options, then
-	// EntryOptions(key), then the call's EntryOptions, then the load's
-	// EntrySettings, then its For(key)), and the L1 lifetime is the smaller
-	// of the two. Default: the smaller of TTL and 1 minute (cut at about
-	// 49.7 days).
+	// the TTL the value is written with, never refused, whichever level
+	// set either (EntryOption has the levels and their precedence).
+	// Default: the smaller of TTL and 1 minute (cut at about 49.7 days).
 	LocalTTL time.Duration
 	// NegativeTTL is how long an absence is remembered in both tiers when
 	// load returns an error wrapping ErrNotFound. Default: 0, not remembered.
@@ -60,8 +62,8 @@ type Options struct {
 	// to TTLJitter, in [0, 1), so that entries written together do not
 	// expire together. Default: 0.
 	TTLJitter float64
-	// EntryOptions, if set, gives the EntryOptions that apply to key by
-	// default, before a call's own, so that a cache holding several kinds
+	// PerKey, if set, gives the EntryOptions that apply to key by
+	// default, before a call's own (see EntryOption), so that a cache holding several kinds
 	// of keys need not repeat them at every call: they shape what fills
 	// and Sets write, and the L1 lifetime of what is read from the shared
 	// tier or a message. It is called on misses and writes, never on an L1
@@ -70,7 +72,7 @@ type Options struct {
 	// key by key to what is stored; the options about the load itself
 	// (timeouts, lease) are the call's. WithSkip is refused here: it is
 	// per call. Default: nil, none.
-	EntryOptions func(key string) []EntryOption
+	PerKey func(key string) []EntryOption
 
 	// --- Keys and values ---
 	//

@@ -214,7 +214,7 @@ func TestRefreshStoringNothingKeepsSchedule(t *testing.T) {
 					return "v", nil
 				}
 				refreshLoads.Add(1)
-				hybrid.EntryFrom(ctx).DoNotCache()
+				hybrid.SettingsFrom(ctx).DoNotCache()
 				return "not-cached", nil
 			}
 			o := hybrid.Options{Namespace: ns, TTL: 1500 * time.Millisecond, LocalTTL: 1500 * time.Millisecond, EagerRefresh: 0.2}

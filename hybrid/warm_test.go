@@ -81,7 +81,7 @@ func TestWarmFillsL1(t *testing.T) {
 }
 
 // TestWarmSkipsRefusedKeys: a key whose per-key options
-// (Options.EntryOptions) are refused is skipped, as GetMany and
+// (Options.PerKey) are refused is skipped, as GetMany and
 // GetOrCreateMany skip it, and named in the error; Warm goes on with the
 // rest of its page and the pages after it.
 func TestWarmSkipsRefusedKeys(t *testing.T) {
@@ -91,7 +91,7 @@ func TestWarmSkipsRefusedKeys(t *testing.T) {
 	keys := storeKeys(t, a.c, 1200)
 	const refused = "w00100" // in the first page
 	b := newInstance(t, "B", singleNode(nil), hybrid.Options{Namespace: ns,
-		EntryOptions: func(key string) []hybrid.EntryOption {
+		PerKey: func(key string) []hybrid.EntryOption {
 			if key == refused {
 				return []hybrid.EntryOption{hybrid.WithTTL(-time.Second)}
 			}

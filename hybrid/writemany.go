@@ -24,7 +24,7 @@ import (
 //
 // Every key and value is checked before anything is written: a key that
 // no call accepts (see ErrEmptyKey, ErrReservedKey, ErrKeyTooLong), one
-// whose per-key options (Options.EntryOptions) are refused, a value the
+// whose per-key options (Options.PerKey) are refused, a value the
 // codec refuses or one larger than MaxValueBytes (ErrValueTooLarge) fails
 // the whole call with an error naming each bad item (and wrapping each
 // sentinel), and nothing is written. A batch may hold up to 65,536 keys.
