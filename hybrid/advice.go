@@ -61,8 +61,8 @@ func advice(o, set *Options) []string {
 	if o.SoftTimeout > 0 && o.LoadTimeout > 0 && o.SoftTimeout >= o.LoadTimeout {
 		add("Options.SoftTimeout (%v) is not shorter than Options.LoadTimeout (%v): the load is cancelled first, so callers never get the stale value early; they wait the whole LoadTimeout", o.SoftTimeout, o.LoadTimeout)
 	}
-	if !o.RefreshBatch.off() && o.EagerRefresh == 0 && o.XFetchBeta == 0 {
-		add("Options.RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetchBeta refresh in the background, and only theirs are batched")
+	if o.batched && o.EagerRefresh == 0 && o.XFetchBeta == 0 {
+		add("a RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetchBeta refresh in the background, and only theirs are batched")
 	}
 	if set.BreakerOpenFor > 0 && o.BreakerThreshold == 0 {
 		add("Options.BreakerOpenFor has no effect without Options.BreakerThreshold: there is no breaker")

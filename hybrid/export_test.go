@@ -29,3 +29,11 @@ func (c *Cache[V]) VerifyRounds(ctx context.Context, n int) int {
 	}
 	return sampled
 }
+
+// RecordHotSet records the hot set at once, as the recorder
+// (Options.HotSetEvery) does on its tick, so tests need not wait for it.
+func (c *Cache[V]) RecordHotSet(ctx context.Context) error { return c.recordHot(ctx) }
+
+// HotSetRecord returns the namespace's hot set as recorded in the shared
+// tier, as WarmHot reads it.
+func (c *Cache[V]) HotSetRecord(ctx context.Context) ([]HotKey, error) { return c.hotSet(ctx) }

@@ -136,12 +136,12 @@ func (s *sharedTier) stored(t testing.TB, key string) (v string, ok bool) {
 
 // newTestCache returns a cache closed when the test ends. Its Logger
 // defaults to quiet.
-func newTestCache[V any](t testing.TB, o hybrid.Options) *hybrid.Cache[V] {
+func newTestCache[V any](t testing.TB, o hybrid.Options, batch ...hybrid.RefreshBatch[V]) *hybrid.Cache[V] {
 	t.Helper()
 	if o.Logger == nil {
 		o.Logger = quiet
 	}
-	c, err := hybrid.New[V](o)
+	c, err := hybrid.New(o, batch...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -559,9 +559,9 @@ type instance struct {
 // newInstance builds an instance on a client from newClient. o.Namespace
 // must be set; Remote, Bus and Logger are filled in. The cache is closed
 // when t ends, then the bus, then the client.
-func newInstance(t testing.TB, name string, newClient clientFactory, o hybrid.Options, bo invalidate.Options) *instance {
+func newInstance(t testing.TB, name string, newClient clientFactory, o hybrid.Options, bo invalidate.Options, batch ...hybrid.RefreshBatch[string]) *instance {
 	t.Helper()
-	return newInstanceOn(t, name, newClient(t), o, bo)
+	return newInstanceWrapped(t, name, newClient(t), o, bo, nil, batch...)
 }
 
 // newInstanceOn is newInstance on a given client, which the caller closes.
@@ -571,8 +571,8 @@ func newInstanceOn(t testing.TB, name string, rdb redis.UniversalClient, o hybri
 }
 
 // newInstanceWrapped is newInstanceOn with the cache's Bus wrapped by wrap
-// (nil: not wrapped).
-func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options, wrap func(hybrid.Bus) hybrid.Bus) *instance {
+// (nil: not wrapped), and batch given to New.
+func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options, wrap func(hybrid.Bus) hybrid.Bus, batch ...hybrid.RefreshBatch[string]) *instance {
 	t.Helper()
 	if o.Namespace == "" {
 		t.Fatal("newInstance: empty namespace")
@@ -587,7 +587,7 @@ func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o 
 	if wrap != nil {
 		o.Bus = wrap(in.bus)
 	}
-	in.c = newTestCache[string](t, o)
+	in.c = newTestCache(t, o, batch...)
 	return in
 }
 
@@ -608,12 +608,13 @@ func eachTopology(t *testing.T, f func(t *testing.T, newClient clientFactory, se
 	}
 }
 
-// newInstances returns n instances named A, B, C, ... of one namespace.
-func newInstances(t testing.TB, n int, newClient clientFactory, o hybrid.Options) []*instance {
+// newInstances returns n instances named A, B, C, ... of one namespace,
+// each made by New with o and batch.
+func newInstances(t testing.TB, n int, newClient clientFactory, o hybrid.Options, batch ...hybrid.RefreshBatch[string]) []*instance {
 	t.Helper()
 	out := make([]*instance, n)
 	for i := range out {
-		out[i] = newInstance(t, string(rune('A'+i)), newClient, o, invalidate.Options{})
+		out[i] = newInstance(t, string(rune('A'+i)), newClient, o, invalidate.Options{}, batch...)
 	}
 	return out
 }

@@ -342,7 +342,7 @@ func TestLeaseOnlyOnColdFills(t *testing.T) {
 	if n := in.remote.leaseCalls.Load(); n != 1 {
 		t.Fatalf("%d lease calls besides the write for one cold fill, want 1 (the take)", n)
 	}
-	in.c.ClearLocal(context.Background())
+	in.c.ClearL1(context.Background())
 	for range 3 {
 		if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil { // L2 hit, then L1 hits
 			t.Fatal(err)
@@ -433,7 +433,7 @@ func TestLeaseHolderGoexit(t *testing.T) {
 				if v, err := in.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "again", nil }); err != nil || v != "again" {
 					t.Errorf("%s: got %q, %v, want its own load", in.name, v, err)
 				}
-				in.c.ClearLocal(context.Background())
+				in.c.ClearL1(context.Background())
 				if err := in.c.Delete(context.Background(), "k"); err != nil {
 					t.Fatal(err)
 				}

@@ -185,10 +185,6 @@ type Options struct {
 	// between half and all of it; hits meanwhile serve the value.
 	// RefreshBackoff is at most 1 hour. Default: 1 second.
 	RefreshBackoff time.Duration
-	// RefreshBatch, made by BatchRefresh, gathers the background refreshes
-	// of keys due at about the same time into one call of a batch loader.
-	// Default: none; each refresh loads with its caller's load function.
-	RefreshBatch RefreshBatch
 
 	// --- Observability ---
 	//
@@ -219,17 +215,21 @@ type Options struct {
 
 	// --- Warm start ---
 	//
-	// HotSetEvery, if positive, records this instance's hot keys in the
-	// shared tier that often (see RecordHot), merged with other
-	// instances', so that a new instance can warm from them (WarmHot).
-	// It needs a Remote (New refuses it without one). Default: 0, not
-	// recorded.
+	// HotSetEvery, if positive, records this instance's hot keys
+	// (HotKeys) in the shared tier that often, merged with other
+	// instances' into the namespace's hot set, so that a new instance can
+	// warm from them (WarmHot): the reads recorded are halved, this
+	// instance's added, and the HotSetSize keys with the most kept, in one
+	// value written only if no other instance wrote it since it was read,
+	// with a lifetime of ten rounds (at least an hour). It needs a Remote
+	// (New refuses it without one). Default: 0, not recorded.
 	HotSetEvery time.Duration
 	// HotSetSize is how many keys the hot set keeps, at most 100,000.
 	// Default: 1,000.
 	HotSetSize int
 
-	info RemoteInfo // what the Remote said of itself (withDefaults asks once)
+	info    RemoteInfo // what the Remote said of itself (withDefaults asks once)
+	batched bool       // New was given a RefreshBatch (for advice)
 }
 
 const (
@@ -296,9 +296,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RefreshBackoff == 0 {
 		o.RefreshBackoff = time.Second
-	}
-	if err := o.RefreshBatch.check(); err != nil {
-		return o, err
 	}
 	if err := o.checkHotSet(); err != nil {
 		return o, err

@@ -76,7 +76,7 @@ type LoadStats struct {
 	// was put off (Options.RefreshBackoff).
 	RefreshesBackedOff uint64
 	// RefreshesCoalesced counts refreshes loaded in one batch with
-	// others (Options.RefreshBatch).
+	// others (RefreshBatch).
 	RefreshesCoalesced uint64
 	// RefreshesDeferred counts refreshes left to another instance that
 	// held the key's load lease (Options.LoadLease).

@@ -258,7 +258,7 @@ func TestWarmHot(t *testing.T) {
 	var rec []hybrid.HotKey
 	waitFor(t, 10*time.Second, "a hot set of 10 keys recorded", func() bool {
 		var err error
-		rec, err = a.c.HotSet(t.Context())
+		rec, err = a.c.HotSetRecord(t.Context())
 		return err == nil && len(rec) == 10
 	}, func() string { return fmt.Sprint(rec) })
 	want := map[string]bool{}
@@ -291,7 +291,7 @@ func TestWarmHot(t *testing.T) {
 }
 
 // TestHotSetCorruptRecord: a hot-set record that does not decode is an
-// error for HotSet and WarmHot, and RecordHot replaces it.
+// error for WarmHot (and the record read), and the recorder replaces it.
 func TestHotSetCorruptRecord(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
@@ -299,8 +299,8 @@ func TestHotSetCorruptRecord(t *testing.T) {
 	if err := a.rdb.Set(t.Context(), ns+":\x00hot", "\x07garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.c.HotSet(t.Context()); err == nil {
-		t.Error("HotSet of a garbled record: no error")
+	if _, err := a.c.HotSetRecord(t.Context()); err == nil {
+		t.Error("the hot set of a garbled record: no error")
 	}
 	if n, err := a.c.WarmHot(t.Context()); err == nil || n != 0 {
 		t.Errorf("WarmHot of a garbled record = %d, %v; want 0 and an error", n, err)
@@ -309,10 +309,10 @@ func TestHotSetCorruptRecord(t *testing.T) {
 	for range 100 {
 		getString(t, a.c, keys[1])
 	}
-	if err := a.c.RecordHot(t.Context()); err != nil {
-		t.Fatalf("RecordHot over a garbled record: %v", err)
+	if err := a.c.RecordHotSet(t.Context()); err != nil {
+		t.Fatalf("recording over a garbled record: %v", err)
 	}
-	if hot, err := a.c.HotSet(t.Context()); err != nil || len(hot) != 1 || hot[0].Key != keys[1] {
-		t.Errorf("HotSet after RecordHot = %v, %v; want [%s]", hot, err, keys[1])
+	if hot, err := a.c.HotSetRecord(t.Context()); err != nil || len(hot) != 1 || hot[0].Key != keys[1] {
+		t.Errorf("the hot set after recording = %v, %v; want [%s]", hot, err, keys[1])
 	}
 }

@@ -245,13 +245,12 @@ func TestXFetchOptionsChecked(t *testing.T) {
 		set  func(*hybrid.Options)
 		name string
 	}{
-		"negative beta":      {func(o *hybrid.Options) { o.XFetchBeta = -1 }, "XFetchBeta"},
-		"beta over 10":       {func(o *hybrid.Options) { o.XFetchBeta = 11 }, "XFetchBeta"},
-		"NaN beta":           {func(o *hybrid.Options) { o.XFetchBeta = math.NaN() }, "XFetchBeta"},
-		"with EagerRefresh":  {func(o *hybrid.Options) { o.XFetchBeta, o.EagerRefresh = 1, 0.5 }, "EagerRefresh"},
-		"negative backoff":   {func(o *hybrid.Options) { o.RefreshBackoff = -time.Second }, "RefreshBackoff"},
-		"backoff over 1 h":   {func(o *hybrid.Options) { o.RefreshBackoff = 2 * time.Hour }, "RefreshBackoff"},
-		"refresh batch size": {func(o *hybrid.Options) { o.RefreshBatch = hybrid.BatchRefresh((&batchLoad{}).load, -1, time.Second) }, "RefreshBatch"},
+		"negative beta":     {func(o *hybrid.Options) { o.XFetchBeta = -1 }, "XFetchBeta"},
+		"beta over 10":      {func(o *hybrid.Options) { o.XFetchBeta = 11 }, "XFetchBeta"},
+		"NaN beta":          {func(o *hybrid.Options) { o.XFetchBeta = math.NaN() }, "XFetchBeta"},
+		"with EagerRefresh": {func(o *hybrid.Options) { o.XFetchBeta, o.EagerRefresh = 1, 0.5 }, "EagerRefresh"},
+		"negative backoff":  {func(o *hybrid.Options) { o.RefreshBackoff = -time.Second }, "RefreshBackoff"},
+		"backoff over 1 h":  {func(o *hybrid.Options) { o.RefreshBackoff = 2 * time.Hour }, "RefreshBackoff"},
 	} {
 		o := s.options()
 		tc.set(&o)
