@@ -250,8 +250,8 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 	}
 	for _, in := range ins {
 		// The control fill is the one write-back.
-		if rc := settled(t, in, ns, "control:"+in.name); rc.SetIfAbsent+rc.CompareAndSet != 1 {
-			t.Errorf("%s: %d fill writes, want the control's alone", in.name, rc.SetIfAbsent+rc.CompareAndSet)
+		if rc := settled(t, in, ns, "control:"+in.name); rc.WriteIfAbsent+rc.WriteIfEqual != 1 {
+			t.Errorf("%s: %d fill writes, want the control's alone", in.name, rc.WriteIfAbsent+rc.WriteIfEqual)
 		}
 	}
 	if after, ok := redisEntry(t, a.rdb, ns, "old"); !ok || string(after.raw) != string(before.raw) {
@@ -293,8 +293,8 @@ func TestAdaptiveBadOptions(t *testing.T) {
 	}
 	s := waitStored(t, a.rdb, ns, "good")
 	within(t, "good's PTTL", s.pttl, 0, 5*time.Second)
-	if rc := a.remote.calls(); rc.SetIfAbsent != 1 {
-		t.Errorf("%d fill writes, want good's alone", rc.SetIfAbsent)
+	if rc := a.remote.calls(); rc.WriteIfAbsent != 1 {
+		t.Errorf("%d fill writes, want good's alone", rc.WriteIfAbsent)
 	}
 	for _, key := range []string{"negative", "zero", "tag", "per-key"} {
 		if _, ok := redisEntry(t, a.rdb, ns, key); ok {
@@ -339,7 +339,7 @@ func TestAdaptiveMany(t *testing.T) {
 	if err != nil || len(got) != 5 {
 		t.Fatalf("A: got %v, %v, want 5 values", got, err)
 	}
-	waitFor(t, 5*time.Second, "the write-back", func() bool { return a.remote.calls().SetManyIfAbsent >= 1 }, nil)
+	waitFor(t, 5*time.Second, "the write-back", func() bool { return a.remote.calls().WriteBatch >= 1 }, nil)
 	for key, want := range map[string]struct{ lo, hi time.Duration }{
 		"all":    {50 * time.Second, time.Minute},
 		"long":   {59 * time.Minute, time.Hour},

@@ -1,6 +1,9 @@
 package hybrid
 
-import "context"
+import (
+	"context"
+	"github.com/hybridcache/hybridcache/tier"
+)
 
 // DropLocal removes key from this instance's L1 only, so benchmarks can
 // measure the L1-miss path again and again.
@@ -15,7 +18,7 @@ func (c *Cache[V]) LocalNow() int64 { return c.local.Now() }
 // goroutine would, and returns how many entries they sampled; benchmarks
 // measure a round's cost with it.
 func (c *Cache[V]) VerifyRounds(ctx context.Context, n int) int {
-	c.ver.heads, _ = c.remote.(HeadReader)
+	c.ver.heads, _ = c.remote.(tier.HeadReader)
 	w := c.newVerifyWalk()
 	defer w.close()
 	r := newVerifyRound[V](verifyBatch)

@@ -105,7 +105,7 @@ func (c *Cache[V]) start(ctx context.Context, f *fill[V]) (ok, cut bool) {
 // leaderReads reports whether the leader of a fill makes its shared-tier
 // read itself, saving the hand-off to a worker goroutine and back: when its
 // ctx cannot end (it would wait for the whole fill anyway), or when the
-// Remote bounds how long a read can block (RemoteInfo.ReadBound) and the
+// Remote bounds how long a read can block (tier.Info.ReadBound) and the
 // ctx has no deadline before that bound, so that a caller whose ctx ends
 // during the read waits no longer than the bound, and one with a deadline
 // never past it. Otherwise the fill runs on a worker and the caller can

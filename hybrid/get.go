@@ -20,7 +20,7 @@ import (
 // callers: do not modify it, or set Options.CopyOnRead.
 //
 // The first caller to miss makes the shared-tier read on its own goroutine
-// when the Remote bounds its reads (RemoteInfo.ReadBound) and its ctx has no
+// when the Remote bounds its reads (tier.Info.ReadBound) and its ctx has no
 // deadline before that bound: if its ctx ends during that read, it returns
 // within the read bound. Otherwise, and for every load,
 // the fill runs on a worker goroutine, and a caller returns as soon as its

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"time"
 )
@@ -149,11 +150,11 @@ func (c *Cache[V]) recordHot(ctx context.Context) error {
 		return cmp.Or(cmp.Compare(b.Reads, a.Reads), cmp.Compare(a.Key, b.Key))
 	})
 	merged = merged[:min(len(merged), size)]
-	w := Write{Key: key, Value: encodeHotSet(merged), TTL: max(10*c.o.HotSetEvery, time.Hour), If: IfAbsent}
+	w := tier.Write{Key: key, Value: encodeHotSet(merged), TTL: max(10*c.o.HotSetEvery, time.Hour), If: tier.IfAbsent}
 	if found {
-		w.If, w.Old = IfEqual, old
+		w.If, w.Old = tier.IfEqual, old
 	}
-	if _, err := c.write(ctx, OpHotSet, "", []Write{w}); err != nil {
+	if _, err := c.write(ctx, OpHotSet, "", []tier.Write{w}); err != nil {
 		return fmt.Errorf("hybrid: record hot set: %w", err)
 	}
 	return nil

@@ -597,14 +597,14 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 			published := a.c.Stats().Invalidations.Sent - aSt.Invalidations.Sent - 1
 			aDelta := a.remote.calls()
 			bDelta, cDelta := b.remote.calls().total()-bCalls.total(), c.remote.calls().total()-cCalls.total()
-			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Invalidations.Sent %d; SetAndPublish %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
-				n, seen, float64(seen)/n, published, aDelta.SetAndPublish-aCalls.SetAndPublish, bDelta, cDelta)
+			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Invalidations.Sent %d; WriteAnnounced %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
+				n, seen, float64(seen)/n, published, aDelta.WriteAnnounced-aCalls.WriteAnnounced, bDelta, cDelta)
 			if seen != n || published != n {
 				t.Errorf("messages for %d Sets: %d on the channel, %d in Stats.Invalidations.Sent; want %d, %d", n, seen, published, n, n)
 			}
-			// A Delete is a SetAndPublish of a tombstone: the barrier adds one.
-			if got := aDelta.SetAndPublish - aCalls.SetAndPublish; got != n+1 {
-				t.Errorf("A: SetAndPublish calls: got %d, want %d (%d Sets and the barrier's Delete)", got, n+1, n)
+			// A Delete is a WriteAnnounced of a tombstone: the barrier adds one.
+			if got := aDelta.WriteAnnounced - aCalls.WriteAnnounced; got != n+1 {
+				t.Errorf("A: WriteAnnounced calls: got %d, want %d (%d Sets and the barrier's Delete)", got, n+1, n)
 			}
 			if got := aDelta.total() - aCalls.total(); got != n+1 { // + the barrier's Delete
 				t.Errorf("A: Redis calls for %d Sets and a Delete: got %d, want %d", n, got, n+1)

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"strings"
 	"time"
@@ -25,8 +26,9 @@ type Options struct {
 	// same. Required with a Remote or a Bus. No ':' and no glob character
 	// ('*', '?', '[', ']', '\'), so that no two namespaces share a key.
 	Namespace string
-	// Remote is the shared tier, such as *l2.Store. nil: L1 only.
-	Remote Remote
+	// Remote is the shared tier, such as *l2.Store (package tier holds its
+	// contract, tier.Remote). nil: L1 only.
+	Remote tier.Remote
 	// Bus carries invalidations between instances, such as *invalidate.Bus;
 	// it must deliver what the Remote publishes. nil: other instances keep
 	// their copy until LocalTTL ends.
@@ -228,8 +230,8 @@ type Options struct {
 	// Default: 1,000.
 	HotSetSize int
 
-	info    RemoteInfo // what the Remote said of itself (withDefaults asks once)
-	batched bool       // New was given a RefreshBatch (for advice)
+	info    tier.Info // what the Remote said of itself (withDefaults asks once)
+	batched bool      // New was given a RefreshBatch (for advice)
 }
 
 const (

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"github.com/hybridcache/hybridcache/tier"
 
 	"github.com/hybridcache/hybridcache/internal/keyslot"
 )
@@ -103,14 +104,14 @@ func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 // back under: over the value it read, if the key still holds it; where it
 // read nothing, where the key holds nothing and no Set or Delete was made
 // in the key's slot since the read (see seqKey).
-func (c *Cache[V]) fillCond(w *fillWrite) Write {
-	r := Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: IfAbsent}
+func (c *Cache[V]) fillCond(w *fillWrite) tier.Write {
+	r := tier.Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: tier.IfAbsent}
 	switch {
 	case w.old != nil:
-		r.If, r.Old = IfEqual, w.old
+		r.If, r.Old = tier.IfEqual, w.old
 	case w.seq == "":
 	case w.seqWas != nil:
-		r.If, r.Seq, r.SeqWas = IfSeq, w.seq, w.seqWas
+		r.If, r.Seq, r.SeqWas = tier.IfSeq, w.seq, w.seqWas
 	default:
 		r.Seq = w.seq // makes the counter, missing when read
 	}

@@ -60,7 +60,7 @@ func TestWarmFillsL1(t *testing.T) {
 	if err != nil || n != len(keys) {
 		t.Fatalf("Warm = %d, %v; want %d, nil", n, err, len(keys))
 	}
-	if got := b.remote.calls(); got.GetMany != 3 || got.GetManyKeys != 1230 || got.Get != 0 {
+	if got := b.remote.calls(); got.GetBatch != 3 || got.GetBatchKeys != 1230 || got.Get != 0 {
 		t.Fatalf("Warm's reads: %+v; want 3 GetMany calls of 1230 keys in all", got)
 	}
 	loads := &counter{}
@@ -70,7 +70,7 @@ func TestWarmFillsL1(t *testing.T) {
 			t.Fatalf("GetOrCreate(%q) = %q, %v; want %q", key, v, err, "v"+key)
 		}
 	}
-	if got := b.remote.calls(); loads.calls.Load() != 0 || got.GetMany != 3 || got.Get != 0 {
+	if got := b.remote.calls(); loads.calls.Load() != 0 || got.GetBatch != 3 || got.Get != 0 {
 		t.Fatalf("after Warm, reads of the warmed keys made %d loads and Redis reads %+v; want none", loads.calls.Load(), got)
 	}
 	for _, key := range missing {
@@ -179,8 +179,8 @@ func TestWarmCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Warm after cancel: n %d, err %v; want context.Canceled", n, err)
 	}
-	if got := b.remote.calls(); got.GetMany != 1 {
-		t.Errorf("Warm read %d pages after its ctx ended during the first; want 1", got.GetMany)
+	if got := b.remote.calls(); got.GetBatch != 1 {
+		t.Errorf("Warm read %d pages after its ctx ended during the first; want 1", got.GetBatch)
 	}
 	held := 0
 	for _, key := range keys {
@@ -285,7 +285,7 @@ func TestWarmHot(t *testing.T) {
 	if after := c.remote.calls(); loads.calls.Load() != 0 || after != before {
 		t.Errorf("after WarmHot: %d loads, Redis reads %+v -> %+v; want none", loads.calls.Load(), before, after)
 	}
-	if before.GetMany != 1 || before.RecordGet == 0 {
+	if before.GetBatch != 1 || before.GetRecord == 0 {
 		t.Errorf("WarmHot read %+v; want the hot set's record and one page", before)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -125,7 +126,7 @@ func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
 	if c.remote == nil {
 		return nil
 	}
-	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq}}); err != nil {
+	if _, err := c.write(ctx, w.op, w.name, []tier.Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq}}); err != nil {
 		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
 	}
 	return nil

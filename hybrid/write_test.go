@@ -226,8 +226,8 @@ func TestIntegrationExpire(t *testing.T) {
 		if after := raw.PTTL(ctx, ns+":k").Val(); after > before || after < before-time.Minute {
 			t.Errorf("Redis PTTL %v after Expire, %v before: want the physical lifetime kept", after, before)
 		}
-		if got := a.remote.calls().ReplaceAndPublish; got != 1 {
-			t.Errorf("A: ReplaceAndPublish calls: got %d, want 1 (rewrite and announce in one script)", got)
+		if got := a.remote.calls().WriteKeepTTL; got != 1 {
+			t.Errorf("A: WriteKeepTTL calls: got %d, want 1 (rewrite and announce in one script)", got)
 		}
 		for _, in := range p {
 			if v, ok := getStr(t, in, "k"); ok {
