@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"sync/atomic"
 	"time"
 
@@ -164,10 +165,10 @@ type countingRemote struct {
 	bytesRead atomic.Int64
 }
 
-var _ hybrid.Remote = (*countingRemote)(nil)
+var _ tier.Remote = (*countingRemote)(nil)
 
 // Info makes no round trip.
-func (r *countingRemote) Info() hybrid.RemoteInfo { return r.s.Info() }
+func (r *countingRemote) Info() tier.Info { return r.s.Info() }
 
 func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	r.trips.Add(1)
@@ -179,7 +180,7 @@ func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, erro
 	return vs, err
 }
 
-func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+func (r *countingRemote) Write(ctx context.Context, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	r.trips.Add(1)
 	if len(ws) > 0 && ws[0].Lease != "" {
 		r.leases.Add(1)
@@ -190,7 +191,7 @@ func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.
 // The lease calls are passed on, each counted as a round trip (a take on
 // Redis Cluster makes two when it takes a lease; counted as one).
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]tier.Lease, error) {
 	r.trips.Add(1)
 	r.leases.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
@@ -202,13 +203,13 @@ func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token 
 	return r.s.ExtendLeases(ctx, keys, token, ttl)
 }
 
-func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f tier.Feed) error {
 	r.trips.Add(1)
 	r.leases.Add(1)
 	return r.s.ReleaseLeases(ctx, keys, token, msg, f)
 }
 
-func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (hybrid.LogPage, error) {
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (tier.LogPage, error) {
 	r.trips.Add(1)
 	return r.s.ReadLog(ctx, log, after, max)
 }

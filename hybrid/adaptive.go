@@ -8,55 +8,55 @@ import (
 )
 
 // This file holds adaptive entries: what a load function says, through
-// EntryFrom, of the values it returns (their lifetimes, tags, fail-safe,
+// SettingsFrom, of the values it returns (their lifetimes, tags, fail-safe,
 // negative caching, or that they are not to be cached), and how a fill
 // turns that into the policy each key is written under.
 
-// EntrySettings is what a load function may set of the values it returns,
-// over the call's EntryOptions: their lifetimes, tags, fail-safe and
+// LoadSettings is what a load function may set of the values it returns,
+// over the call's entry options (see EntryOption): their lifetimes, tags, fail-safe and
 // negative caching, or that they are not to be cached at all. A load gets
-// it with EntryFrom(ctx). What it sets applies to every key the load
+// it with SettingsFrom(ctx). What it sets applies to every key the load
 // returns; what For(key) sets applies to that key, after it. Its methods
 // are safe for concurrent use.
 //
 // The settings are read when the load returns, and only if it returns
 // values (or ErrNotFound): a load that fails stores nothing anyway. Later
 // calls of its methods do nothing. They are checked as the same
-// EntryOptions are at a call; a value whose settings are refused is still
+// entry options are at a call; a value whose settings are refused is still
 // returned to its callers, and stored nowhere, counted in
 // Stats.Load.BadOptions and logged.
-type EntrySettings struct {
+type LoadSettings struct {
 	l    *entryLoad // nil: outside a load, where it does nothing
 	opts []EntryOption
 	skip bool // DoNotCache
 }
 
-// entryLoad is what one load set through its EntrySettings (all) and
+// entryLoad is what one load set through its LoadSettings (all) and
 // those of its keys (each).
 type entryLoad struct {
 	mu   sync.Mutex
 	done bool // the load returned: the settings are read, no longer set
-	all  EntrySettings
-	each map[string]*EntrySettings
+	all  LoadSettings
+	each map[string]*LoadSettings
 }
 
-// inert is the EntrySettings of a ctx that is not a load's.
-var inert = &EntrySettings{}
+// inert is the LoadSettings of a ctx that is not a load's.
+var inert = &LoadSettings{}
 
 // entryKey is the ctx key under which a fill's ctx holds its entrySlot.
 type entryKey struct{}
 
-// EntryFrom returns the EntrySettings of the load whose ctx is ctx, for
+// SettingsFrom returns the LoadSettings of the load whose ctx is ctx, for
 // the load to say how the values it returns are to be cached. Outside a
 // load (a ctx the cache did not give to a load function, or after the load
 // returned), it returns settings whose methods do nothing. The load
 // function's signature does not change, and a load that does not call
-// EntryFrom costs nothing more.
+// SettingsFrom costs nothing more.
 //
 //	func load(ctx context.Context, id string) (Product, error) {
 //		p, err := db.Product(ctx, id)
 //		if err == nil && p.Stock == 0 {
-//			hybrid.EntryFrom(ctx).SetTTL(10 * time.Second)
+//			hybrid.SettingsFrom(ctx).SetTTL(10 * time.Second)
 //		}
 //		return p, err
 //	}
@@ -64,7 +64,7 @@ type entryKey struct{}
 // NOTE: call it while the load runs. A fill that loads again (under
 // LoadLease, for keys whose holder's lease ended) gives its next load the
 // same ctx, so a ctx kept past its load reaches the next load's settings.
-func EntryFrom(ctx context.Context) *EntrySettings {
+func SettingsFrom(ctx context.Context) *LoadSettings {
 	s, _ := ctx.Value(entryKey{}).(*entrySlot)
 	if s == nil {
 		return inert
@@ -81,11 +81,11 @@ func EntryFrom(ctx context.Context) *EntrySettings {
 	return &s.l.all
 }
 
-// For returns the EntrySettings of key, one of the keys of a
+// For returns the LoadSettings of key, one of the keys of a
 // GetOrCreateMany load: what they set applies to key alone, after what the
 // load's own settings set.
 // Settings for a key the load was not asked for are ignored.
-func (e *EntrySettings) For(key string) *EntrySettings {
+func (e *LoadSettings) For(key string) *LoadSettings {
 	if e == nil || e.l == nil {
 		return inert
 	}
@@ -98,9 +98,9 @@ func (e *EntrySettings) For(key string) *EntrySettings {
 	k := l.each[key]
 	if k == nil {
 		if l.each == nil {
-			l.each = make(map[string]*EntrySettings)
+			l.each = make(map[string]*LoadSettings)
 		}
-		k = &EntrySettings{l: l}
+		k = &LoadSettings{l: l}
 		l.each[key] = k
 	}
 	return k
@@ -109,25 +109,25 @@ func (e *EntrySettings) For(key string) *EntrySettings {
 // SetTTL sets the shared-tier lifetime of the values, as WithTTL does. The
 // L1 lifetime is cut to it when longer, whichever level set that (see
 // Options.LocalTTL).
-func (e *EntrySettings) SetTTL(d time.Duration) { e.add(WithTTL(d)) }
+func (e *LoadSettings) SetTTL(d time.Duration) { e.add(WithTTL(d)) }
 
 // SetLocalTTL sets the L1 lifetime of the values, as WithLocalTTL does: cut
 // to their TTL when longer, whatever the order of SetLocalTTL and SetTTL.
-func (e *EntrySettings) SetLocalTTL(d time.Duration) { e.add(WithLocalTTL(d)) }
+func (e *LoadSettings) SetLocalTTL(d time.Duration) { e.add(WithLocalTTL(d)) }
 
 // AddTags tags the values, as WithTags does, besides the tags the call
 // gives them.
-func (e *EntrySettings) AddTags(tags ...string) { e.add(WithTags(slices.Clone(tags)...)) }
+func (e *LoadSettings) AddTags(tags ...string) { e.add(WithTags(slices.Clone(tags)...)) }
 
-// SetFailSafe keeps the values maxAge past their lifetime, for fail-safe,
-// as WithFailSafe does for the values a call writes (0: not kept). A stale
+// SetFailSafeMaxAge keeps the values maxAge past their lifetime, for fail-safe,
+// as WithFailSafeMaxAge does for the values a call writes (0: not kept). A stale
 // value is served when a load fails only by a call with fail-safe on.
-func (e *EntrySettings) SetFailSafe(maxAge time.Duration) { e.add(WithFailSafe(maxAge)) }
+func (e *LoadSettings) SetFailSafeMaxAge(maxAge time.Duration) { e.add(WithFailSafeMaxAge(maxAge)) }
 
 // SetNegativeTTL sets how long an absence the load found (ErrNotFound; in
 // a batch, a key it did not return) is remembered, as WithNegativeTTL
 // does. 0 remembers nothing.
-func (e *EntrySettings) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(d)) }
+func (e *LoadSettings) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(d)) }
 
 // DoNotCache returns the values, or the absence the load found, to the
 // callers waiting for them, and stores them nowhere: neither tier holds
@@ -137,7 +137,7 @@ func (e *EntrySettings) SetNegativeTTL(d time.Duration) { e.add(WithNegativeTTL(
 // it was to replace until it expires. Under a load lease, the instances
 // waiting for the lease are told the value was not stored, and load it
 // themselves.
-func (e *EntrySettings) DoNotCache() {
+func (e *LoadSettings) DoNotCache() {
 	if e == nil || e.l == nil {
 		return
 	}
@@ -148,7 +148,7 @@ func (e *EntrySettings) DoNotCache() {
 	}
 }
 
-func (e *EntrySettings) add(opt EntryOption) {
+func (e *LoadSettings) add(opt EntryOption) {
 	if e == nil || e.l == nil {
 		return
 	}
@@ -159,7 +159,7 @@ func (e *EntrySettings) add(opt EntryOption) {
 	}
 }
 
-// entrySlot is where a fill's ctx keeps the EntrySettings of the load it
+// entrySlot is where a fill's ctx keeps the LoadSettings of the load it
 // runs, made when the load first asks for them: a fill runs its loads one
 // at a time, and a load that does not ask allocates nothing.
 type entrySlot struct {
@@ -176,7 +176,7 @@ func (s *entrySlot) begin() {
 }
 
 // end closes s once its load returned, and returns what the load set (nil:
-// it did not ask for its EntrySettings). Nothing set later counts.
+// it did not ask for its LoadSettings). Nothing set later counts.
 func (s *entrySlot) end() *entryLoad {
 	s.mu.Lock()
 	l := s.l
@@ -195,9 +195,9 @@ func (s *entrySlot) end() *entryLoad {
 type adapted struct {
 	l *entryLoad
 	// perKey: the fill's keys have policies of their own (see policy.of),
-	// so the load's EntrySettings is resolved over each.
+	// so the load's LoadSettings is resolved over each.
 	perKey  bool
-	all     policy // the load's EntrySettings over the fill's policy
+	all     policy // the load's LoadSettings over the fill's policy
 	err     error  // all's error
 	once    bool   // all and err are set
 	scratch policy // the last key's policy, when its own
@@ -223,7 +223,7 @@ func (c *Cache[V]) adapt(a *adapted, key string, p *policy) (_ *policy, skip boo
 	switch {
 	case k == nil && !a.perKey:
 		// The fill's policy, and nothing of this key's own: the load's
-		// EntrySettings is resolved once for all such keys.
+		// LoadSettings is resolved once for all such keys.
 		if !a.once {
 			a.all, a.err = c.o.policy(p, l.all.opts)
 			a.once = true

@@ -18,7 +18,7 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
-// Adaptive entries: what a load sets through hybrid.EntryFrom, on real
+// Adaptive entries: what a load sets through hybrid.SettingsFrom, on real
 // Redis, across two instances where the other instance sees the result.
 
 // stored is what Redis holds under ns:key: the envelope's header, and the
@@ -84,10 +84,10 @@ func within(t testing.TB, what string, d, lo, hi time.Duration) {
 	}
 }
 
-// loadWith returns a load that hands its EntrySettings to set, then returns v.
-func loadWith(v string, set func(e *hybrid.EntrySettings)) func(context.Context, string) (string, error) {
+// loadWith returns a load that hands its LoadSettings to set, then returns v.
+func loadWith(v string, set func(e *hybrid.LoadSettings)) func(context.Context, string) (string, error) {
 	return func(ctx context.Context, _ string) (string, error) {
-		set(hybrid.EntryFrom(ctx))
+		set(hybrid.SettingsFrom(ctx))
 		return v, nil
 	}
 }
@@ -100,7 +100,7 @@ func TestAdaptiveTTL(t *testing.T) {
 	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
 	a, b := ins[0], ins[1]
 	ctx := context.Background()
-	v, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(700 * time.Millisecond) }))
+	v, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.LoadSettings) { e.SetTTL(700 * time.Millisecond) }))
 	if err != nil || v != "v" {
 		t.Fatalf("A: got %q, %v", v, err)
 	}
@@ -122,7 +122,7 @@ func TestAdaptiveLocalTTL(t *testing.T) {
 	ns := redistest.Prefix(t)
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns})[0]
 	ctx := context.Background()
-	if _, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetLocalTTL(300 * time.Millisecond) })); err != nil {
+	if _, err := a.c.GetOrCreate(ctx, "k", loadWith("v", func(e *hybrid.LoadSettings) { e.SetLocalTTL(300 * time.Millisecond) })); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "k")
@@ -139,7 +139,7 @@ func TestAdaptiveFailSafe(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, TTL: time.Minute})[0]
-	if _, err := a.c.GetOrCreate(context.Background(), "k", loadWith("v", func(e *hybrid.EntrySettings) { e.SetFailSafe(time.Hour) })); err != nil {
+	if _, err := a.c.GetOrCreate(context.Background(), "k", loadWith("v", func(e *hybrid.LoadSettings) { e.SetFailSafeMaxAge(time.Hour) })); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "k")
@@ -158,7 +158,7 @@ func TestAdaptiveTags(t *testing.T) {
 	var loads atomic.Int64
 	load := func(ctx context.Context, _ string) (string, error) {
 		loads.Add(1)
-		hybrid.EntryFrom(ctx).AddTags("sku:1")
+		hybrid.SettingsFrom(ctx).AddTags("sku:1")
 		return "v", nil
 	}
 	if _, err := a.c.GetOrCreate(ctx, "k", load, hybrid.WithTags("catalog")); err != nil {
@@ -189,7 +189,7 @@ func TestAdaptiveNegativeTTL(t *testing.T) {
 	a := ins[0]
 	ctx := context.Background()
 	gone := func(ctx context.Context, _ string) (string, error) {
-		hybrid.EntryFrom(ctx).SetNegativeTTL(time.Minute)
+		hybrid.SettingsFrom(ctx).SetNegativeTTL(time.Minute)
 		return "", hybrid.ErrNotFound
 	}
 	if _, err := a.c.GetOrCreate(ctx, "gone", gone); !errors.Is(err, hybrid.ErrNotFound) {
@@ -229,7 +229,7 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 	var loads atomic.Int64
 	volatile := func(ctx context.Context, key string) (string, error) {
 		loads.Add(1)
-		hybrid.EntryFrom(ctx).DoNotCache()
+		hybrid.SettingsFrom(ctx).DoNotCache()
 		if key == "gone" {
 			return "", hybrid.ErrNotFound
 		}
@@ -250,8 +250,8 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 	}
 	for _, in := range ins {
 		// The control fill is the one write-back.
-		if rc := settled(t, in, ns, "control:"+in.name); rc.SetIfAbsent+rc.CompareAndSet != 1 {
-			t.Errorf("%s: %d fill writes, want the control's alone", in.name, rc.SetIfAbsent+rc.CompareAndSet)
+		if rc := settled(t, in, ns, "control:"+in.name); rc.WriteIfAbsent+rc.WriteIfEqual != 1 {
+			t.Errorf("%s: %d fill writes, want the control's alone", in.name, rc.WriteIfAbsent+rc.WriteIfEqual)
 		}
 	}
 	if after, ok := redisEntry(t, a.rdb, ns, "old"); !ok || string(after.raw) != string(before.raw) {
@@ -267,7 +267,7 @@ func TestAdaptiveDoNotCache(t *testing.T) {
 	}
 }
 
-// Options the load sets are checked as EntryOptions are: refused, the value
+// Options the load sets are checked as entry options are: refused, the value
 // is returned but not stored, counted and logged. Options the load sets
 // over the call's are applied after them: a TTL shorter than the call's
 // LocalTTL cuts it, as WithTTL's would (see TestLocalTTLCutToTTL).
@@ -277,24 +277,24 @@ func TestAdaptiveBadOptions(t *testing.T) {
 	log, buf := captureLogger()
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, Logger: log, LogEvery: time.Nanosecond})[0]
 	ctx := context.Background()
-	for key, set := range map[string]func(*hybrid.EntrySettings){
-		"negative": func(e *hybrid.EntrySettings) { e.SetTTL(-time.Second) },
-		"zero":     func(e *hybrid.EntrySettings) { e.SetLocalTTL(0) },
-		"tag":      func(e *hybrid.EntrySettings) { e.AddTags("") },
-		"per-key":  func(e *hybrid.EntrySettings) { e.For("per-key").SetFailSafe(-1) },
+	for key, set := range map[string]func(*hybrid.LoadSettings){
+		"negative": func(e *hybrid.LoadSettings) { e.SetTTL(-time.Second) },
+		"zero":     func(e *hybrid.LoadSettings) { e.SetLocalTTL(0) },
+		"tag":      func(e *hybrid.LoadSettings) { e.AddTags("") },
+		"per-key":  func(e *hybrid.LoadSettings) { e.For("per-key").SetFailSafeMaxAge(-1) },
 	} {
 		if v, err := a.c.GetOrCreate(ctx, key, loadWith("v", set)); err != nil || v != "v" {
 			t.Errorf("%s: got %q, %v, want the value", key, v, err)
 		}
 	}
 	// A good one: the load's TTL cuts the call's LocalTTL.
-	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(5 * time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
+	if _, err := a.c.GetOrCreate(ctx, "good", loadWith("v", func(e *hybrid.LoadSettings) { e.SetTTL(5 * time.Second) }), hybrid.WithLocalTTL(30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	s := waitStored(t, a.rdb, ns, "good")
 	within(t, "good's PTTL", s.pttl, 0, 5*time.Second)
-	if rc := a.remote.calls(); rc.SetIfAbsent != 1 {
-		t.Errorf("%d fill writes, want good's alone", rc.SetIfAbsent)
+	if rc := a.remote.calls(); rc.WriteIfAbsent != 1 {
+		t.Errorf("%d fill writes, want good's alone", rc.WriteIfAbsent)
 	}
 	for _, key := range []string{"negative", "zero", "tag", "per-key"} {
 		if _, ok := redisEntry(t, a.rdb, ns, key); ok {
@@ -319,7 +319,7 @@ func TestAdaptiveMany(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"all", "long", "volatile", "gone", "bad", "tagged"}
 	load := func(ctx context.Context, missing []string) (map[string]string, error) {
-		e := hybrid.EntryFrom(ctx)
+		e := hybrid.SettingsFrom(ctx)
 		e.SetTTL(time.Minute)
 		e.For("long").SetTTL(time.Hour)
 		e.For("volatile").DoNotCache()
@@ -339,7 +339,7 @@ func TestAdaptiveMany(t *testing.T) {
 	if err != nil || len(got) != 5 {
 		t.Fatalf("A: got %v, %v, want 5 values", got, err)
 	}
-	waitFor(t, 5*time.Second, "the write-back", func() bool { return a.remote.calls().SetManyIfAbsent >= 1 }, nil)
+	waitFor(t, 5*time.Second, "the write-back", func() bool { return a.remote.calls().WriteBatch >= 1 }, nil)
 	for key, want := range map[string]struct{ lo, hi time.Duration }{
 		"all":    {50 * time.Second, time.Minute},
 		"long":   {59 * time.Minute, time.Hour},
@@ -383,20 +383,20 @@ func TestAdaptiveRefresh(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		key     string
-		set     func(*hybrid.EntrySettings)
+		set     func(*hybrid.LoadSettings)
 		want    string
 		lo, hi  time.Duration
 		refresh string // the value the load returns on refresh
 	}{
-		{"ttl", func(e *hybrid.EntrySettings) { e.SetTTL(time.Hour) }, "v2", 59 * time.Minute, time.Hour, "v2"},
-		{"volatile", (*hybrid.EntrySettings).DoNotCache, "v1", 0, 10 * time.Second, "v2"},
+		{"ttl", func(e *hybrid.LoadSettings) { e.SetTTL(time.Hour) }, "v2", 59 * time.Minute, time.Hour, "v2"},
+		{"volatile", (*hybrid.LoadSettings).DoNotCache, "v1", 0, 10 * time.Second, "v2"},
 	} {
 		var loads atomic.Int64
 		load := func(ctx context.Context, _ string) (string, error) {
 			if loads.Add(1) == 1 {
 				return "v1", nil
 			}
-			tt.set(hybrid.EntryFrom(ctx))
+			tt.set(hybrid.SettingsFrom(ctx))
 			return tt.refresh, nil
 		}
 		if v, err := a.c.GetOrCreate(ctx, tt.key, load); err != nil || v != "v1" {
@@ -434,12 +434,12 @@ func TestAdaptiveLease(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			for _, tt := range []struct {
 				name  string
-				set   func(*hybrid.EntrySettings)
+				set   func(*hybrid.LoadSettings)
 				loadB int64 // loads on B
 				want  string
 			}{
-				{"ttl", func(e *hybrid.EntrySettings) { e.SetTTL(90 * time.Second) }, 0, "a"},
-				{"volatile", (*hybrid.EntrySettings).DoNotCache, 1, "b"},
+				{"ttl", func(e *hybrid.LoadSettings) { e.SetTTL(90 * time.Second) }, 0, "a"},
+				{"volatile", (*hybrid.LoadSettings).DoNotCache, 1, "b"},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
 					ns := redistest.Prefix(t)
@@ -450,14 +450,14 @@ func TestAdaptiveLease(t *testing.T) {
 					resA := goGet(a, "k", func(ctx context.Context, _ string) (string, error) {
 						close(started)
 						<-g
-						tt.set(hybrid.EntryFrom(ctx))
+						tt.set(hybrid.SettingsFrom(ctx))
 						return "a", nil
 					})
 					<-started
 					var loadsB atomic.Int64
 					resB := goGet(b, "k", func(ctx context.Context, _ string) (string, error) {
 						loadsB.Add(1)
-						hybrid.EntryFrom(ctx).DoNotCache()
+						hybrid.SettingsFrom(ctx).DoNotCache()
 						return "b", nil
 					})
 					waitStat(t, b, "Leases.Waited", func(s hybrid.Stats) uint64 { return s.Leases.Waited }, 1)
@@ -488,30 +488,30 @@ func TestAdaptiveLease(t *testing.T) {
 	}
 }
 
-// Outside a load, EntryFrom gives an EntrySettings that does nothing; an EntrySettings kept
+// Outside a load, SettingsFrom gives an LoadSettings that does nothing; an LoadSettings kept
 // past its load does nothing either; a load that starts a fill of another
-// key (or cache) with its ctx does not share its EntrySettings with that fill.
+// key (or cache) with its ctx does not share its LoadSettings with that fill.
 func TestEntryScope(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns})[0]
 	ctx := context.Background()
 
-	e := hybrid.EntryFrom(ctx)
+	e := hybrid.SettingsFrom(ctx)
 	e.SetTTL(time.Second)
 	e.For("k").DoNotCache()
-	var nilEntry *hybrid.EntrySettings
+	var nilEntry *hybrid.LoadSettings
 	nilEntry.SetTTL(time.Second)
 	nilEntry.For("k").DoNotCache()
 
-	var kept *hybrid.EntrySettings
+	var kept *hybrid.LoadSettings
 	var wg sync.WaitGroup
 	returned := make(chan struct{})
 	outer := func(ctx context.Context, _ string) (string, error) {
-		kept = hybrid.EntryFrom(ctx)
+		kept = hybrid.SettingsFrom(ctx)
 		kept.SetTTL(time.Hour)
 		// A fill of another key, started with the load's ctx, has its own.
-		inner, err := a.c.GetOrCreate(ctx, "inner", loadWith("i", (*hybrid.EntrySettings).DoNotCache))
+		inner, err := a.c.GetOrCreate(ctx, "inner", loadWith("i", (*hybrid.LoadSettings).DoNotCache))
 		if err != nil {
 			return "", err
 		}
@@ -540,8 +540,8 @@ func TestEntryScope(t *testing.T) {
 	}
 }
 
-// A GetOrCreate miss whose load does not ask for its EntrySettings allocates no
-// more than one whose load does, less the EntrySettings: the EntrySettings costs nothing
+// A GetOrCreate miss whose load does not ask for its LoadSettings allocates no
+// more than one whose load does, less the LoadSettings: the LoadSettings costs nothing
 // unless used.
 func TestEntryCostsNothingUnused(t *testing.T) {
 	if raceEnabled {
@@ -560,16 +560,16 @@ func TestEntryCostsNothingUnused(t *testing.T) {
 	}
 	plain := miss(loadTop)
 	asks := miss(func(ctx context.Context, _ string) (string, error) {
-		hybrid.EntryFrom(ctx)
+		hybrid.SettingsFrom(ctx)
 		return "v", nil
 	})
 	if asks <= plain {
-		t.Errorf("a load asking for its EntrySettings: %v allocations, one that does not: %v; want more", asks, plain)
+		t.Errorf("a load asking for its LoadSettings: %v allocations, one that does not: %v; want more", asks, plain)
 	}
-	t.Logf("allocations per miss: %v plain, %v with EntryFrom", plain, asks)
+	t.Logf("allocations per miss: %v plain, %v with SettingsFrom", plain, asks)
 }
 
-func ExampleEntryFrom() {
+func ExampleSettingsFrom() {
 	users, err := hybrid.New[User](hybrid.Options{}) // L1 only
 	if err != nil {
 		panic(err)
@@ -579,9 +579,9 @@ func ExampleEntryFrom() {
 	load := func(ctx context.Context, id string) (User, error) {
 		fmt.Println("loading", id)
 		if id == "guest" {
-			hybrid.EntryFrom(ctx).DoNotCache() // returned, stored nowhere
+			hybrid.SettingsFrom(ctx).DoNotCache() // returned, stored nowhere
 		} else {
-			hybrid.EntryFrom(ctx).SetLocalTTL(5 * time.Minute)
+			hybrid.SettingsFrom(ctx).SetLocalTTL(5 * time.Minute)
 		}
 		return User{ID: id}, nil
 	}

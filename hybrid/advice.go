@@ -41,7 +41,7 @@ func advice(o, set *Options) []string {
 			add("Options.Bus without Options.Secret: messages are unsigned and carry no values, so other instances drop a changed key and read it again rather than swap the new value in, and anyone who can publish on the channel can make every instance drop keys or flush its L1 (never plant a value); set the same Secret on every instance")
 		}
 		if set.ReplayLogLen > 0 && !o.info.Log {
-			keeper := "the Remote keeps no log (RemoteInfo.Log is false, as on Redis Cluster)"
+			keeper := "the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster)"
 			if o.Remote == nil {
 				keeper = "there is no Remote to keep the log"
 			}
@@ -61,8 +61,8 @@ func advice(o, set *Options) []string {
 	if o.SoftTimeout > 0 && o.LoadTimeout > 0 && o.SoftTimeout >= o.LoadTimeout {
 		add("Options.SoftTimeout (%v) is not shorter than Options.LoadTimeout (%v): the load is cancelled first, so callers never get the stale value early; they wait the whole LoadTimeout", o.SoftTimeout, o.LoadTimeout)
 	}
-	if !o.RefreshBatch.off() && o.EagerRefresh == 0 && o.XFetchBeta == 0 {
-		add("Options.RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetch refresh in the background, and only theirs are batched")
+	if o.batched && o.EagerRefresh == 0 && o.XFetchBeta == 0 {
+		add("a RefreshBatch without Options.EagerRefresh or Options.XFetchBeta: only calls with WithEagerRefresh or WithXFetchBeta refresh in the background, and only theirs are batched")
 	}
 	if set.BreakerOpenFor > 0 && o.BreakerThreshold == 0 {
 		add("Options.BreakerOpenFor has no effect without Options.BreakerThreshold: there is no breaker")

@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"context"
+	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,11 +12,11 @@ import (
 
 // infoRemote is a Remote that only describes itself: advice asks no more.
 type infoRemote struct {
-	Remote
-	info RemoteInfo
+	tier.Remote
+	info tier.Info
 }
 
-func (r infoRemote) Info() RemoteInfo { return r.info }
+func (r infoRemote) Info() tier.Info { return r.info }
 
 // quietBus is a Bus that is never used: advice only sees that it is set.
 type quietBus struct{ Bus }
@@ -31,8 +32,8 @@ func adviceFor(t *testing.T, set Options) []string {
 }
 
 func TestAdvice(t *testing.T) {
-	single := infoRemote{info: RemoteInfo{Log: true, ReadBound: time.Second}}
-	cluster := infoRemote{info: RemoteInfo{ReadBound: time.Second}}
+	single := infoRemote{info: tier.Info{Log: true, ReadBound: time.Second}}
+	cluster := infoRemote{info: tier.Info{ReadBound: time.Second}}
 	secret := []byte("s3cret")
 	// production is a configuration with nothing to advise on.
 	production := func() Options {
@@ -52,7 +53,7 @@ func TestAdvice(t *testing.T) {
 		}, ""},
 		{"the Remote's advice", func() Options {
 			o := production()
-			o.Remote = infoRemote{info: RemoteInfo{Log: true, Advice: []string{"l2: reads are not bounded"}}}
+			o.Remote = infoRemote{info: tier.Info{Log: true, Advice: []string{"l2: reads are not bounded"}}}
 			return o
 		}, "l2: reads are not bounded"},
 		{"Bus without Secret", func() Options {
@@ -64,7 +65,7 @@ func TestAdvice(t *testing.T) {
 			o := production()
 			o.Remote, o.ReplayLogLen = cluster, 1000
 			return o
-		}, "hybrid: Options.ReplayLogLen is set but the Remote keeps no log (RemoteInfo.Log is false, as on Redis Cluster): after a bus loss L1 is flushed, not caught up by replay"},
+		}, "hybrid: Options.ReplayLogLen is set but the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster): after a bus loss L1 is flushed, not caught up by replay"},
 		{"ReplayLogLen without Remote", func() Options {
 			return Options{Namespace: "n", Bus: quietBus{}, Secret: secret, ReplayLogLen: 1000}
 		}, "hybrid: Options.ReplayLogLen is set but there is no Remote to keep the log: after a bus loss L1 is flushed, not caught up by replay"},

@@ -25,7 +25,7 @@ import (
 // returned map is the caller's; the values in it are shared as with
 // GetOrCreate.
 //
-// The resilience options and EntryOptions work as in GetOrCreate, key by
+// The resilience options and entry options work as in GetOrCreate, key by
 // key: with fail-safe, a key whose load fails, or is slower than the soft
 // timeout, or waits for a slot of MaxConcurrentLoads (a batch load takes
 // one), gets its stale value if it has one, and only the other keys get
@@ -51,7 +51,7 @@ func (c *Cache[V]) getOrCreateMany(ctx context.Context, keys []string, load func
 	}
 	var due pastDue[V]
 	out, misses, badKey := c.localMany(keys, false, e.skip&SkipL1Read != 0, &due)
-	if c.o.EntryOptions != nil {
+	if c.o.PerKey != nil {
 		badKey = c.keyedMany(&e, &misses, &due, opts, badKey)
 		if out == nil && len(misses) == 0 {
 			out = make(map[string]V)
@@ -124,7 +124,7 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string, opts []EntryOptio
 		p = c.skipping(skip, len(keys))
 	}
 	out, misses, badKey := c.localMany(keys, true, skip&SkipL1Read != 0, nil)
-	if c.o.EntryOptions != nil && len(misses) > 0 {
+	if c.o.PerKey != nil && len(misses) > 0 {
 		kp := *p
 		badKey = c.keyedMany(&kp, &misses, nil, nil, badKey)
 		p = &kp

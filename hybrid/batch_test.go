@@ -453,7 +453,7 @@ func testBatchFailSafe(t *testing.T, cancelable bool) {
 	})
 }
 
-// TestBatchWithFailSafeZero: WithFailSafe(0) turns fail-safe off for one
+// TestBatchWithFailSafeZero: WithFailSafeMaxAge(0) turns fail-safe off for one
 // batch: its failing load is an error for every key.
 func TestBatchWithFailSafeZero(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -463,9 +463,9 @@ func TestBatchWithFailSafeZero(t *testing.T) {
 		time.Sleep(11 * time.Second)
 		dbDown := errors.New("db down")
 		fail := func(context.Context, []string) (map[string]string, error) { return nil, dbDown }
-		got, err := c.GetOrCreateMany(t.Context(), []string{"k"}, fail, hybrid.WithFailSafe(0))
+		got, err := c.GetOrCreateMany(t.Context(), []string{"k"}, fail, hybrid.WithFailSafeMaxAge(0))
 		if !errors.Is(err, dbDown) || len(got) != 0 {
-			t.Errorf("WithFailSafe(0): got %v, %v; want no value and the load's error", got, err)
+			t.Errorf("WithFailSafeMaxAge(0): got %v, %v; want no value and the load's error", got, err)
 		}
 		got, err = c.GetOrCreateMany(t.Context(), []string{"k"}, fail)
 		if err != nil || got["k"] != "old" {
@@ -506,8 +506,8 @@ func TestIntegrationBatchFailSafe(t *testing.T) {
 		}
 	}
 	c := b.remote.calls()
-	if c.GetMany-before.GetMany != 1 || c.Get != before.Get {
-		t.Errorf("reads: %d GetMany, %d Get; want 1 and 0", c.GetMany-before.GetMany, c.Get-before.Get)
+	if c.GetBatch-before.GetBatch != 1 || c.Get != before.Get {
+		t.Errorf("reads: %d GetBatch, %d Get; want 1 and 0", c.GetBatch-before.GetBatch, c.Get-before.Get)
 	}
 	if st := b.c.Stats(); st.Load.StaleServed != uint64(len(keys)) {
 		t.Errorf("Load.StaleServed: got %d, want %d", st.Load.StaleServed, len(keys))
@@ -752,14 +752,14 @@ func testBatch(t *testing.T, newClient clientFactory) {
 		}
 	}
 	// waitWriteBack waits for the write back that a fill makes after its
-	// callers have their values, and checks it was one SetManyIfAbsent of n keys.
+	// callers have their values, and checks it was one WriteBatch of n keys.
 	waitWriteBack := func(t *testing.T, before remoteCalls, n int64) {
 		t.Helper()
-		waitFor(t, 5*time.Second, "the batch write back", func() bool { return a.remote.calls().SetManyIfAbsent > before.SetManyIfAbsent }, nil)
+		waitFor(t, 5*time.Second, "the batch write back", func() bool { return a.remote.calls().WriteBatch > before.WriteBatch }, nil)
 		c := a.remote.calls()
-		if c.SetManyIfAbsent-before.SetManyIfAbsent != 1 || c.SetManyIfAbsentKey-before.SetManyIfAbsentKey != n || c.SetIfAbsent != before.SetIfAbsent || c.Set != before.Set {
-			t.Errorf("write back: %d SetManyIfAbsent of %d keys, %d SetIfAbsent, %d Set; want 1 of %d, 0, 0",
-				c.SetManyIfAbsent-before.SetManyIfAbsent, c.SetManyIfAbsentKey-before.SetManyIfAbsentKey, c.SetIfAbsent-before.SetIfAbsent, c.Set-before.Set, n)
+		if c.WriteBatch-before.WriteBatch != 1 || c.BatchKeys-before.BatchKeys != n || c.WriteIfAbsent != before.WriteIfAbsent || c.WriteAlways != before.WriteAlways {
+			t.Errorf("write back: %d WriteBatch of %d keys, %d WriteIfAbsent, %d WriteAlways; want 1 of %d, 0, 0",
+				c.WriteBatch-before.WriteBatch, c.BatchKeys-before.BatchKeys, c.WriteIfAbsent-before.WriteIfAbsent, c.WriteAlways-before.WriteAlways, n)
 		}
 	}
 	wantLoads := func(t *testing.T, l *batchLoad, want ...[]string) {
@@ -801,8 +801,8 @@ func testBatch(t *testing.T, newClient clientFactory) {
 		call(t, cold, l, loaded(cold...))
 		wantLoads(t, l, slices.Clone(cold))
 		c := a.remote.calls()
-		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 50 || c.Get != before.Get {
-			t.Errorf("reads: %d GetMany of %d keys, %d Get; want 1 of 50, 0", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys, c.Get-before.Get)
+		if c.GetBatch-before.GetBatch != 1 || c.GetBatchKeys-before.GetBatchKeys != 50 || c.Get != before.Get {
+			t.Errorf("reads: %d GetBatch of %d keys, %d Get; want 1 of 50, 0", c.GetBatch-before.GetBatch, c.GetBatchKeys-before.GetBatchKeys, c.Get-before.Get)
 		}
 		waitWriteBack(t, before, 50)
 		for _, k := range cold {
@@ -836,8 +836,8 @@ func testBatch(t *testing.T, newClient clientFactory) {
 		call(t, keys, l, want)
 		wantLoads(t, l, slices.Clone(keys[25:]))
 		c := a.remote.calls()
-		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 50 || c.Get != before.Get {
-			t.Errorf("reads: %d GetMany of %d keys, %d Get; want 1 of 50, 0", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys, c.Get-before.Get)
+		if c.GetBatch-before.GetBatch != 1 || c.GetBatchKeys-before.GetBatchKeys != 50 || c.Get != before.Get {
+			t.Errorf("reads: %d GetBatch of %d keys, %d Get; want 1 of 50, 0", c.GetBatch-before.GetBatch, c.GetBatchKeys-before.GetBatchKeys, c.Get-before.Get)
 		}
 		waitWriteBack(t, before, 25)
 		for _, k := range keys {
@@ -865,8 +865,8 @@ func testBatch(t *testing.T, newClient clientFactory) {
 		}
 		wantLoads(t, l, []string{"d0", "d1", "d2"})
 		c := a.remote.calls()
-		if c.GetMany-before.GetMany != 1 || c.GetManyKeys-before.GetManyKeys != 3 {
-			t.Errorf("reads: %d GetMany of %d keys, want 1 of 3", c.GetMany-before.GetMany, c.GetManyKeys-before.GetManyKeys)
+		if c.GetBatch-before.GetBatch != 1 || c.GetBatchKeys-before.GetBatchKeys != 3 {
+			t.Errorf("reads: %d GetBatch of %d keys, want 1 of 3", c.GetBatch-before.GetBatch, c.GetBatchKeys-before.GetBatchKeys)
 		}
 		waitWriteBack(t, before, 3)
 	})

@@ -119,8 +119,11 @@ type Cache[V any] struct {
 
 // New returns a Cache configured by o, or an error naming the first
 // setting that is wrong. It logs to Options.Logger, once and at warning
-// level, each setting that contradicts another or costs the user.
-func New[V any](o Options) (*Cache[V], error) {
+// level, each setting that contradicts another or costs the user. batch,
+// at most one, made by BatchRefresh, gathers background refreshes into
+// batch loads; without it each refresh loads with its caller's load
+// function.
+func New[V any](o Options, batch ...RefreshBatch[V]) (*Cache[V], error) {
 	set := o
 	o, err := o.withDefaults()
 	if err != nil {
@@ -145,7 +148,7 @@ func New[V any](o Options) (*Cache[V], error) {
 	if o.MaxConcurrentLoads > 0 {
 		c.slots = semaphore.NewWeighted(int64(o.MaxConcurrentLoads))
 	}
-	if c.batch, err = newCoalescer[V](&o); err != nil {
+	if c.batch, err = newCoalescer(batch); err != nil {
 		return nil, err
 	}
 	if _, err := rand.Read(c.origin[:]); err != nil {
@@ -192,6 +195,7 @@ func New[V any](o Options) (*Cache[V], error) {
 		}
 	}
 	c.startHotSet()
+	o.batched = c.batch != nil
 	for _, line := range advice(&o, &set) {
 		o.Logger.Warn(line, "namespace", o.Namespace)
 	}

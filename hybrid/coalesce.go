@@ -9,38 +9,35 @@ import (
 	"time"
 )
 
-// This file holds the coalescing of background refreshes
-// (Options.RefreshBatch): refreshes of keys that come due at about the
-// same time, from GetOrCreate and GetOrCreateMany calls alike, wait a
-// little for one another and share one call of a batch loader.
+// This file holds the coalescing of background refreshes (RefreshBatch):
+// refreshes of keys that come due at about the same time, from GetOrCreate
+// and GetOrCreateMany calls alike, wait a little for one another and share
+// one call of a batch loader.
 
-// RefreshBatch gathers background refreshes into batch loads (see
-// Options.RefreshBatch). Make one with BatchRefresh; the zero value gathers
+// RefreshBatch gathers the background refreshes of a Cache[V] into batch
+// loads; New takes it. Make one with BatchRefresh; the zero value gathers
 // nothing.
-type RefreshBatch struct {
-	load any // func(context.Context, []string) (map[string]V, error)
+type RefreshBatch[V any] struct {
+	load func(ctx context.Context, keys []string) (map[string]V, error)
 	size int
 	wait time.Duration
 }
 
-// BatchRefresh returns a RefreshBatch for Options.RefreshBatch: the
-// background refreshes (EagerRefresh, XFetchBeta) of the keys that come
-// due, up to size of them, or as many as came within wait of the first,
-// are made by one call of load, which is used in place of the load
-// functions their callers gave (a GetOrCreate caller gives one for one
-// key). load is called as a GetOrCreateMany load function is: with the
-// keys, detached from every caller (a batch serves many; it gets none of
-// their ctx values), under LoadTimeout; a key it does not return keeps its
-// value until it expires. Keys whose calls' EntryOptions differ are
-// batched apart. New checks that V is the cache's value type. size is 1
-// to 10,000, wait up to 1 minute: refreshes serve the current value while
-// they wait, so a wait costs the callers nothing.
-func BatchRefresh[V any](load func(ctx context.Context, keys []string) (map[string]V, error), size int, wait time.Duration) RefreshBatch {
-	b := RefreshBatch{size: size, wait: wait}
-	if load != nil {
-		b.load = load
-	}
-	return b
+// BatchRefresh returns a RefreshBatch for New: the background refreshes
+// (EagerRefresh, XFetchBeta) of the keys that come due, up to size of them,
+// or as many as came within wait of the first, are made by one call of
+// load, which is used in place of the load functions their callers gave (a
+// GetOrCreate caller gives one for one key). load is called as a
+// GetOrCreateMany load function is: with the keys, detached from every
+// caller (a batch serves many; it gets none of their ctx values), under
+// LoadTimeout; a key it does not return keeps its value until it expires.
+// Keys whose calls' entry options differ are batched apart. size is 1 to
+// 10,000, wait up to 1 minute: refreshes serve the current value while they
+// wait, so a wait costs the callers nothing.
+//
+//	c, err := hybrid.New(opts, hybrid.BatchRefresh(loadProducts, 100, 20*time.Millisecond))
+func BatchRefresh[V any](load func(ctx context.Context, keys []string) (map[string]V, error), size int, wait time.Duration) RefreshBatch[V] {
+	return RefreshBatch[V]{load: load, size: size, wait: wait}
 }
 
 // The bounds of BatchRefresh's size and wait.
@@ -50,19 +47,19 @@ const (
 )
 
 // off reports whether b is the zero RefreshBatch.
-func (b RefreshBatch) off() bool { return b.load == nil && b.size == 0 && b.wait == 0 }
+func (b RefreshBatch[V]) off() bool { return b.load == nil && b.size == 0 && b.wait == 0 }
 
 // check validates b, unless it is the zero RefreshBatch (off).
-func (b RefreshBatch) check() error {
+func (b RefreshBatch[V]) check() error {
 	switch {
 	case b.off():
 		return nil
 	case b.load == nil:
-		return errors.New("hybrid: Options.RefreshBatch: nil load function")
+		return errors.New("hybrid: RefreshBatch: nil load function")
 	case b.size < 1 || b.size > maxRefreshBatch:
-		return fmt.Errorf("hybrid: Options.RefreshBatch: size %d is outside [1, %d]", b.size, maxRefreshBatch)
+		return fmt.Errorf("hybrid: RefreshBatch: size %d is outside [1, %d]", b.size, maxRefreshBatch)
 	case b.wait <= 0 || b.wait > maxRefreshBatchWait:
-		return fmt.Errorf("hybrid: Options.RefreshBatch: wait %v is outside (0, %v]", b.wait, maxRefreshBatchWait)
+		return fmt.Errorf("hybrid: RefreshBatch: wait %v is outside (0, %v]", b.wait, maxRefreshBatchWait)
 	}
 	return nil
 }
@@ -84,19 +81,20 @@ type refreshBuffer[V any] struct {
 	full chan struct{} // closed when it holds size keys
 }
 
-// newCoalescer returns the coalescer o.RefreshBatch asks for (nil: none),
-// or an error if its load function is not one of this cache's type.
-func newCoalescer[V any](o *Options) (*coalescer[V], error) {
-	b := o.RefreshBatch
-	if b.off() {
+// newCoalescer returns the coalescer that the RefreshBatch given to New
+// (at most one) asks for (nil: none), or an error if it is not valid.
+func newCoalescer[V any](batch []RefreshBatch[V]) (*coalescer[V], error) {
+	if len(batch) > 1 {
+		return nil, fmt.Errorf("hybrid: New: %d RefreshBatch values, at most 1", len(batch))
+	}
+	if len(batch) == 0 || batch[0].off() {
 		return nil, nil
 	}
-	load, ok := b.load.(func(context.Context, []string) (map[string]V, error))
-	if !ok {
-		var v V
-		return nil, fmt.Errorf("hybrid: Options.RefreshBatch loads with a %T, not a func(context.Context, []string) (map[string]%T, error) for this cache's values", b.load, v)
+	b := batch[0]
+	if err := b.check(); err != nil {
+		return nil, err
 	}
-	return &coalescer[V]{load: load, size: b.size, wait: b.wait}, nil
+	return &coalescer[V]{load: b.load, size: b.size, wait: b.wait}, nil
 }
 
 // add puts keys, claimed for a refresh under e (held, by index), in the

@@ -26,9 +26,8 @@ var coalesceKeys = []string{"k1", "k2", "k3", "k4", "k5", "k6", "k7", "k8", "k9"
 func dueOnTwo(t *testing.T, bl *batchLoad, size int, wait time.Duration) (a, b *instance, one func(context.Context, string) (string, error), calls *atomic.Int64) {
 	t.Helper()
 	ns := redistest.Prefix(t)
-	o := hybrid.Options{Namespace: ns, TTL: 4 * time.Second, LocalTTL: 4 * time.Second, EagerRefresh: 0.25,
-		RefreshBatch: hybrid.BatchRefresh(bl.load, size, wait)}
-	ins := newInstances(t, 2, singleNode(nil), o)
+	o := hybrid.Options{Namespace: ns, TTL: 4 * time.Second, LocalTTL: 4 * time.Second, EagerRefresh: 0.25}
+	ins := newInstances(t, 2, singleNode(nil), o, hybrid.BatchRefresh(bl.load, size, wait))
 	calls = new(atomic.Int64)
 	one = func(_ context.Context, key string) (string, error) {
 		calls.Add(1)
@@ -121,31 +120,27 @@ func TestRefreshBatchByWait(t *testing.T) {
 }
 
 // TestRefreshBatchChecked: New refuses a RefreshBatch it cannot use, with
-// an error naming it.
+// an error naming it. (One whose load is not of the cache's value type
+// does not compile.)
 func TestRefreshBatchChecked(t *testing.T) {
 	s := newSharedTier(t)
 	strs := func(context.Context, []string) (map[string]string, error) { return nil, nil }
-	ints := func(context.Context, []string) (map[string]int, error) { return nil, nil }
-	for name, b := range map[string]hybrid.RefreshBatch{
-		"nil load":   hybrid.BatchRefresh[string](nil, 10, time.Millisecond),
-		"size 0":     hybrid.BatchRefresh(strs, 0, time.Millisecond),
-		"size 10001": hybrid.BatchRefresh(strs, 10_001, time.Millisecond),
-		"wait 0":     hybrid.BatchRefresh(strs, 10, 0),
-		"wait 1h":    hybrid.BatchRefresh(strs, 10, time.Hour),
-		"other type": hybrid.BatchRefresh(ints, 10, time.Millisecond),
+	for name, b := range map[string][]hybrid.RefreshBatch[string]{
+		"nil load":   {hybrid.BatchRefresh[string](nil, 10, time.Millisecond)},
+		"size 0":     {hybrid.BatchRefresh(strs, 0, time.Millisecond)},
+		"size 10001": {hybrid.BatchRefresh(strs, 10_001, time.Millisecond)},
+		"wait 0":     {hybrid.BatchRefresh(strs, 10, 0)},
+		"wait 1h":    {hybrid.BatchRefresh(strs, 10, time.Hour)},
+		"two":        {hybrid.BatchRefresh(strs, 10, time.Millisecond), hybrid.BatchRefresh(strs, 10, time.Millisecond)},
 	} {
-		o := s.options()
-		o.RefreshBatch = b
-		if c, err := hybrid.New[string](o); err == nil {
+		if c, err := hybrid.New(s.options(), b...); err == nil {
 			c.Close()
 			t.Errorf("%s: New accepted it", name)
-		} else if want := "Options.RefreshBatch"; !strings.Contains(err.Error(), want) {
+		} else if want := "RefreshBatch"; !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %q does not name %s", name, err, want)
 		}
 	}
-	o := s.options()
-	o.RefreshBatch = hybrid.BatchRefresh(strs, 10, time.Millisecond)
-	if c, err := hybrid.New[string](o); err != nil {
+	if c, err := hybrid.New(s.options(), hybrid.BatchRefresh(strs, 10, time.Millisecond)); err != nil {
 		t.Errorf("a valid RefreshBatch: %v", err)
 	} else {
 		c.Close()

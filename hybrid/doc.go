@@ -64,9 +64,9 @@
 //
 // # Plug points
 //
-// Remote is the shared tier, one interface that *l2.Store and
-// hybridtest.Remote implement; hybridtest.TestRemote checks another
-// implementation against its contract. Bus carries the messages
+// Options.Remote is the shared tier, one interface (tier.Remote, in the
+// public package tier) that *l2.Store and hybridtest.Remote implement;
+// hybridtest.TestRemote checks another implementation against it. Bus carries the messages
 // (*invalidate.Bus). Codec encodes values (package codec: JSON, msgpack,
 // raw bytes). Stats returns the counters, grouped by tier and concern.
 //

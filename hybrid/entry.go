@@ -9,17 +9,58 @@ import (
 )
 
 // This file holds the per-call options (EntryOption) and the policy a call
-// runs under: Options' defaults with its EntryOptions applied.
+// runs under: Options' defaults with its entry options applied.
 
-// EntryOption overrides an Options setting for one call. It is a plain
-// value, so passing options keeps the L1-hit path free of allocations.
+// EntryOption sets one entry setting for a call, or for a key by default
+// (Options.PerKey). It is a plain value, so passing options keeps the
+// L1-hit path free of allocations.
 //
-// Options that shape a stored value (TTL, LocalTTL, jitter, fail-safe's
-// extra lifetime, eager refresh's schedule, tags) apply to the values this
-// call writes; options that shape a miss (fail-safe's fallback and
-// throttle, the timeouts, negative caching) apply to this call's fill. So
+// An entry setting has one name at every level that can give it: the
+// Options field X, the option WithX, and, where a load may set it, the
+// LoadSettings method SetX. Tags, which add up, are WithTags and AddTags.
+//
+//	setting            Options            EntryOption             LoadSettings
+//	shared-tier life   TTL                WithTTL                 SetTTL
+//	L1 life            LocalTTL           WithLocalTTL            SetLocalTTL
+//	absence kept       NegativeTTL        WithNegativeTTL         SetNegativeTTL
+//	jitter             TTLJitter          WithTTLJitter           -
+//	fail-safe          FailSafeMaxAge     WithFailSafeMaxAge      SetFailSafeMaxAge
+//	                   FailSafeThrottle   WithFailSafeThrottle    -
+//	timeouts           SoftTimeout        WithSoftTimeout         -
+//	                   LoadTimeout        WithLoadTimeout         -
+//	early refresh      EagerRefresh       WithEagerRefresh        -
+//	                   XFetchBeta         WithXFetchBeta          -
+//	fleet-wide load    LoadLease          WithLoadLease           -
+//	tags               -                  WithTags                AddTags
+//	steps left out     -                  WithSkip (call only)    -
+//	stale reads        -                  WithAllowStale (call)   -
+//	stored nowhere     -                  -                       DoNotCache
+//
+// Precedence: each setting comes from the last level that sets it, in this
+// order (tags add up instead):
+//
+//	1  Options                     the cache's defaults
+//	2  Options.PerKey(key)         the key's defaults
+//	3  the call's EntryOptions     in order: a later one wins
+//	4  SettingsFrom(ctx)           what the load sets for all its keys
+//	5  SettingsFrom(ctx).For(key)  what the load sets for one key
+//
+// The L1 lifetime is the smaller of LocalTTL and TTL (with a Remote),
+// whichever levels set them. WithEagerRefresh and WithXFetchBeta replace
+// each other: a level that turns one on turns the other off. In
+// GetOrCreateMany, levels 2 and 5 apply key by key to what is stored; the
+// settings of the load itself (timeouts, lease) are the call's.
+//
+// Settings that shape a stored value (its lifetimes, jitter, fail-safe's
+// extra lifetime, the refresh schedule, tags) apply to the values the call
+// writes; those that shape a miss (fail-safe's fallback and throttle, the
+// timeouts, the lease, negative caching) apply to the call's fill. So
 // fail-safe can serve a stale value only if the value was written by a call
 // with fail-safe on: without it, nothing is kept past TTL.
+//
+// A refused setting (a non-positive TTL, a fraction outside [0, 1), a bad
+// tag) fails the call; given by Options.PerKey, every call about the key;
+// set by the load, the value is returned and stored nowhere.
 type EntryOption struct {
 	kind entryKind
 	skip Skip
@@ -64,10 +105,10 @@ func WithNegativeTTL(d time.Duration) EntryOption {
 // WithTTLJitter sets Options.TTLJitter for the values this call writes.
 func WithTTLJitter(f float64) EntryOption { return EntryOption{kind: kindTTLJitter, f: f} }
 
-// WithFailSafe sets Options.FailSafeMaxAge for this call: the values it
+// WithFailSafeMaxAge sets Options.FailSafeMaxAge for this call: the values it
 // writes are kept maxAge past their lifetime, and its fill serves a value
 // stale for up to maxAge when load fails. 0 turns fail-safe off.
-func WithFailSafe(maxAge time.Duration) EntryOption {
+func WithFailSafeMaxAge(maxAge time.Duration) EntryOption {
 	return EntryOption{kind: kindFailSafe, d: maxAge}
 }
 
@@ -91,9 +132,9 @@ func WithLoadTimeout(d time.Duration) EntryOption {
 // writes, in place of XFetch if f is not 0. 0: off.
 func WithEagerRefresh(f float64) EntryOption { return EntryOption{kind: kindEagerRefresh, f: f} }
 
-// WithXFetch sets Options.XFetchBeta for the values this call writes, in
+// WithXFetchBeta sets Options.XFetchBeta for the values this call writes, in
 // place of EagerRefresh if beta is not 0. 0: off.
-func WithXFetch(beta float64) EntryOption { return EntryOption{kind: kindXFetch, f: beta} }
+func WithXFetchBeta(beta float64) EntryOption { return EntryOption{kind: kindXFetch, f: beta} }
 
 // WithLoadLease sets Options.LoadLease for a fill this call starts: 0
 // turns the lease off for it. On a cache without a Remote or a Bus, a lease
@@ -102,20 +143,20 @@ func WithLoadLease(d time.Duration) EntryOption {
 	return EntryOption{kind: kindLoadLease, d: d}
 }
 
-// AllowStale lets a read without a load (Get, GetEntry) return a stale
+// WithAllowStale lets a read without a load (Get, GetEntry) return a stale
 // value when it finds no live one: a value past its logical lifetime that
 // fail-safe keeps (Options.FailSafeMaxAge), from L1 or the shared tier,
 // whichever was written last (FusionCache's AllowStaleOnReadOnly).
 // GetEntry marks it Stale; Stats.Load.StaleReads counts it. Calls that load
 // or write ignore it.
-func AllowStale() EntryOption { return EntryOption{kind: kindAllowStale} }
+func WithAllowStale() EntryOption { return EntryOption{kind: kindAllowStale} }
 
 // WithTags tags the values this call writes, so that DeleteByTag removes
 // them. See DeleteByTag for the limits on tags.
 func WithTags(tags ...string) EntryOption { return EntryOption{kind: kindTags, s: tags} }
 
 // policy is the resolved configuration of one call: Options with its
-// EntryOptions applied.
+// entry options applied.
 type policy struct {
 	ttl, localTTL time.Duration // localTTL is cut to ttl with a Remote
 	// localAsked is the LocalTTL the last level that set one gave, before
@@ -135,7 +176,7 @@ type policy struct {
 	// keys holds, by key, the keys' own policies in a batch call under
 	// per-key defaults (see of); nil otherwise.
 	keys       map[string]*policy
-	allowStale bool // AllowStale
+	allowStale bool // WithAllowStale
 	// meta makes a read keep what a value's envelope says of it (see
 	// decodeInto), for GetEntry.
 	meta bool

@@ -15,7 +15,7 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
-func TestEntryOptionsValidated(t *testing.T) {
+func TestPerKeyValidated(t *testing.T) {
 	s := newSharedTier(t)
 	c := newTestCache[string](t, s.options())
 	base := s.remote.Calls().Total() // New opens the invalidation log
@@ -29,7 +29,7 @@ func TestEntryOptionsValidated(t *testing.T) {
 		{"zero EntryOption", []hybrid.EntryOption{{}}},
 		{"negative NegativeTTL", []hybrid.EntryOption{hybrid.WithNegativeTTL(-time.Second)}},
 		{"jitter of 1", []hybrid.EntryOption{hybrid.WithTTLJitter(1)}},
-		{"negative fail-safe", []hybrid.EntryOption{hybrid.WithFailSafe(-time.Second)}},
+		{"negative fail-safe", []hybrid.EntryOption{hybrid.WithFailSafeMaxAge(-time.Second)}},
 		{"zero fail-safe throttle", []hybrid.EntryOption{hybrid.WithFailSafeThrottle(0)}},
 		{"negative soft timeout", []hybrid.EntryOption{hybrid.WithSoftTimeout(-1)}},
 		{"negative load timeout", []hybrid.EntryOption{hybrid.WithLoadTimeout(-1)}},
@@ -78,7 +78,7 @@ func TestWithFailSafePerCall(t *testing.T) {
 		s := newSharedTier(t)
 		c := newTestCache[string](t, shortLived(s)) // no fail-safe by default
 		ctx := context.Background()
-		kept := []hybrid.EntryOption{hybrid.WithFailSafe(time.Hour), hybrid.WithFailSafeThrottle(2 * time.Second)}
+		kept := []hybrid.EntryOption{hybrid.WithFailSafeMaxAge(time.Hour), hybrid.WithFailSafeThrottle(2 * time.Second)}
 		if err := c.Set(ctx, "k", "kept", kept...); err != nil {
 			t.Fatal(err)
 		}
@@ -134,8 +134,8 @@ func TestWithFailSafeZeroTurnsItOff(t *testing.T) {
 		time.Sleep(11 * time.Second)
 		dbDown := errors.New("db down")
 		fail := func(context.Context, string) (string, error) { return "", dbDown }
-		if _, err := c.GetOrCreate(ctx, "k", fail, hybrid.WithFailSafe(0)); !errors.Is(err, dbDown) {
-			t.Errorf("WithFailSafe(0): got %v, want the load error", err)
+		if _, err := c.GetOrCreate(ctx, "k", fail, hybrid.WithFailSafeMaxAge(0)); !errors.Is(err, dbDown) {
+			t.Errorf("WithFailSafeMaxAge(0): got %v, want the load error", err)
 		}
 		if v, err := c.GetOrCreate(ctx, "k", fail); err != nil || v != "old" {
 			t.Errorf("default fail-safe: got %q %v, want the stale value", v, err)
@@ -148,7 +148,7 @@ func TestWithSoftAndLoadTimeoutPerCall(t *testing.T) {
 		s := newSharedTier(t)
 		c := newTestCache[string](t, shortLived(s))
 		ctx := context.Background()
-		fs := hybrid.WithFailSafe(time.Hour)
+		fs := hybrid.WithFailSafeMaxAge(time.Hour)
 		if err := c.Set(ctx, "k", "old", fs); err != nil {
 			t.Fatal(err)
 		}
@@ -263,14 +263,14 @@ func TestWithNegativeTTLPerCall(t *testing.T) {
 
 // TestLocalTTLCutToTTL: a LocalTTL longer than the TTL a value is written
 // with is cut to that TTL at every level that sets them (Options,
-// Options.EntryOptions, the call, the load, the load's For(key)), never
+// Options.PerKey, the call, the load, the load's For(key)), never
 // refused; each of the two comes from the last level that sets it, so a
 // later level's longer TTL does not keep an earlier level's cut.
 func TestLocalTTLCutToTTL(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	o := hybrid.Options{Namespace: ns, TTL: 10 * time.Minute, LocalTTL: time.Minute,
-		EntryOptions: func(key string) []hybrid.EntryOption {
+		PerKey: func(key string) []hybrid.EntryOption {
 			switch key {
 			case "per-key":
 				return []hybrid.EntryOption{hybrid.WithTTL(3 * time.Second), hybrid.WithLocalTTL(20 * time.Second)}
@@ -291,7 +291,7 @@ func TestLocalTTLCutToTTL(t *testing.T) {
 	}
 	batch := func() error {
 		_, err := a.c.GetOrCreateMany(ctx, []string{"batch, cut", "batch, uncut"}, func(ctx context.Context, keys []string) (map[string]string, error) {
-			e := hybrid.EntryFrom(ctx)
+			e := hybrid.SettingsFrom(ctx)
 			e.SetLocalTTL(long)
 			e.For("batch, cut").SetTTL(short)
 			out := make(map[string]string, len(keys))
@@ -310,14 +310,14 @@ func TestLocalTTLCutToTTL(t *testing.T) {
 	}{
 		{"call", get("call", loadTop, hybrid.WithTTL(short), hybrid.WithLocalTTL(long)), short, short, true},
 		{"Set", func() error { return a.c.Set(ctx, "Set", "v", hybrid.WithLocalTTL(long), hybrid.WithTTL(short)) }, short, short, true},
-		{"load", get("load", loadWith("v", func(e *hybrid.EntrySettings) { e.SetLocalTTL(long); e.SetTTL(short) })), short, short, true},
+		{"load", get("load", loadWith("v", func(e *hybrid.LoadSettings) { e.SetLocalTTL(long); e.SetTTL(short) })), short, short, true},
 		{"per-key", get("per-key", loadTop), short, short, true},
 		{"batch, cut", batch, short, short, true},
 		{"batch, uncut", nil, 10 * time.Minute, long, false},
 		// An earlier level's short TTL cut the cache's LocalTTL; a later
 		// level's longer TTL gives it back.
 		{"per-key, the call's TTL", get("per-key, the call's TTL", loadTop, hybrid.WithTTL(5*time.Minute)), 5 * time.Minute, time.Minute, true},
-		{"the load's TTL", get("the load's TTL", loadWith("v", func(e *hybrid.EntrySettings) { e.SetTTL(5 * time.Minute) }), hybrid.WithTTL(short)), 5 * time.Minute, time.Minute, true},
+		{"the load's TTL", get("the load's TTL", loadWith("v", func(e *hybrid.LoadSettings) { e.SetTTL(5 * time.Minute) }), hybrid.WithTTL(short)), 5 * time.Minute, time.Minute, true},
 	}
 	for _, tt := range tests {
 		if tt.writeFirst {

@@ -21,7 +21,7 @@ type Events struct {
 	// Invalidated is called after a message from another instance has been
 	// applied to L1. op is the call that instance made: OpSet, OpDelete,
 	// OpExpire, OpTouch (a refresh found the value not modified),
-	// OpDeleteTag or OpClear (Clear or ClearLocal); a SetMany or DeleteMany
+	// OpDeleteTag or OpClear (Clear or ClearL1); a SetMany or DeleteMany
 	// comes as one OpSet or OpDelete naming its keys. keys holds
 	// the keys, the tags for OpDeleteTag, and nothing for OpClear. The
 	// slice must not be kept.
@@ -91,7 +91,7 @@ const (
 	logOversize
 	logStale
 	logQueue
-	logOptions // options a load set (EntryFrom) or Options.EntryOptions gave, refused
+	logOptions // options a load set (SettingsFrom) or Options.PerKey gave, refused
 	logVerify  // an L1 entry the background verifier found divergent, or its failed read
 	logKinds
 )

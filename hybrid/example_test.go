@@ -256,14 +256,14 @@ func ExampleCache_Clear() {
 
 // A call can turn fail-safe on for itself: a value it wrote is served
 // stale when its load later fails.
-func ExampleWithFailSafe() {
+func ExampleWithFailSafeMaxAge() {
 	c, err := hybrid.New[string](hybrid.Options{TTL: 50 * time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer c.Close()
 	ctx := context.Background()
-	failSafe := hybrid.WithFailSafe(time.Hour)
+	failSafe := hybrid.WithFailSafeMaxAge(time.Hour)
 
 	v, _ := c.GetOrCreate(ctx, "rate", func(context.Context, string) (string, error) { return "1.08", nil }, failSafe)
 	fmt.Println(v)

@@ -181,7 +181,7 @@ func TestExplainChangesNothing(t *testing.T) {
 	}
 	got := b.remote.calls()
 	for _, c := range []*remoteCalls{&got, &calls} { // reads aside
-		c.Get, c.GetMany, c.GetManyKeys, c.RecordGet = 0, 0, 0, 0
+		c.Get, c.GetBatch, c.GetBatchKeys, c.GetRecord = 0, 0, 0, 0
 	}
 	if got != calls {
 		t.Errorf("Explain wrote to Redis: calls %+v, want %+v", got, calls)

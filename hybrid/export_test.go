@@ -1,6 +1,9 @@
 package hybrid
 
-import "context"
+import (
+	"context"
+	"github.com/hybridcache/hybridcache/tier"
+)
 
 // DropLocal removes key from this instance's L1 only, so benchmarks can
 // measure the L1-miss path again and again.
@@ -15,7 +18,7 @@ func (c *Cache[V]) LocalNow() int64 { return c.local.Now() }
 // goroutine would, and returns how many entries they sampled; benchmarks
 // measure a round's cost with it.
 func (c *Cache[V]) VerifyRounds(ctx context.Context, n int) int {
-	c.ver.heads, _ = c.remote.(HeadReader)
+	c.ver.heads, _ = c.remote.(tier.HeadReader)
 	w := c.newVerifyWalk()
 	defer w.close()
 	r := newVerifyRound[V](verifyBatch)
@@ -29,3 +32,11 @@ func (c *Cache[V]) VerifyRounds(ctx context.Context, n int) int {
 	}
 	return sampled
 }
+
+// RecordHotSet records the hot set at once, as the recorder
+// (Options.HotSetEvery) does on its tick, so tests need not wait for it.
+func (c *Cache[V]) RecordHotSet(ctx context.Context) error { return c.recordHot(ctx) }
+
+// HotSetRecord returns the namespace's hot set as recorded in the shared
+// tier, as WarmHot reads it.
+func (c *Cache[V]) HotSetRecord(ctx context.Context) ([]HotKey, error) { return c.hotSet(ctx) }

@@ -40,7 +40,7 @@ type fill[V any] struct {
 	replace map[string][]byte // by key, the stored bytes a write back replaces
 	seqWas  map[string][]byte // by key, its sequence counter as read (see seqKey)
 	missIdx []int             // the keys still to load
-	slot    entrySlot         // the settings of the load running (see EntryFrom)
+	slot    entrySlot         // the settings of the load running (see SettingsFrom)
 
 	// Room for a fill of one key, so that its slices cost no allocation
 	// of their own.
@@ -105,7 +105,7 @@ func (c *Cache[V]) start(ctx context.Context, f *fill[V]) (ok, cut bool) {
 // leaderReads reports whether the leader of a fill makes its shared-tier
 // read itself, saving the hand-off to a worker goroutine and back: when its
 // ctx cannot end (it would wait for the whole fill anyway), or when the
-// Remote bounds how long a read can block (RemoteInfo.ReadBound) and the
+// Remote bounds how long a read can block (tier.Info.ReadBound) and the
 // ctx has no deadline before that bound, so that a caller whose ctx ends
 // during the read waits no longer than the bound, and one with a deadline
 // never past it. Otherwise the fill runs on a worker and the caller can
@@ -278,7 +278,7 @@ func fallbackOf[V any](fbs []fallback[V], key string) *fallback[V] {
 // loadFill loads f.keys[idx], found missing by f's read, with one call of
 // the load, and stores what it returns in L1 and then the shared tier, each
 // key under its policy (see policy.of) with what the load set through
-// its EntrySettings (see adapt); fbs are their fail-safe fallbacks. A load
+// its LoadSettings (see adapt); fbs are their fail-safe fallbacks. A load
 // that fails with ErrNotFound finds every key absent. h is this fill's lease on some
 // of the keys (nil: none), released once they are stored.
 func (c *Cache[V]) loadFill(ctx context.Context, f *fill[V], idx []int, fbs []fallback[V], h *heldLease) {

@@ -621,7 +621,7 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 			// Let C's write-back happen, if it is going to, before its
 			// messages arrive.
 			deadline := time.Now().Add(time.Second)
-			for c.remote.calls().SetIfAbsent+c.remote.calls().CompareAndSet == 0 && time.Now().Before(deadline) {
+			for c.remote.calls().WriteIfAbsent+c.remote.calls().WriteIfEqual == 0 && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
 			slow.release()
@@ -635,7 +635,7 @@ func TestIntegrationNoStaleWriteBack(t *testing.T) {
 					t.Errorf("%s: Get after every message arrived: got %q, a value older than the last Set (v2); want a miss or \"v2\"", in.name, v)
 				}
 			}
-			t.Logf("C: SetIfAbsent calls %d, CompareAndSet calls %d, L1.FillsDiscarded %d", c.remote.calls().SetIfAbsent, c.remote.calls().CompareAndSet, c.c.Stats().L1.FillsDiscarded)
+			t.Logf("C: WriteIfAbsent calls %d, WriteIfEqual calls %d, L1.FillsDiscarded %d", c.remote.calls().WriteIfAbsent, c.remote.calls().WriteIfEqual, c.c.Stats().L1.FillsDiscarded)
 		})
 	}
 }

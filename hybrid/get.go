@@ -20,7 +20,7 @@ import (
 // callers: do not modify it, or set Options.CopyOnRead.
 //
 // The first caller to miss makes the shared-tier read on its own goroutine
-// when the Remote bounds its reads (RemoteInfo.ReadBound) and its ctx has no
+// when the Remote bounds its reads (tier.Info.ReadBound) and its ctx has no
 // deadline before that bound: if its ctx ends during that read, it returns
 // within the read bound. Otherwise, and for every load,
 // the fill runs on a worker goroutine, and a caller returns as soon as its
@@ -96,8 +96,8 @@ func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ct
 // Get returns the value for key from L1 or the shared tier, without
 // loading. ok is false when neither holds it; shared-tier failures count as
 // misses (see Stats) and are not returned. Of opts, WithSkip may leave out
-// L1 here or the shared tier (see Skip), AllowStale lets it return a stale
-// value, and WithLocalTTL, WithFailSafe and WithEagerRefresh shape the L1
+// L1 here or the shared tier (see Skip), WithAllowStale lets it return a stale
+// value, and WithLocalTTL, WithFailSafeMaxAge and WithEagerRefresh shape the L1
 // entry of a value it reads from the shared tier; the others are checked
 // and have no effect.
 func (c *Cache[V]) Get(ctx context.Context, key string, opts ...EntryOption) (v V, ok bool, err error) {

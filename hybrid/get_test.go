@@ -268,7 +268,7 @@ func TestL1HitAllocatesNothing(t *testing.T) {
 			_, _ = c.GetOrCreate(ctx, "k", loadTop, hybrid.WithTTL(time.Minute), hybrid.WithLocalTTL(time.Second))
 		}},
 		{"Get", func() { _, _, _ = c.Get(ctx, "k") }},
-		{"Get AllowStale", func() { _, _, _ = c.Get(ctx, "k", hybrid.AllowStale()) }},
+		{"Get WithAllowStale", func() { _, _, _ = c.Get(ctx, "k", hybrid.WithAllowStale()) }},
 		{"GetEntry", func() { _, _, _ = c.GetEntry(ctx, "k") }},
 	}
 	for _, tt := range tests {

@@ -8,7 +8,7 @@ import (
 
 // This file holds the reads without a load that go past L1's live
 // entries: Get's and GetEntry's shared-tier read and their stale fallback
-// (AllowStale), and GetEntry, which tells where a value came from and what
+// (WithAllowStale), and GetEntry, which tells where a value came from and what
 // the cache knows of it.
 
 // Tier names where a read found its value.
@@ -56,7 +56,7 @@ type Entry[V any] struct {
 	// reported: it would cost a round trip.
 	RemoteTTL time.Duration
 	// Stale reports a value past its logical lifetime, which fail-safe
-	// keeps: only returned with AllowStale.
+	// keeps: only returned with WithAllowStale.
 	Stale bool
 	// Tags are the value's tags (WithTags).
 	//
@@ -68,7 +68,7 @@ type Entry[V any] struct {
 
 // GetEntry is Get that also returns what the cache knows of the value:
 // which tier answered, when it was written, its lifetimes left in L1 and
-// in the shared tier, whether it is stale (with AllowStale), its tags and
+// in the shared tier, whether it is stale (with WithAllowStale), its tags and
 // version (see Entry). ok is false when no tier holds a value (a
 // remembered absence included). An L1 hit allocates nothing; opts are as
 // Get's.
@@ -155,7 +155,7 @@ type readResult[V any] struct {
 }
 
 // read is Get's and GetEntry's read past L1's live entries: the shared
-// tier, and, with AllowStale, the newer of a stale value held in L1 (held,
+// tier, and, with WithAllowStale, the newer of a stale value held in L1 (held,
 // if inL1) and one kept in the shared tier. meta keeps what the shared
 // tier's envelope says of a value (GetEntry).
 func (c *Cache[V]) read(ctx context.Context, key string, k *skipCall, opts []EntryOption, held item[V], inL1, meta bool) (r readResult[V], err error) {

@@ -127,7 +127,7 @@ func TestGetEntrySkipL1Write(t *testing.T) {
 }
 
 // TestGetAllowStale: past a value's lifetime, a read without a load
-// misses, unless AllowStale: then it returns the value fail-safe keeps,
+// misses, unless WithAllowStale: then it returns the value fail-safe keeps,
 // marked stale, from L1 on the instance that holds it and from the shared
 // tier on another. A live value is returned as live.
 func TestGetAllowStale(t *testing.T) {
@@ -151,15 +151,15 @@ func TestGetAllowStale(t *testing.T) {
 		in   *instance
 		tier hybrid.Tier
 	}{{a, hybrid.TierL1}, {b, hybrid.TierL2}} {
-		e, ok, err := c.in.c.GetEntry(ctx, "k", hybrid.AllowStale())
+		e, ok, err := c.in.c.GetEntry(ctx, "k", hybrid.WithAllowStale())
 		if err != nil || !ok || e.Value != "old" || !e.Stale || e.Tier != c.tier || e.RemoteTTL >= 0 {
-			t.Errorf("%s: GetEntry with AllowStale: got %+v, %v, %v; want old, stale, from %v, RemoteTTL negative", c.in.name, e, ok, err, c.tier)
+			t.Errorf("%s: GetEntry with WithAllowStale: got %+v, %v, %v; want old, stale, from %v, RemoteTTL negative", c.in.name, e, ok, err, c.tier)
 		}
 		if c.tier == hybrid.TierL1 && e.LocalTTL >= 0 {
 			t.Errorf("%s: LocalTTL %v of a stale L1 entry, want negative", c.in.name, e.LocalTTL)
 		}
-		if v, ok, err := c.in.c.Get(ctx, "k", hybrid.AllowStale()); err != nil || !ok || v != "old" {
-			t.Errorf("%s: Get with AllowStale: got %q, %v, %v; want old", c.in.name, v, ok, err)
+		if v, ok, err := c.in.c.Get(ctx, "k", hybrid.WithAllowStale()); err != nil || !ok || v != "old" {
+			t.Errorf("%s: Get with WithAllowStale: got %q, %v, %v; want old", c.in.name, v, ok, err)
 		}
 		if n := c.in.c.Stats().Load.StaleReads; n != 2 {
 			t.Errorf("%s: Stats.Load.StaleReads %d, want 2", c.in.name, n)
@@ -169,8 +169,8 @@ func TestGetAllowStale(t *testing.T) {
 	setStr(t, a, "k", "new")
 	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
 	for _, in := range p {
-		if e, ok, err := in.c.GetEntry(ctx, "k", hybrid.AllowStale()); err != nil || !ok || e.Value != "new" || e.Stale {
-			t.Errorf("%s: GetEntry with AllowStale over a live value: got %+v, %v, %v; want new, live", in.name, e, ok, err)
+		if e, ok, err := in.c.GetEntry(ctx, "k", hybrid.WithAllowStale()); err != nil || !ok || e.Value != "new" || e.Stale {
+			t.Errorf("%s: GetEntry with WithAllowStale over a live value: got %+v, %v, %v; want new, live", in.name, e, ok, err)
 		}
 	}
 }

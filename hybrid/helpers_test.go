@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"net"
 	"slices"
@@ -136,12 +137,12 @@ func (s *sharedTier) stored(t testing.TB, key string) (v string, ok bool) {
 
 // newTestCache returns a cache closed when the test ends. Its Logger
 // defaults to quiet.
-func newTestCache[V any](t testing.TB, o hybrid.Options) *hybrid.Cache[V] {
+func newTestCache[V any](t testing.TB, o hybrid.Options, batch ...hybrid.RefreshBatch[V]) *hybrid.Cache[V] {
 	t.Helper()
 	if o.Logger == nil {
 		o.Logger = quiet
 	}
-	c, err := hybrid.New[V](o)
+	c, err := hybrid.New(o, batch...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -330,32 +331,32 @@ func fillFromRemote(t testing.TB, c *hybrid.Cache[string], key, want string) {
 // one namespace that no other test uses (redistest.Prefix).
 
 var (
-	_ hybrid.Remote = (*countingRemote)(nil)
-	_ hybrid.Remote = (*l2.Store)(nil)
+	_ tier.Remote = (*countingRemote)(nil)
+	_ tier.Remote = (*l2.Store)(nil)
 )
 
 // countingRemote is an *l2.Store that counts the calls made to it, so a
 // test can tell how often an instance went to Redis. A call is counted
 // when it returns, so a count seen means the call is over. Reads are
-// counted as Get (one key) or GetMany; writes by their kind, as the cache
+// counted as Get (one key) or GetBatch; writes by their kind, as the cache
 // makes them (see count). Gets of the cache's own records (keys
 // "ns:\x00...": the clear record, tag records, leases) are counted apart
 // from Gets of values, which the tests of the read path count.
 type countingRemote struct {
 	s *l2.Store
 
-	gets, getManys, getManyKeys                      atomic.Int64
-	sets, setIfAbsents, setManyIfAbsents, setManyKey atomic.Int64
-	setAndPublishes, compareAndSets, replaces        atomic.Int64
-	newerSets                                        atomic.Int64
-	recordGets, recordWrites                         atomic.Int64 // of the cache's records (clear, tags), in no other count
-	leaseCalls                                       atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
-	fillAndReleases                                  atomic.Int64 // a lease holder's writes, not in leaseCalls
-	writeCalls, writeKeys                            atomic.Int64 // every Write call, and the writes they carried
-	batchMsgs                                        atomic.Int64 // Write calls announced as a whole (Feed.Msg)
-	touches                                          atomic.Int64 // writes with Touch, in no other count
-	valueBytes                                       atomic.Int64 // the bytes of every Write.Value sent
-	heads, headKeys                                  atomic.Int64 // Heads calls (the verifier's) and the keys they read
+	gets, getBatches, getBatchKeys        atomic.Int64
+	always, ifAbsents, batches, batchKeys atomic.Int64
+	announced, ifEquals, keepTTLs         atomic.Int64
+	newerSets                             atomic.Int64
+	recordGets, recordWrites              atomic.Int64 // of the cache's records (clear, tags), in no other count
+	leaseCalls                            atomic.Int64 // TakeLeases, ExtendLeases and ReleaseLeases
+	releasing                             atomic.Int64 // a lease holder's writes, not in leaseCalls
+	writeCalls, writeKeys                 atomic.Int64 // every Write call, and the writes they carried
+	batchMsgs                             atomic.Int64 // Write calls announced as a whole (Feed.Msg)
+	touches                               atomic.Int64 // writes with Touch, in no other count
+	valueBytes                            atomic.Int64 // the bytes of every Write.Value sent
+	heads, headKeys                       atomic.Int64 // Heads calls (the verifier's) and the keys they read
 
 	// afterGet, when set, runs after the Store's Get returned, once per
 	// key, and before the cache sees the result.
@@ -380,7 +381,7 @@ func (r *countingRemote) setAfterGet(f func(key string)) {
 	r.afterGet.Store(&f)
 }
 
-func (r *countingRemote) Info() hybrid.RemoteInfo { return r.s.Info() }
+func (r *countingRemote) Info() tier.Info { return r.s.Info() }
 
 func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	// A fill reads its keys' sequence counters with them: only the keys
@@ -397,8 +398,8 @@ func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, erro
 	case n == 1:
 		defer r.gets.Add(1)
 	default:
-		defer r.getManys.Add(1)
-		defer r.getManyKeys.Add(int64(n))
+		defer r.getBatches.Add(1)
+		defer r.getBatchKeys.Add(int64(n))
 	}
 	v, err := r.s.Get(ctx, keys)
 	for _, k := range keys {
@@ -407,7 +408,7 @@ func (r *countingRemote) Get(ctx context.Context, keys []string) ([][]byte, erro
 	return v, err
 }
 
-// Heads counts the verifier's reads of stored headers (hybrid.HeadReader).
+// Heads counts the verifier's reads of stored headers (tier.HeadReader).
 func (r *countingRemote) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {
 	defer r.heads.Add(1)
 	defer r.headKeys.Add(int64(len(keys)))
@@ -418,7 +419,7 @@ func (r *countingRemote) Heads(ctx context.Context, keys []string, n int) ([][]b
 // replay (IfNewer), an Expire (KeepTTL), an announced write, a replacing
 // fill (IfEqual), a batch of fills (more than one write), a fill
 // (IfAbsent) or a plain Set.
-func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+func (r *countingRemote) Write(ctx context.Context, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	defer r.count(ws)
 	defer r.writeCalls.Add(1)
 	defer r.writeKeys.Add(int64(len(ws)))
@@ -426,7 +427,7 @@ func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.
 		defer r.batchMsgs.Add(1)
 	}
 	for _, w := range ws {
-		if w.If == hybrid.IfNewer {
+		if w.If == tier.IfNewer {
 			if fn := r.beforeNewer.Load(); fn != nil {
 				(*fn)(w.Key)
 			}
@@ -435,9 +436,9 @@ func (r *countingRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.
 	return r.s.Write(ctx, ws, f)
 }
 
-// recordWrites reports whether ws are writes of the cache's records (the clear
-// and tag records, sequence counters) only, announced nowhere.
-func recordWrites(ws []hybrid.Write) bool {
+// recordWrites reports whether ws are writes of the cache's records (the
+// clear and tag records, sequence counters) only, announced nowhere.
+func recordWrites(ws []tier.Write) bool {
 	for _, w := range ws {
 		if !strings.Contains(w.Key, ":\x00") || w.Msg != nil {
 			return false
@@ -446,7 +447,7 @@ func recordWrites(ws []hybrid.Write) bool {
 	return true
 }
 
-func (r *countingRemote) count(ws []hybrid.Write) {
+func (r *countingRemote) count(ws []tier.Write) {
 	if len(ws) == 0 {
 		return
 	}
@@ -460,26 +461,26 @@ func (r *countingRemote) count(ws []hybrid.Write) {
 	case w.Touch:
 		r.touches.Add(int64(len(ws)))
 	case w.Lease != "":
-		r.fillAndReleases.Add(1)
-	case w.If == hybrid.IfNewer:
+		r.releasing.Add(1)
+	case w.If == tier.IfNewer:
 		r.newerSets.Add(1)
 	case w.KeepTTL:
-		r.replaces.Add(1)
+		r.keepTTLs.Add(1)
 	case w.Msg != nil:
-		r.setAndPublishes.Add(1)
+		r.announced.Add(1)
 	case len(ws) > 1:
-		r.setManyIfAbsents.Add(1)
-		r.setManyKey.Add(int64(len(ws)))
-	case w.If == hybrid.IfEqual:
-		r.compareAndSets.Add(1)
-	case w.If == hybrid.IfAbsent || w.If == hybrid.IfSeq:
-		r.setIfAbsents.Add(1)
+		r.batches.Add(1)
+		r.batchKeys.Add(int64(len(ws)))
+	case w.If == tier.IfEqual:
+		r.ifEquals.Add(1)
+	case w.If == tier.IfAbsent || w.If == tier.IfSeq:
+		r.ifAbsents.Add(1)
 	default:
-		r.sets.Add(1)
+		r.always.Add(1)
 	}
 }
 
-func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
+func (r *countingRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]tier.Lease, error) {
 	defer r.leaseCalls.Add(1)
 	return r.s.TakeLeases(ctx, keys, guards, token, ttl)
 }
@@ -489,40 +490,42 @@ func (r *countingRemote) ExtendLeases(ctx context.Context, keys []string, token 
 	return r.s.ExtendLeases(ctx, keys, token, ttl)
 }
 
-func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
+func (r *countingRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f tier.Feed) error {
 	defer r.leaseCalls.Add(1)
 	return r.s.ReleaseLeases(ctx, keys, token, msg, f)
 }
 
-func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (hybrid.LogPage, error) {
+func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int) (tier.LogPage, error) {
 	return r.s.ReadLog(ctx, log, after, max)
 }
 
-// remoteCalls is a snapshot of a countingRemote's counters.
+// remoteCalls is a snapshot of a countingRemote's counters: Remote.Get
+// calls by what they read, and Remote.Write calls by the kind of their
+// writes (see count).
 type remoteCalls struct {
-	Get, GetMany, GetManyKeys                             int64
-	Set, SetIfAbsent, SetManyIfAbsent, SetManyIfAbsentKey int64
-	SetAndPublish, CompareAndSet, ReplaceAndPublish       int64
-	FillAndRelease                                        int64
-	RecordGet                                             int64 // Gets of records, not counted in Get
-	Heads                                                 int64 // reads of stored headers (the verifier's)
+	Get, GetBatch, GetBatchKeys                       int64 // Gets of one value, of several, and the keys of those
+	WriteAlways, WriteIfAbsent, WriteBatch, BatchKeys int64 // a plain Set; a fill; a batch of fills, and their writes
+	WriteAnnounced, WriteIfEqual, WriteKeepTTL        int64 // a write with a message; a replacing fill; an Expire
+	WriteReleasing                                    int64 // a lease holder's write (Write.Lease)
+	GetRecord                                         int64 // Gets of records, not counted in Get
+	Heads                                             int64 // reads of stored headers (the verifier's)
 }
 
 func (r *countingRemote) calls() remoteCalls {
 	return remoteCalls{
-		Get: r.gets.Load(), GetMany: r.getManys.Load(), GetManyKeys: r.getManyKeys.Load(),
-		Set: r.sets.Load(), SetIfAbsent: r.setIfAbsents.Load(),
-		SetManyIfAbsent: r.setManyIfAbsents.Load(), SetManyIfAbsentKey: r.setManyKey.Load(),
-		SetAndPublish: r.setAndPublishes.Load(), CompareAndSet: r.compareAndSets.Load(),
-		ReplaceAndPublish: r.replaces.Load(), FillAndRelease: r.fillAndReleases.Load(),
-		RecordGet: r.recordGets.Load(), Heads: r.heads.Load(),
+		Get: r.gets.Load(), GetBatch: r.getBatches.Load(), GetBatchKeys: r.getBatchKeys.Load(),
+		WriteAlways: r.always.Load(), WriteIfAbsent: r.ifAbsents.Load(),
+		WriteBatch: r.batches.Load(), BatchKeys: r.batchKeys.Load(),
+		WriteAnnounced: r.announced.Load(), WriteIfEqual: r.ifEquals.Load(),
+		WriteKeepTTL: r.keepTTLs.Load(), WriteReleasing: r.releasing.Load(),
+		GetRecord: r.recordGets.Load(), Heads: r.heads.Load(),
 	}
 }
 
 // total is the number of calls of every method.
 func (c remoteCalls) total() int64 {
-	return c.Get + c.GetMany + c.Set + c.SetIfAbsent + c.SetManyIfAbsent + c.SetAndPublish + c.CompareAndSet + c.ReplaceAndPublish +
-		c.FillAndRelease + c.RecordGet + c.Heads
+	return c.Get + c.GetBatch + c.WriteAlways + c.WriteIfAbsent + c.WriteBatch + c.WriteAnnounced + c.WriteIfEqual + c.WriteKeepTTL +
+		c.WriteReleasing + c.GetRecord + c.Heads
 }
 
 // clientFactory returns a new go-redis client for one instance, closed when
@@ -570,9 +573,9 @@ type instance struct {
 // newInstance builds an instance on a client from newClient. o.Namespace
 // must be set; Remote, Bus and Logger are filled in. The cache is closed
 // when t ends, then the bus, then the client.
-func newInstance(t testing.TB, name string, newClient clientFactory, o hybrid.Options, bo invalidate.Options) *instance {
+func newInstance(t testing.TB, name string, newClient clientFactory, o hybrid.Options, bo invalidate.Options, batch ...hybrid.RefreshBatch[string]) *instance {
 	t.Helper()
-	return newInstanceOn(t, name, newClient(t), o, bo)
+	return newInstanceWrapped(t, name, newClient(t), o, bo, nil, batch...)
 }
 
 // newInstanceOn is newInstance on a given client, which the caller closes.
@@ -582,8 +585,8 @@ func newInstanceOn(t testing.TB, name string, rdb redis.UniversalClient, o hybri
 }
 
 // newInstanceWrapped is newInstanceOn with the cache's Bus wrapped by wrap
-// (nil: not wrapped).
-func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options, wrap func(hybrid.Bus) hybrid.Bus) *instance {
+// (nil: not wrapped), and batch given to New.
+func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o hybrid.Options, bo invalidate.Options, wrap func(hybrid.Bus) hybrid.Bus, batch ...hybrid.RefreshBatch[string]) *instance {
 	t.Helper()
 	if o.Namespace == "" {
 		t.Fatal("newInstance: empty namespace")
@@ -598,7 +601,7 @@ func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o 
 	if wrap != nil {
 		o.Bus = wrap(in.bus)
 	}
-	in.c = newTestCache[string](t, o)
+	in.c = newTestCache(t, o, batch...)
 	return in
 }
 
@@ -619,12 +622,13 @@ func eachTopology(t *testing.T, f func(t *testing.T, newClient clientFactory, se
 	}
 }
 
-// newInstances returns n instances named A, B, C, ... of one namespace.
-func newInstances(t testing.TB, n int, newClient clientFactory, o hybrid.Options) []*instance {
+// newInstances returns n instances named A, B, C, ... of one namespace,
+// each made by New with o and batch.
+func newInstances(t testing.TB, n int, newClient clientFactory, o hybrid.Options, batch ...hybrid.RefreshBatch[string]) []*instance {
 	t.Helper()
 	out := make([]*instance, n)
 	for i := range out {
-		out[i] = newInstance(t, string(rune('A'+i)), newClient, o, invalidate.Options{})
+		out[i] = newInstance(t, string(rune('A'+i)), newClient, o, invalidate.Options{}, batch...)
 	}
 	return out
 }

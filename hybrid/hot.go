@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"time"
 )
@@ -91,7 +92,7 @@ func (c *Cache[V]) startHotSet() {
 				return
 			case <-t.C:
 				ctx, cancel := context.WithTimeout(c.stop, c.o.HotSetEvery)
-				if err := c.RecordHot(ctx); err != nil && c.stop.Err() == nil {
+				if err := c.recordHot(ctx); err != nil && c.stop.Err() == nil {
 					c.log.log(logL2, "hybrid: hot set not recorded", "namespace", c.o.Namespace, "err", err)
 				}
 				cancel()
@@ -100,21 +101,20 @@ func (c *Cache[V]) startHotSet() {
 	}()
 }
 
-// RecordHot merges this instance's hot keys (HotKeys of
+// recordHot merges this instance's hot keys (HotKeys of
 // Options.HotSetSize) into the namespace's hot set in the shared tier:
 // the reads recorded there are halved, this instance's are added, and the
 // Options.HotSetSize keys with the most are kept. The record is one value
 // under a reserved key, written only if no other instance wrote it since
 // it was read (else this round is skipped, and the other's kept), with a
 // lifetime of ten rounds (at least an hour). The recorder
-// (Options.HotSetEvery) calls it; a service may call it too, for example
-// before it shuts down.
-func (c *Cache[V]) RecordHot(ctx context.Context) error {
+// (Options.HotSetEvery) calls it.
+func (c *Cache[V]) recordHot(ctx context.Context) error {
 	if err := c.checkBatch(ctx); err != nil {
 		return err
 	}
 	if c.remote == nil {
-		return errors.New("hybrid: RecordHot: no Remote")
+		return errors.New("hybrid: record hot set: no Remote")
 	}
 	size := c.o.HotSetSize
 	if size == 0 {
@@ -127,7 +127,7 @@ func (c *Cache[V]) RecordHot(ctx context.Context) error {
 	key := c.hotSetKey()
 	old, found, err := c.readRecord(ctx, OpHotSet, "", key)
 	if err != nil {
-		return fmt.Errorf("hybrid: RecordHot: %w", err)
+		return fmt.Errorf("hybrid: record hot set: %w", err)
 	}
 	reads := make(map[string]uint64, len(hot)+size)
 	if found {
@@ -150,24 +150,24 @@ func (c *Cache[V]) RecordHot(ctx context.Context) error {
 		return cmp.Or(cmp.Compare(b.Reads, a.Reads), cmp.Compare(a.Key, b.Key))
 	})
 	merged = merged[:min(len(merged), size)]
-	w := Write{Key: key, Value: encodeHotSet(merged), TTL: max(10*c.o.HotSetEvery, time.Hour), If: IfAbsent}
+	w := tier.Write{Key: key, Value: encodeHotSet(merged), TTL: max(10*c.o.HotSetEvery, time.Hour), If: tier.IfAbsent}
 	if found {
-		w.If, w.Old = IfEqual, old
+		w.If, w.Old = tier.IfEqual, old
 	}
-	if _, err := c.write(ctx, OpHotSet, "", []Write{w}); err != nil {
-		return fmt.Errorf("hybrid: RecordHot: %w", err)
+	if _, err := c.write(ctx, OpHotSet, "", []tier.Write{w}); err != nil {
+		return fmt.Errorf("hybrid: record hot set: %w", err)
 	}
 	return nil
 }
 
-// HotSet returns the namespace's hot set as recorded in the shared tier
-// (see RecordHot), most read first; nil if none is recorded.
-func (c *Cache[V]) HotSet(ctx context.Context) ([]HotKey, error) {
+// hotSet returns the namespace's hot set as recorded in the shared tier
+// (see recordHot), most read first; nil if none is recorded.
+func (c *Cache[V]) hotSet(ctx context.Context) ([]HotKey, error) {
 	if err := c.checkBatch(ctx); err != nil {
 		return nil, err
 	}
 	if c.remote == nil {
-		return nil, errors.New("hybrid: HotSet: no Remote")
+		return nil, errors.New("hybrid: WarmHot: no Remote")
 	}
 	b, found, err := c.readRecord(ctx, OpHotSet, "", c.hotSetKey())
 	if err != nil || !found {
@@ -176,16 +176,19 @@ func (c *Cache[V]) HotSet(ctx context.Context) ([]HotKey, error) {
 	hot, err := decodeHotSet(b)
 	if err != nil {
 		c.n.decodeErrors.Add(1)
-		return nil, fmt.Errorf("hybrid: HotSet: %w", err)
+		return nil, fmt.Errorf("hybrid: WarmHot: hot set: %w", err)
 	}
 	return hot, nil
 }
 
-// WarmHot warms L1 (see Warm) with the keys of the namespace's hot set
-// (see HotSet), and returns how many it stored. A service calls it at
-// start, before it reports ready.
+// WarmHot warms L1 (see Warm) with the keys of the namespace's hot set,
+// and returns how many it stored. The hot set is what the instances of the
+// namespace record in the shared tier every Options.HotSetEvery: the keys
+// each reads most (see HotKeys), merged, most read first. A service calls
+// WarmHot at start, before it reports ready; without a recorded hot set it
+// stores nothing.
 func (c *Cache[V]) WarmHot(ctx context.Context) (int, error) {
-	hot, err := c.HotSet(ctx)
+	hot, err := c.hotSet(ctx)
 	if err != nil || len(hot) == 0 {
 		return 0, err
 	}

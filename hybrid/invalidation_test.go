@@ -117,9 +117,9 @@ func TestInvalidationDelete(t *testing.T) {
 	}
 }
 
-// TestInvalidationClearLocal: ClearLocal drops L1 on every instance and
+// TestInvalidationClearL1: ClearL1 drops L1 on every instance and
 // leaves the shared tier.
-func TestInvalidationClearLocal(t *testing.T) {
+func TestInvalidationClearL1(t *testing.T) {
 	s := newSharedTier(t)
 	p := newPeers(t, s, 3, hybrid.Options{})
 	a, b, c := p[0], p[1], p[2]
@@ -132,7 +132,7 @@ func TestInvalidationClearLocal(t *testing.T) {
 		fillFromRemote(t, b, k, "v-"+k)
 		fillFromRemote(t, c, k, "v-"+k)
 	}
-	if err := a.ClearLocal(context.Background()); err != nil {
+	if err := a.ClearL1(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.flush(t)
@@ -140,14 +140,14 @@ func TestInvalidationClearLocal(t *testing.T) {
 	for name, peer := range map[string]*hybrid.Cache[string]{"A": a, "B": b, "C": c} {
 		for _, k := range keys {
 			if v, ok := getString(t, peer, k); !ok || v != "v-"+k {
-				t.Errorf("%s: Get(%q) after ClearLocal: got %q, %v, want %q from the shared tier", name, k, v, ok, "v-"+k)
+				t.Errorf("%s: Get(%q) after ClearL1: got %q, %v, want %q from the shared tier", name, k, v, ok, "v-"+k)
 			}
 		}
 	}
 	// Every instance knows the clear record: A read it before its first
 	// write, B and C with their first read.
 	if got, want := s.remote.Calls().Get-gets, 3*len(keys); got != want {
-		t.Errorf("Remote Gets after ClearLocal: got %d, want %d (no L1 entry survived)", got, want)
+		t.Errorf("Remote Gets after ClearL1: got %d, want %d (no L1 entry survived)", got, want)
 	}
 	if got := a.Stats().Invalidations.Own; got != uint64(len(keys))+1 {
 		t.Errorf("A: Invalidations.Own got %d, want %d", got, len(keys)+1)
@@ -504,7 +504,7 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 	t.Logf("A: %d published, %d own ignored; B and C: %d received, swapped %d/%d",
 		a.c.Stats().Invalidations.Sent, a.c.Stats().Invalidations.Own, b.c.Stats().Invalidations.Applied, b.c.Stats().Invalidations.Swapped, c.c.Stats().Invalidations.Swapped)
 
-	// ClearLocal on B drops L1 on A and C too: each must go to Redis again.
+	// ClearL1 on B drops L1 on A and C too: each must go to Redis again.
 	setStr(t, a, "k2", "w")
 	waitMsgs(4, 4)
 	fill(t, b, "k2", "w")
@@ -516,21 +516,21 @@ func testThreeInstances(t *testing.T, newClient clientFactory, secret []byte) {
 		}
 		gets[i] = in.remote.calls().Get
 	}
-	if err := b.c.ClearLocal(ctx); err != nil {
-		t.Fatalf("B: ClearLocal: %v", err)
+	if err := b.c.ClearL1(ctx); err != nil {
+		t.Fatalf("B: ClearL1: %v", err)
 	}
 	waitStat(t, b, "Invalidations.Own", statOwnIgnored, 1)
 	waitStat(t, a, "Invalidations.Applied", statReceived, 1)
 	waitStat(t, c, "Invalidations.Applied", statReceived, 5)
 	for i, in := range p {
 		if n := in.c.Stats().L1.Entries; n != 0 {
-			t.Errorf("%s: L1.Entries after B's ClearLocal: got %d, want 0", in.name, n)
+			t.Errorf("%s: L1.Entries after B's ClearL1: got %d, want 0", in.name, n)
 		}
 		if v, ok := getStr(t, in, "k2"); !ok || v != "w" {
-			t.Errorf("%s: Get(k2) after ClearLocal: got %q, %v, want \"w\" from Redis", in.name, v, ok)
+			t.Errorf("%s: Get(k2) after ClearL1: got %q, %v, want \"w\" from Redis", in.name, v, ok)
 		}
 		if got := in.remote.calls().Get - gets[i]; got != 1 {
-			t.Errorf("%s: Redis GETs for k2 after B's ClearLocal: got %d, want 1 (L1 dropped)", in.name, got)
+			t.Errorf("%s: Redis GETs for k2 after B's ClearL1: got %d, want 1 (L1 dropped)", in.name, got)
 		}
 	}
 }
@@ -597,14 +597,14 @@ func TestIntegrationMessagesPerSet(t *testing.T) {
 			published := a.c.Stats().Invalidations.Sent - aSt.Invalidations.Sent - 1
 			aDelta := a.remote.calls()
 			bDelta, cDelta := b.remote.calls().total()-bCalls.total(), c.remote.calls().total()-cCalls.total()
-			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Invalidations.Sent %d; SetAndPublish %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
-				n, seen, float64(seen)/n, published, aDelta.SetAndPublish-aCalls.SetAndPublish, bDelta, cDelta)
+			t.Logf("%d Sets: %d messages on the channel (%.2f per Set), Stats.Invalidations.Sent %d; WriteAnnounced %d; Redis calls by B (holds none) %d, by C (holds all, not asked) %d",
+				n, seen, float64(seen)/n, published, aDelta.WriteAnnounced-aCalls.WriteAnnounced, bDelta, cDelta)
 			if seen != n || published != n {
 				t.Errorf("messages for %d Sets: %d on the channel, %d in Stats.Invalidations.Sent; want %d, %d", n, seen, published, n, n)
 			}
-			// A Delete is a SetAndPublish of a tombstone: the barrier adds one.
-			if got := aDelta.SetAndPublish - aCalls.SetAndPublish; got != n+1 {
-				t.Errorf("A: SetAndPublish calls: got %d, want %d (%d Sets and the barrier's Delete)", got, n+1, n)
+			// A Delete is a WriteAnnounced of a tombstone: the barrier adds one.
+			if got := aDelta.WriteAnnounced - aCalls.WriteAnnounced; got != n+1 {
+				t.Errorf("A: WriteAnnounced calls: got %d, want %d (%d Sets and the barrier's Delete)", got, n+1, n)
 			}
 			if got := aDelta.total() - aCalls.total(); got != n+1 { // + the barrier's Delete
 				t.Errorf("A: Redis calls for %d Sets and a Delete: got %d, want %d", n, got, n+1)

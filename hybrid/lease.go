@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strconv"
 	"sync"
 	"time"
@@ -149,7 +150,7 @@ func (c *Cache[V]) storeFilled(ctx context.Context, fw fillWrite, h *heldLease) 
 		tried = true
 		w := c.fillCond(&fw)
 		w.Msg, w.Else, w.Lease, w.Token = stored, unstored, c.leaseKey(key), h.token
-		res, err := c.remote.Write(ctx, []Write{w}, Feed{Channel: c.feed.Channel})
+		res, err := c.remote.Write(ctx, []tier.Write{w}, tier.Feed{Channel: c.feed.Channel})
 		if err == nil && len(res) != 1 {
 			err = fmt.Errorf("hybrid: Remote.Write returned %d results for 1 write", len(res))
 		}
@@ -210,7 +211,7 @@ func (c *Cache[V]) releaseLeases(ctx context.Context, h *heldLease, vals [][]byt
 	// Not counted in Published: the Remote announces only when another
 	// instance asked for one of the leases.
 	c.call(ctx, OpLeaseRelease, leaseName(h.keys), func(ctx context.Context) error {
-		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, Feed{Channel: c.feed.Channel})
+		return c.remote.ReleaseLeases(ctx, c.leaseKeys(h.keys), h.token, msg, tier.Feed{Channel: c.feed.Channel})
 	})
 	if m.Op == message.OpFilled && loadErr != nil {
 		vals = nil // a fill ended by Close: nothing stored

@@ -194,8 +194,8 @@ func TestLeaseOneLoadAcrossFleet(t *testing.T) {
 			if s.Load.Calls == 0 && len(secret) > 0 {
 				// It waited for the holder's value, which came inline: its
 				// only read of the value is the miss before the lease.
-				if rc := in.remote.calls(); rc.Get+rc.GetMany > 1 {
-					got := rc.Get + rc.GetMany
+				if rc := in.remote.calls(); rc.Get+rc.GetBatch > 1 {
+					got := rc.Get + rc.GetBatch
 					t.Errorf("%s: %d Redis reads of the value, want 1 (the miss) when it comes inline", in.name, got)
 				}
 			}
@@ -338,11 +338,11 @@ func TestLeaseOnlyOnColdFills(t *testing.T) {
 	}
 	// Take, then write and release in one call once the callers have
 	// the value.
-	waitFor(t, 5*time.Second, "the lease taken and released", func() bool { return in.remote.calls().FillAndRelease == 1 }, nil)
+	waitFor(t, 5*time.Second, "the lease taken and released", func() bool { return in.remote.calls().WriteReleasing == 1 }, nil)
 	if n := in.remote.leaseCalls.Load(); n != 1 {
 		t.Fatalf("%d lease calls besides the write for one cold fill, want 1 (the take)", n)
 	}
-	in.c.ClearLocal(context.Background())
+	in.c.ClearL1(context.Background())
 	for range 3 {
 		if _, err := in.c.GetOrCreate(ctx, "a", loadTop); err != nil { // L2 hit, then L1 hits
 			t.Fatal(err)
@@ -352,8 +352,8 @@ func TestLeaseOnlyOnColdFills(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The fill's write-back comes before any release would.
-	waitFor(t, 5*time.Second, "b written back", func() bool { return in.remote.calls().SetIfAbsent == 1 }, nil)
-	if n, w := in.remote.leaseCalls.Load(), in.remote.calls().FillAndRelease; n != 1 || w != 1 {
+	waitFor(t, 5*time.Second, "b written back", func() bool { return in.remote.calls().WriteIfAbsent == 1 }, nil)
+	if n, w := in.remote.leaseCalls.Load(), in.remote.calls().WriteReleasing; n != 1 || w != 1 {
 		t.Errorf("%d lease calls and %d writes with a release after hits and a fill without a lease, want still 1 and 1", n, w)
 	}
 }
@@ -433,7 +433,7 @@ func TestLeaseHolderGoexit(t *testing.T) {
 				if v, err := in.c.GetOrCreate(context.Background(), "k", func(context.Context, string) (string, error) { return "again", nil }); err != nil || v != "again" {
 					t.Errorf("%s: got %q, %v, want its own load", in.name, v, err)
 				}
-				in.c.ClearLocal(context.Background())
+				in.c.ClearL1(context.Background())
 				if err := in.c.Delete(context.Background(), "k"); err != nil {
 					t.Fatal(err)
 				}

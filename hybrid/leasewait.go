@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strings"
 	"time"
 )
@@ -228,7 +229,7 @@ func (r *leaseRun[V]) take(ctx context.Context, idx []int) (mine []int, h *heldL
 	tok := c.leaseToken()
 	ask := pick(keys, idx)
 	toks := c.tokens(ask) // before the read that comes with the take
-	var got []Lease
+	var got []tier.Lease
 	err := c.call(ctx, OpLease, leaseName(ask), func(ctx context.Context) (err error) {
 		got, err = c.remote.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
 		if err == nil && len(got) != len(ask) {

@@ -68,7 +68,7 @@ func TestLeaseHungHolderTakenOver(t *testing.T) {
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: got %q, %v, want its own load", r.v, r.err)
 	}
-	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().WriteReleasing > 0 }, nil)
 	if got, _ := redisValue(t, rdb, ns, "k"); got != "from B" {
 		t.Fatalf("Redis holds %q after A's late write, want B's value kept", got)
 	}
@@ -133,7 +133,7 @@ func TestLeaseMessageLost(t *testing.T) {
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: %q, %v", r.v, r.err)
 	}
-	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().WriteReleasing > 0 }, nil)
 	began := time.Now()
 	setFault(t, p.Pass())
 	r := <-resB
@@ -147,8 +147,8 @@ func TestLeaseMessageLost(t *testing.T) {
 		t.Errorf("B loaded %d times, want 0", n)
 	}
 	// The message was lost: B read the value after the restore.
-	if s, rc := b.c.Stats(), b.remote.calls(); s.Bus.Losses == 0 || rc.Get+rc.GetMany != 2 {
-		t.Errorf("B: %d bus losses, %d reads of the value; want a loss and 2 reads (the miss, the one after the restore)", s.Bus.Losses, rc.Get+rc.GetMany)
+	if s, rc := b.c.Stats(), b.remote.calls(); s.Bus.Losses == 0 || rc.Get+rc.GetBatch != 2 {
+		t.Errorf("B: %d bus losses, %d reads of the value; want a loss and 2 reads (the miss, the one after the restore)", s.Bus.Losses, rc.Get+rc.GetBatch)
 	}
 }
 
@@ -173,12 +173,12 @@ func TestLeaseWaitBounded(t *testing.T) {
 	if s := b.c.Stats(); s.Leases.TimedOut != 1 || s.Leases.TakenOver != 0 {
 		t.Errorf("B: %d timed out, %d taken over; want 1 and 0 (A kept its lease alive)", s.Leases.TimedOut, s.Leases.TakenOver)
 	}
-	waitFor(t, 5*time.Second, "B's write-back", func() bool { return b.remote.calls().SetIfAbsent > 0 }, nil)
+	waitFor(t, 5*time.Second, "B's write-back", func() bool { return b.remote.calls().WriteIfAbsent > 0 }, nil)
 	releaseA()
 	if r := <-resA; r.err != nil || r.v != "from A" {
 		t.Fatalf("A: %q, %v", r.v, r.err)
 	}
-	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().FillAndRelease > 0 }, nil)
+	waitFor(t, 5*time.Second, "A's write and release", func() bool { return a.remote.calls().WriteReleasing > 0 }, nil)
 	if got, _ := redisValue(t, a.rdb, ns, "k"); got != "from B" {
 		t.Errorf("Redis holds %q, want B's value, written first", got)
 	}

@@ -57,7 +57,7 @@ func (c *Cache[V]) notStored(key string, err error) {
 
 // fillContext is the context of a shared fill: the caller's values without
 // its cancellation, ended by Close and by timeout (the load timeout; 0:
-// none). slot is where the fill's loads find their EntrySettings (nil: the fill
+// none). slot is where the fill's loads find their LoadSettings (nil: the fill
 // loads nothing).
 func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration, slot *entrySlot) (context.Context, context.CancelFunc) {
 	ctx := context.Context(fillCtx{Context: c.stop, values: caller, slot: slot})
@@ -69,9 +69,9 @@ func (c *Cache[V]) fillContext(caller context.Context, timeout time.Duration, sl
 
 // fillCtx is done when the cache closes (its embedded Context is the
 // cache's stop) and has the values of the caller that started the fill,
-// and the fill's entrySlot (see EntryFrom): its own, never a caller's, so
+// and the fill's entrySlot (see SettingsFrom): its own, never a caller's, so
 // that a load that starts a fill of another cache or key does not share
-// its EntrySettings. It costs one allocation where WithoutCancel,
+// its LoadSettings. It costs one allocation where WithoutCancel,
 // WithCancel and AfterFunc together cost six.
 type fillCtx struct {
 	context.Context

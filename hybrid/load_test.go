@@ -316,7 +316,7 @@ func TestIntegrationMaxConcurrentLoads(t *testing.T) {
 	if st := in.c.Stats(); st.Load.Queued == 0 {
 		t.Error("Load.Queued is 0: no fill waited for a slot")
 	}
-	waitFor(t, 5*time.Second, "the write-backs", func() bool { return in.remote.setIfAbsents.Load() >= keys }, nil)
+	waitFor(t, 5*time.Second, "the write-backs", func() bool { return in.remote.ifAbsents.Load() >= keys }, nil)
 	for i := range keys {
 		key := fmt.Sprint(i)
 		if v, ok := redisValue(t, in.rdb, ns, key); !ok || v != "v:"+key {

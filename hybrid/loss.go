@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -129,7 +130,7 @@ func (c *Cache[V]) logKey() string { return c.prefix + "\x00log" }
 func (c *Cache[V]) openLog() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	var page LogPage
+	var page tier.LogPage
 	err := c.call(ctx, OpOpenLog, "", func(ctx context.Context) (err error) {
 		page, err = c.remote.ReadLog(ctx, c.logKey(), "", 0)
 		return err
@@ -349,7 +350,7 @@ func (c *Cache[V]) readLog(ctx context.Context, after string) (entries [][]byte,
 	wait := 50 * time.Millisecond
 	for {
 		err = c.call(ctx, OpReadLog, "", func(ctx context.Context) (err error) {
-			var page LogPage
+			var page tier.LogPage
 			page, err = c.remote.ReadLog(ctx, c.logKey(), after, replayBatch)
 			entries, positions, complete = page.Entries, page.Positions, page.Complete
 			if err == nil && len(positions) != len(entries) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"sync"
 	"time"
 
@@ -225,7 +226,7 @@ type extension[V any] struct {
 // where nothing is, and leaves L1 where another value is.
 func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []item[V] {
 	out := make([]item[V], len(xs))
-	ws := make([]Write, 0, len(xs))
+	ws := make([]tier.Write, 0, len(xs))
 	ms := make([]message.Message, 0, len(xs))
 	lb := c.local.Batch()
 	for j, x := range xs {
@@ -243,7 +244,7 @@ func (c *Cache[V]) extend(ctx context.Context, xs []extension[V], e *policy) []i
 		ms = append(ms, m)
 		msg, entry := c.announced(m)
 		head := envelope.Head(nil, envelope.Header{Codec: c.codec.ID(), Flags: t.flags, Written: time.UnixMilli(t.written / 1e6), Tags: t.tags, Version: t.version})
-		ws = append(ws, Write{Key: c.prefix + x.key, If: IfEqual, Touch: true, TouchAt: envelope.ExpiresAt, Old: head,
+		ws = append(ws, tier.Write{Key: c.prefix + x.key, If: tier.IfEqual, Touch: true, TouchAt: envelope.ExpiresAt, Old: head,
 			Value: binary.BigEndian.AppendUint64(nil, uint64(exp)), TTL: p.physical(ttl), Msg: msg, Log: entry})
 	}
 	lb.Done()

@@ -29,7 +29,7 @@ const (
 	OpDelete    Op = "delete"     // Delete's write of a tombstone
 	OpExpire    Op = "expire"     // Expire's rewrite of a value as stale
 	OpDeleteTag Op = "delete_tag" // DeleteByTag's write of the tag's record
-	OpClear     Op = "clear"      // Clear's write of its record (in Events.Invalidated, also ClearLocal)
+	OpClear     Op = "clear"      // Clear's write of its record (in Events.Invalidated, also ClearL1)
 	OpPublish   Op = "publish"    // a message sent on the bus without a shared-tier write
 	OpTouch     Op = "touch"      // a not-modified refresh's extension of values in place (Write.Touch)
 
@@ -51,7 +51,7 @@ const (
 	OpExplain    Op = "explain"     // Explain's read of a key, its lease and the records that may delete it
 	OpVerify     Op = "verify"      // the background verifier's read of stored headers (Options.VerifyRate)
 
-	OpHotSet Op = "hot_set" // a read or write of the namespace's hot set (RecordHot, HotSet)
+	OpHotSet Op = "hot_set" // a read or write of the namespace's hot set (Options.HotSetEvery, WarmHot)
 )
 
 // readOp is the op of a fill's read of keys, and the key it is about.

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"strings"
 	"time"
@@ -25,8 +26,9 @@ type Options struct {
 	// same. Required with a Remote or a Bus. No ':' and no glob character
 	// ('*', '?', '[', ']', '\'), so that no two namespaces share a key.
 	Namespace string
-	// Remote is the shared tier, such as *l2.Store. nil: L1 only.
-	Remote Remote
+	// Remote is the shared tier, such as *l2.Store (package tier holds its
+	// contract, tier.Remote). nil: L1 only.
+	Remote tier.Remote
 	// Bus carries invalidations between instances, such as *invalidate.Bus;
 	// it must deliver what the Remote publishes. nil: other instances keep
 	// their copy until LocalTTL ends.
@@ -43,15 +45,17 @@ type Options struct {
 
 	// --- Lifetimes, and per-key defaults ---
 	//
+	// The entry settings among the fields (these four, FailSafeMaxAge,
+	// FailSafeThrottle, SoftTimeout, LoadTimeout, LoadLease, EagerRefresh,
+	// XFetchBeta) are the cache's defaults, which PerKey, a call's
+	// EntryOptions and the load's LoadSettings override (see EntryOption).
+	//
 	// TTL is how long a value lives in the shared tier. Default: 10 minutes.
 	TTL time.Duration
 	// LocalTTL is how long a value lives in L1. With a Remote, it is cut to
-	// the TTL the value is written with, never refused: each of TTL and
-	// LocalTTL comes from the last level that sets it (these Options, then
-	// EntryOptions(key), then the call's EntryOptions, then the load's
-	// EntrySettings, then its For(key)), and the L1 lifetime is the smaller
-	// of the two. Default: the smaller of TTL and 1 minute (cut at about
-	// 49.7 days).
+	// the TTL the value is written with, never refused, whichever level
+	// set either (EntryOption has the levels and their precedence).
+	// Default: the smaller of TTL and 1 minute (cut at about 49.7 days).
 	LocalTTL time.Duration
 	// NegativeTTL is how long an absence is remembered in both tiers when
 	// load returns an error wrapping ErrNotFound. Default: 0, not remembered.
@@ -60,8 +64,8 @@ type Options struct {
 	// to TTLJitter, in [0, 1), so that entries written together do not
 	// expire together. Default: 0.
 	TTLJitter float64
-	// EntryOptions, if set, gives the EntryOptions that apply to key by
-	// default, before a call's own, so that a cache holding several kinds
+	// PerKey, if set, gives the EntryOptions that apply to key by
+	// default, before a call's own (see EntryOption), so that a cache holding several kinds
 	// of keys need not repeat them at every call: they shape what fills
 	// and Sets write, and the L1 lifetime of what is read from the shared
 	// tier or a message. It is called on misses and writes, never on an L1
@@ -70,7 +74,7 @@ type Options struct {
 	// key by key to what is stored; the options about the load itself
 	// (timeouts, lease) are the call's. WithSkip is refused here: it is
 	// per call. Default: nil, none.
-	EntryOptions func(key string) []EntryOption
+	PerKey func(key string) []EntryOption
 
 	// --- Keys and values ---
 	//
@@ -183,10 +187,6 @@ type Options struct {
 	// between half and all of it; hits meanwhile serve the value.
 	// RefreshBackoff is at most 1 hour. Default: 1 second.
 	RefreshBackoff time.Duration
-	// RefreshBatch, made by BatchRefresh, gathers the background refreshes
-	// of keys due at about the same time into one call of a batch loader.
-	// Default: none; each refresh loads with its caller's load function.
-	RefreshBatch RefreshBatch
 
 	// --- Observability ---
 	//
@@ -217,17 +217,21 @@ type Options struct {
 
 	// --- Warm start ---
 	//
-	// HotSetEvery, if positive, records this instance's hot keys in the
-	// shared tier that often (see RecordHot), merged with other
-	// instances', so that a new instance can warm from them (WarmHot).
-	// It needs a Remote (New refuses it without one). Default: 0, not
-	// recorded.
+	// HotSetEvery, if positive, records this instance's hot keys
+	// (HotKeys) in the shared tier that often, merged with other
+	// instances' into the namespace's hot set, so that a new instance can
+	// warm from them (WarmHot): the reads recorded are halved, this
+	// instance's added, and the HotSetSize keys with the most kept, in one
+	// value written only if no other instance wrote it since it was read,
+	// with a lifetime of ten rounds (at least an hour). It needs a Remote
+	// (New refuses it without one). Default: 0, not recorded.
 	HotSetEvery time.Duration
 	// HotSetSize is how many keys the hot set keeps, at most 100,000.
 	// Default: 1,000.
 	HotSetSize int
 
-	info RemoteInfo // what the Remote said of itself (withDefaults asks once)
+	info    tier.Info // what the Remote said of itself (withDefaults asks once)
+	batched bool      // New was given a RefreshBatch (for advice)
 }
 
 const (
@@ -294,9 +298,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RefreshBackoff == 0 {
 		o.RefreshBackoff = time.Second
-	}
-	if err := o.RefreshBatch.check(); err != nil {
-		return o, err
 	}
 	if err := o.checkHotSet(); err != nil {
 		return o, err

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// This file holds per-key defaults (Options.EntryOptions): the
-// EntryOptions that apply to a key before a call's own, resolved on misses
+// This file holds per-key defaults (Options.PerKey): the
+// entry options that apply to a key before a call's own, resolved on misses
 // and writes, never on an L1 hit.
 
 // of returns key's policy under p: the key's own when p is a batch call's
@@ -21,18 +21,18 @@ func (p *policy) of(key string) *policy {
 }
 
 // keyPolicy returns the policy of a call about key with opts: the cache's
-// defaults, then Options.EntryOptions(key), then opts. Options that the
+// defaults, then Options.PerKey(key), then opts. Options that the
 // provider gives and a call would refuse are an error naming the key.
 func (c *Cache[V]) keyPolicy(key string, opts []EntryOption) (policy, error) {
-	if c.o.EntryOptions == nil {
+	if c.o.PerKey == nil {
 		return c.o.policy(&c.def, opts)
 	}
-	d, err := c.o.policy(&c.def, c.o.EntryOptions(key))
+	d, err := c.o.policy(&c.def, c.o.PerKey(key))
 	if err == nil && d.skip != 0 {
 		err = fmt.Errorf("WithSkip(%v) is a per-call option, not a default", d.skip)
 	}
 	if err != nil {
-		return d, fmt.Errorf("hybrid: Options.EntryOptions(%q): %w", key, err)
+		return d, fmt.Errorf("hybrid: Options.PerKey(%q): %w", key, err)
 	}
 	return c.o.policy(&d, opts)
 }
@@ -42,7 +42,7 @@ func (c *Cache[V]) keyPolicy(key string, opts []EntryOption) (policy, error) {
 // call's flags (WithSkip), when the cache has them. It returns keys without those whose options are
 // refused, and an error for those.
 func (c *Cache[V]) perKey(e *policy, keys []string, opts []EntryOption) ([]string, error) {
-	if c.o.EntryOptions == nil || len(keys) == 0 {
+	if c.o.PerKey == nil || len(keys) == 0 {
 		return keys, nil
 	}
 	if e.keys == nil {
@@ -72,7 +72,7 @@ func (c *Cache[V]) perKey(e *policy, keys []string, opts []EntryOption) ([]strin
 // the key's. Options the provider gives that are refused are logged and
 // the cache's defaults used.
 func (c *Cache[V]) keyDefaults(key string) *policy {
-	if c.o.EntryOptions == nil {
+	if c.o.PerKey == nil {
 		return &c.def
 	}
 	p, err := c.keyPolicy(key, nil)

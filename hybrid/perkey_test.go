@@ -15,10 +15,10 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
-// Per-key defaults (Options.EntryOptions), on real Redis, across two
+// Per-key defaults (Options.PerKey), on real Redis, across two
 // instances.
 
-// byPrefix is an Options.EntryOptions that counts its calls: keys
+// byPrefix is an Options.PerKey that counts its calls: keys
 // "short:..." live 30 s and are tagged "short", "hot:..." live 300 ms in
 // L1, "user:..." have their absence remembered, "bad:..." get options no
 // call accepts.
@@ -42,11 +42,11 @@ func (p *byPrefix) options(key string) []hybrid.EntryOption {
 // The defaults of a key apply to what fills (single and batch) and Sets
 // write, before the call's own options; the other instance finds what was
 // written, absences included.
-func TestEntryOptionsFillsAndSets(t *testing.T) {
+func TestPerKeyFillsAndSets(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	p := &byPrefix{}
-	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, EntryOptions: p.options})
+	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, PerKey: p.options})
 	a, b := ins[0], ins[1]
 	ctx := context.Background()
 	for _, key := range []string{"short:1", "long:1"} {
@@ -109,11 +109,11 @@ func TestEntryOptionsFillsAndSets(t *testing.T) {
 
 // The defaults are asked for on misses and writes only: an L1 hit calls no
 // provider and allocates nothing.
-func TestEntryOptionsNotOnHits(t *testing.T) {
+func TestPerKeyNotOnHits(t *testing.T) {
 	s := newSharedTier(t)
 	p := &byPrefix{}
 	o := s.options()
-	o.EntryOptions = p.options
+	o.PerKey = p.options
 	c := newTestCache[string](t, o)
 	ctx := context.Background()
 	if _, err := c.GetOrCreate(ctx, "short:1", loadTop); err != nil {
@@ -141,16 +141,16 @@ func TestEntryOptionsNotOnHits(t *testing.T) {
 
 // Defaults no call accepts fail the calls about the key, with an error
 // naming it; in a batch, the other keys are served.
-func TestEntryOptionsRefused(t *testing.T) {
+func TestPerKeyRefused(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	p := &byPrefix{}
-	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, EntryOptions: p.options})[0]
+	a := newInstances(t, 1, singleNode(nil), hybrid.Options{Namespace: ns, PerKey: p.options})[0]
 	ctx := context.Background()
 	check := func(what string, err error) {
 		t.Helper()
-		if err == nil || !strings.Contains(err.Error(), `Options.EntryOptions("bad:1")`) {
-			t.Errorf("%s: got %v, want an error naming Options.EntryOptions and the key", what, err)
+		if err == nil || !strings.Contains(err.Error(), `Options.PerKey("bad:1")`) {
+			t.Errorf("%s: got %v, want an error naming Options.PerKey and the key", what, err)
 		}
 	}
 	_, err := a.c.GetOrCreate(ctx, "bad:1", neverLoad(t))
@@ -179,11 +179,11 @@ func TestEntryOptionsRefused(t *testing.T) {
 
 // A key's L1 lifetime applies to what is read from Redis, by GetOrCreate,
 // Get and GetMany alike, on the instance that did not write it.
-func TestEntryOptionsOnReads(t *testing.T) {
+func TestPerKeyOnReads(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	p := &byPrefix{}
-	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, EntryOptions: p.options})
+	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, PerKey: p.options})
 	a, b := ins[0], ins[1]
 	ctx := context.Background()
 	reads := map[string]func(key string){
@@ -222,7 +222,7 @@ func TestEntryOptionsOnReads(t *testing.T) {
 func ExampleOptions_entryOptions() {
 	c, err := hybrid.New[string](hybrid.Options{
 		// Session keys live 30 s and are tagged, whatever the call site.
-		EntryOptions: func(key string) []hybrid.EntryOption {
+		PerKey: func(key string) []hybrid.EntryOption {
 			if strings.HasPrefix(key, "session:") {
 				return []hybrid.EntryOption{hybrid.WithLocalTTL(30 * time.Second), hybrid.WithTags("sessions")}
 			}
@@ -247,11 +247,11 @@ func ExampleOptions_entryOptions() {
 
 // A value swapped in from a message (Secret set) is kept in L1 as its key's
 // defaults say, as one read from Redis is.
-func TestEntryOptionsOnSwap(t *testing.T) {
+func TestPerKeyOnSwap(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	p := &byPrefix{}
-	o := hybrid.Options{Namespace: ns, EntryOptions: p.options, Secret: []byte("secret")}
+	o := hybrid.Options{Namespace: ns, PerKey: p.options, Secret: []byte("secret")}
 	ins := newInstances(t, 2, singleNode(nil), o)
 	a, b := ins[0], ins[1]
 	setStr(t, a, "hot:1", "v1")
@@ -273,11 +273,11 @@ func TestEntryOptionsOnSwap(t *testing.T) {
 // SetMany writes each key under its own defaults, as Set does, and a key
 // whose defaults are refused fails the whole batch before anything is
 // written. A Get with a flag reads a key under its defaults too.
-func TestEntryOptionsSetMany(t *testing.T) {
+func TestPerKeySetMany(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
 	p := &byPrefix{}
-	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, EntryOptions: p.options})
+	ins := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns, PerKey: p.options})
 	a, b := ins[0], ins[1]
 	ctx := context.Background()
 	if err := a.c.SetMany(ctx, map[string]string{"short:m": "v", "long:m": "v"}); err != nil {
@@ -297,7 +297,7 @@ func TestEntryOptionsSetMany(t *testing.T) {
 		}
 	}
 	err := a.c.SetMany(ctx, map[string]string{"bad:m": "v", "long:n": "v"})
-	if err == nil || !strings.Contains(err.Error(), "EntryOptions") {
+	if err == nil || !strings.Contains(err.Error(), "Options.PerKey") {
 		t.Fatalf("SetMany with a refused key: got %v, want the provider's error", err)
 	}
 	if _, ok := redisValue(t, a.rdb, ns, "long:n"); ok {
@@ -312,8 +312,8 @@ func TestEntryOptionsSetMany(t *testing.T) {
 }
 
 // The provider may not give WithSkip: it is per call.
-func TestEntryOptionsNoSkip(t *testing.T) {
-	c := newTestCache[string](t, hybrid.Options{Namespace: "ns", EntryOptions: func(string) []hybrid.EntryOption {
+func TestPerKeyNoSkip(t *testing.T) {
+	c := newTestCache[string](t, hybrid.Options{Namespace: "ns", PerKey: func(string) []hybrid.EntryOption {
 		return []hybrid.EntryOption{hybrid.WithSkip(hybrid.SkipL1Write)}
 	}})
 	err := c.Set(context.Background(), "k", "v")

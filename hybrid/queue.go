@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"sync"
 	"time"
 
@@ -325,7 +326,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 		// still replaces the older value, for a moment.
 		life = max(life-time.Since(w.at), time.Millisecond)
 	}
-	wr := Write{Key: w.rkey, Value: w.b, TTL: life, If: IfNewer, StampAt: w.stamp, Seq: w.seq}
+	wr := tier.Write{Key: w.rkey, Value: w.b, TTL: life, If: tier.IfNewer, StampAt: w.stamp, Seq: w.seq}
 	m := w.m
 	if w.op == OpSet {
 		var done bool
@@ -339,7 +340,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 	if w.own && wr.Msg != nil {
 		c.echo.sent(w.name)
 	}
-	res, err := c.write(ctx, replayOf(w.op), w.name, []Write{wr})
+	res, err := c.write(ctx, replayOf(w.op), w.name, []tier.Write{wr})
 	if err != nil {
 		return false, fmt.Errorf("hybrid: replay %s: %w", about(w.op, w.name), err)
 	}
@@ -356,7 +357,7 @@ func (c *Cache[V]) replayWrite(ctx context.Context, w *pendingWrite) (stored boo
 // without the value, and every instance, this one too, reads the key from
 // its load. So a lost tombstone costs a miss, never a deleted value written
 // back.
-func (c *Cache[V]) replaySet(ctx context.Context, w *pendingWrite, wr *Write, m *message.Message) (done, stored bool, err error) {
+func (c *Cache[V]) replaySet(ctx context.Context, w *pendingWrite, wr *tier.Write, m *message.Message) (done, stored bool, err error) {
 	w.dropped = false // as an attempt before this one may have found it
 	cur, err := c.get(ctx, OpReplaySet, w.name, []string{w.rkey})
 	if err != nil {
@@ -367,13 +368,13 @@ func (c *Cache[V]) replaySet(ctx context.Context, w *pendingWrite, wr *Write, m 
 	case bytes.Equal(old, w.b):
 		return true, true, nil
 	case old == nil:
-		wr.Value, wr.TTL, wr.If = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl), IfAbsent
+		wr.Value, wr.TTL, wr.If = c.encodeTombstone(c.def.ttl), c.def.physical(c.def.ttl), tier.IfAbsent
 		m.Value = nil
 		w.dropped = true
 	case newerStored(old, w.b, w.stamp):
 		return true, false, nil
 	default:
-		wr.If, wr.Old = IfEqual, old
+		wr.If, wr.Old = tier.IfEqual, old
 	}
 	return false, false, nil
 }

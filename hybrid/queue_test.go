@@ -548,7 +548,7 @@ func TestIntegrationQueuedDeleteReadBeforeReplay(t *testing.T) {
 // while its store is cut (a Set then a Delete of k, a Delete of d, a Set
 // of s), and Redis answers again before the replay. Until the replay, A
 // serves its own queued state, never the older values Redis still holds:
-// Get, GetOrCreate, GetMany and GetOrCreateMany, also after ClearLocal
+// Get, GetOrCreate, GetMany and GetOrCreateMany, also after ClearL1
 // dropped the queued Set's copy from L1, and no read stores an older
 // value in L1 meanwhile.
 func TestIntegrationQueuedWritesServedBeforeReplay(t *testing.T) {
@@ -576,8 +576,8 @@ func TestIntegrationQueuedWritesServedBeforeReplay(t *testing.T) {
 		load := func(_ context.Context, key string) (string, error) { return "loaded", nil }
 		for round := range 2 { // the second round finds what the first stored in L1
 			if round == 1 {
-				if err := a.c.ClearLocal(ctx); err != nil {
-					t.Errorf("ClearLocal: %v", err)
+				if err := a.c.ClearL1(ctx); err != nil {
+					t.Errorf("ClearL1: %v", err)
 				}
 			}
 			for _, key := range []string{"k", "d", "s"} {

@@ -100,15 +100,18 @@ func (d *slowDB) loadMany(ctx context.Context, keys []string) (map[string]string
 func TestRefreshLosesToNewerWrite(t *testing.T) {
 	modes := []struct {
 		name string
-		set  func(o *hybrid.Options, db *slowDB)
+		set  func(o *hybrid.Options, db *slowDB) []hybrid.RefreshBatch[string]
 	}{
-		{"eager", func(o *hybrid.Options, _ *slowDB) { o.EagerRefresh = 0.2 }},
+		{"eager", func(o *hybrid.Options, _ *slowDB) []hybrid.RefreshBatch[string] { o.EagerRefresh = 0.2; return nil }},
 		// A first load of 200 ms makes XFetch's window span the lifetime:
 		// a hit 1.5 s before expiry refreshes with probability 0.47.
-		{"xfetch", func(o *hybrid.Options, db *slowDB) { o.XFetchBeta, db.delay = 10, 200*time.Millisecond }},
-		{"batch", func(o *hybrid.Options, db *slowDB) {
+		{"xfetch", func(o *hybrid.Options, db *slowDB) []hybrid.RefreshBatch[string] {
+			o.XFetchBeta, db.delay = 10, 200*time.Millisecond
+			return nil
+		}},
+		{"batch", func(o *hybrid.Options, db *slowDB) []hybrid.RefreshBatch[string] {
 			o.EagerRefresh = 0.2
-			o.RefreshBatch = hybrid.BatchRefresh(db.loadMany, 4, 10*time.Millisecond)
+			return []hybrid.RefreshBatch[string]{hybrid.BatchRefresh(db.loadMany, 4, 10*time.Millisecond)}
 		}},
 	}
 	writers := []struct {
@@ -129,8 +132,8 @@ func TestRefreshLosesToNewerWrite(t *testing.T) {
 					db.put("k", "v1")
 					ns := redistest.Prefix(t)
 					o := hybrid.Options{Namespace: ns, Secret: im.secret, TTL: 2 * time.Second, LocalTTL: 2 * time.Second}
-					m.set(&o, db)
-					ins := newInstances(t, 2, singleNode(nil), o)
+					batch := m.set(&o, db)
+					ins := newInstances(t, 2, singleNode(nil), o, batch...)
 					a, b := ins[0], ins[1]
 					if v, err := a.c.GetOrCreate(ctx, "k", db.load); err != nil || v != "v1" {
 						t.Fatalf("A: first GetOrCreate: %q, %v", v, err)
@@ -214,17 +217,18 @@ func TestRefreshStoringNothingKeepsSchedule(t *testing.T) {
 					return "v", nil
 				}
 				refreshLoads.Add(1)
-				hybrid.EntryFrom(ctx).DoNotCache()
+				hybrid.SettingsFrom(ctx).DoNotCache()
 				return "not-cached", nil
 			}
 			o := hybrid.Options{Namespace: ns, TTL: 1500 * time.Millisecond, LocalTTL: 1500 * time.Millisecond, EagerRefresh: 0.2}
+			var batch []hybrid.RefreshBatch[string]
 			if mode == "batch-leaves-out" {
-				o.RefreshBatch = hybrid.BatchRefresh(func(context.Context, []string) (map[string]string, error) {
+				batch = append(batch, hybrid.BatchRefresh(func(context.Context, []string) (map[string]string, error) {
 					refreshLoads.Add(1)
 					return nil, nil
-				}, 1, time.Millisecond)
+				}, 1, time.Millisecond))
 			}
-			a := newInstances(t, 1, singleNode(nil), o)[0]
+			a := newInstances(t, 1, singleNode(nil), o, batch...)[0]
 			start := time.Now()
 			if v, err := a.c.GetOrCreate(ctx, "k", load); err != nil || v != "v" {
 				t.Fatalf("first: %q, %v", v, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // What a background refresh costs in Redis: the round trips and commands
@@ -42,11 +43,11 @@ func (r tagRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	return r.Store.Get(tagged(ctx, "Get"), keys)
 }
 
-func (r tagRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+func (r tagRemote) Write(ctx context.Context, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	return r.Store.Write(tagged(ctx, "Write"), ws, f)
 }
 
-func (r tagRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
+func (r tagRemote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]tier.Lease, error) {
 	return r.Store.TakeLeases(tagged(ctx, "TakeLeases"), keys, guards, token, ttl)
 }
 
@@ -54,7 +55,7 @@ func (r tagRemote) ExtendLeases(ctx context.Context, keys []string, token string
 	return r.Store.ExtendLeases(tagged(ctx, "ExtendLeases"), keys, token, ttl)
 }
 
-func (r tagRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
+func (r tagRemote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f tier.Feed) error {
 	return r.Store.ReleaseLeases(tagged(ctx, "ReleaseLeases"), keys, token, msg, f)
 }
 
@@ -217,6 +218,7 @@ func measureRefresh(t *testing.T, cc costCase) refreshCost {
 		return fmt.Sprintf("%s@%d", key, loads.Add(1)), nil
 	}
 	o := hybrid.Options{Namespace: ns, TTL: cc.ttl, LocalTTL: cc.ttl, Logger: quiet}
+	var batch []hybrid.RefreshBatch[string]
 	switch cc.mode {
 	case "eager":
 		o.EagerRefresh = 0.5
@@ -224,13 +226,13 @@ func measureRefresh(t *testing.T, cc costCase) refreshCost {
 		o.XFetchBeta = 10
 	case "batch":
 		o.EagerRefresh = 0.5
-		o.RefreshBatch = hybrid.BatchRefresh(func(ctx context.Context, keys []string) (map[string]string, error) {
+		batch = append(batch, hybrid.BatchRefresh(func(ctx context.Context, keys []string) (map[string]string, error) {
 			out := map[string]string{}
 			for _, k := range keys {
 				out[k], _ = load(ctx, k)
 			}
 			return out, nil
-		}, cc.n, 20*time.Millisecond)
+		}, cc.n, 20*time.Millisecond))
 	}
 	if cc.lease {
 		o.LoadLease = 5 * time.Second
@@ -244,7 +246,7 @@ func measureRefresh(t *testing.T, cc costCase) refreshCost {
 	bus := invalidate.New(rdb, invalidate.Options{Logger: quiet})
 	t.Cleanup(func() { bus.Close() })
 	o.Remote, o.Bus = tagRemote{l2.New(rdb, l2.Options{})}, bus
-	c := newTestCache[string](t, o)
+	c := newTestCache(t, o, batch...)
 
 	var warm, keys []string
 	for i := range cc.n {

@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 
 	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/flight"
@@ -26,7 +27,7 @@ func (c *Cache[V]) refreshLeases(ctx context.Context, keys []string, held []item
 	ask := pick(keys, todo)
 	toks := c.tokens(ask)
 	tok := c.leaseToken()
-	var got []Lease
+	var got []tier.Lease
 	err := c.call(ctx, OpLease, leaseName(ask), func(ctx context.Context) (err error) {
 		got, err = c.remote.TakeLeases(ctx, c.leaseKeys(ask), c.prefixed(ask), tok, e.lease)
 		if err == nil && len(got) != len(ask) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,7 +21,7 @@ import (
 )
 
 // boundedRemote is a Remote whose reads have a known bound
-// (RemoteInfo.ReadBound), so a fill's leader reads it on its own goroutine.
+// (tier.Info.ReadBound), so a fill's leader reads it on its own goroutine.
 // After hangNext, the next Get blocks until release is closed (a hung
 // server, until the store's read timeout), then fails with its ctx's error
 // if that ended meanwhile, as a client that applies ctx deadlines does.
@@ -31,7 +32,7 @@ type boundedRemote struct {
 	release chan struct{}
 }
 
-func (r *boundedRemote) Info() hybrid.RemoteInfo {
+func (r *boundedRemote) Info() tier.Info {
 	info := r.Remote.Info()
 	info.ReadBound = 100 * time.Millisecond
 	return info

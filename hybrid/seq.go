@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/hybridcache/hybridcache/tier"
+
 	"github.com/hybridcache/hybridcache/internal/keyslot"
 )
 
@@ -123,11 +125,11 @@ func (c *Cache[V]) readSeqs(ctx context.Context, f *fill[V]) {
 // made meanwhile, the one read again. Counters it cannot make or read are
 // left out.
 func (c *Cache[V]) makeSeqs(ctx context.Context, name string, rkeys []string, bySeq map[string][]byte) {
-	ws := make([]Write, len(rkeys))
+	ws := make([]tier.Write, len(rkeys))
 	for j, s := range rkeys {
-		ws[j] = Write{Key: s, Value: newSeq(), If: IfAbsent}
+		ws[j] = tier.Write{Key: s, Value: newSeq(), If: tier.IfAbsent}
 	}
-	made, err := c.writeFeed(ctx, OpGetSeq, name, ws, Feed{})
+	made, err := c.writeFeed(ctx, OpGetSeq, name, ws, tier.Feed{})
 	if err != nil {
 		return
 	}
@@ -167,14 +169,14 @@ func newSeq() []byte {
 // back under: over the value it read, if the key still holds it; where it
 // read nothing, where the key holds nothing and no Set or Delete was made
 // in the key's slot since the read (see seqKey).
-func (c *Cache[V]) fillCond(w *fillWrite) Write {
-	r := Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: IfAbsent}
+func (c *Cache[V]) fillCond(w *fillWrite) tier.Write {
+	r := tier.Write{Key: c.prefix + w.key, Value: w.b, TTL: w.life, If: tier.IfAbsent}
 	switch {
 	case w.old != nil:
-		r.If, r.Old = IfEqual, w.old
+		r.If, r.Old = tier.IfEqual, w.old
 	case w.seq == "":
 	case w.seqWas != nil:
-		r.If, r.Seq, r.SeqWas = IfSeq, w.seq, w.seqWas
+		r.If, r.Seq, r.SeqWas = tier.IfSeq, w.seq, w.seqWas
 	default:
 		r.Seq = w.seq // makes the counter, which could not be read or made
 	}

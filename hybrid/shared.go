@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -19,11 +20,11 @@ import (
 
 // shared is the Remote and what New learnt of it.
 type shared struct {
-	remote    Remote        // nil: L1 only
+	remote    tier.Remote   // nil: L1 only
 	readBound time.Duration // 0: reads are not known to end in time
 	// feed is where writes announce: the bus channel (none without a Bus)
 	// and the log (none when the Remote keeps none, or ReplayLogLen < 0).
-	feed Feed
+	feed tier.Feed
 }
 
 func resolveShared(o *Options, logKey string) shared {
@@ -157,12 +158,12 @@ func (c *Cache[V]) get(ctx context.Context, op Op, name string, rkeys []string) 
 }
 
 // write makes ws in one call, as op about name.
-func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []Write) ([]bool, error) {
+func (c *Cache[V]) write(ctx context.Context, op Op, name string, ws []tier.Write) ([]bool, error) {
 	return c.writeFeed(ctx, op, name, ws, c.feed)
 }
 
 // writeFeed is write announcing on f.
-func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []Write, f Feed) ([]bool, error) {
+func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	var stored []bool
 	err := c.call(ctx, op, name, func(ctx context.Context) (err error) {
 		stored, err = c.remote.Write(ctx, ws, f)
@@ -348,7 +349,7 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 	if c.remote == nil || len(ws) == 0 {
 		return wrote
 	}
-	var feed Feed
+	var feed tier.Feed
 	for i := range ws {
 		if ws[i].msg != nil {
 			feed = c.feed
@@ -382,7 +383,7 @@ func (c *Cache[V]) storeRemote(ctx context.Context, ws []fillWrite) (wrote []boo
 		op, name = OpSet, ws[0].key
 	}
 	err := c.retry(ctx, op, name, keep, func(ctx context.Context) (err error) {
-		reqs := make([]Write, len(idx))
+		reqs := make([]tier.Write, len(idx))
 		for j, i := range idx {
 			reqs[j] = c.fillCond(&ws[i])
 			reqs[j].Msg, reqs[j].Log = ws[i].msg, ws[i].entry
@@ -446,7 +447,7 @@ func (c *Cache[V]) writeAndPublish(ctx context.Context, w *pendingWrite) error {
 	if w.own && msg != nil {
 		c.echo.sent(name)
 	}
-	if _, err := c.write(ctx, op, name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq, Msg: msg, Log: entry}}); err != nil {
+	if _, err := c.write(ctx, op, name, []tier.Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq, Msg: msg, Log: entry}}); err != nil {
 		return fmt.Errorf("hybrid: %s: %w", about(op, name), err)
 	}
 	if msg != nil {
@@ -491,8 +492,8 @@ func (c *Cache[V]) expireShared(ctx context.Context, key string) error {
 		if msg != nil {
 			c.echo.sent(key)
 		}
-		w := Write{Key: c.prefix + key, Value: expired, If: IfEqual, Old: old, KeepTTL: true, Msg: msg, Else: msg, Log: entry}
-		if _, err := c.write(ctx, OpExpire, key, []Write{w}); err != nil {
+		w := tier.Write{Key: c.prefix + key, Value: expired, If: tier.IfEqual, Old: old, KeepTTL: true, Msg: msg, Else: msg, Log: entry}
+		if _, err := c.write(ctx, OpExpire, key, []tier.Write{w}); err != nil {
 			return fmt.Errorf("hybrid: expire %q: %w", key, err)
 		}
 		if msg != nil {

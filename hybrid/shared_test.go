@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,7 +279,7 @@ func TestIntegrationRedisRestart(t *testing.T) {
 		}
 		// The second round is answered by L1: no load, no Redis read.
 		// (Background write-backs of the first round may still be retried.)
-		reads := calls.Get + calls.GetMany - firstCalls[i].Get - firstCalls[i].GetMany
+		reads := calls.Get + calls.GetBatch - firstCalls[i].Get - firstCalls[i].GetBatch
 		if st.Load.Calls != first[i].Load.Calls || reads != 0 || st.L1.Hits <= first[i].L1.Hits {
 			t.Errorf("%s: second round: Load.Calls %d -> %d, %d Redis reads, L1.Hits %d -> %d; want the same loads, no reads, more hits (L1 serves)",
 				in.name, first[i].Load.Calls, st.Load.Calls, reads, first[i].L1.Hits, st.L1.Hits)
@@ -464,7 +465,7 @@ func TestFaultRedisPaused(t *testing.T) {
 			t.Fatalf("GetOrCreate(%s): got %q, %v", k, v, err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the fills' write-backs", func() bool { return a.remote.setIfAbsents.Load() >= 2 }, nil)
+	waitFor(t, 5*time.Second, "the fills' write-backs", func() bool { return a.remote.ifAbsents.Load() >= 2 }, nil)
 	// Wait until the values have expired (Get reports a miss), while Redis
 	// and L1 keep them for fail-safe.
 	waitFor(t, 5*time.Second, "the values to expire", func() bool {
@@ -948,7 +949,7 @@ func TestFaultACL(t *testing.T) {
 	if v, err := a.c.GetOrCreate(ctx, "k", func(context.Context, string) (string, error) { return "v1", nil }); err != nil || v != "v1" {
 		t.Fatalf("A: GetOrCreate as %s: got %q, %v", user, v, err)
 	}
-	waitFor(t, 5*time.Second, "A's write-back", func() bool { return a.remote.setIfAbsents.Load() >= 1 }, nil)
+	waitFor(t, 5*time.Second, "A's write-back", func() bool { return a.remote.ifAbsents.Load() >= 1 }, nil)
 	fill(t, b, "k", "v1")
 	setStr(t, a, "k", "v2")
 	waitStat(t, b, "Invalidations.Applied", statReceived, 1)
@@ -970,7 +971,7 @@ func TestFaultACL(t *testing.T) {
 	if err != nil || len(got) != len(batch) {
 		t.Errorf("A: GetOrCreateMany as %s: got %v, %v", user, got, err)
 	}
-	waitFor(t, 5*time.Second, "A's batch write-back", func() bool { return a.remote.setManyKey.Load() >= int64(len(batch)) }, nil)
+	waitFor(t, 5*time.Second, "A's batch write-back", func() bool { return a.remote.batchKeys.Load() >= int64(len(batch)) }, nil)
 	many, err := b.c.GetMany(ctx, batch)
 	if err != nil || len(many) != len(batch) {
 		t.Errorf("B: GetMany as %s: got %v, %v, want the 3 values A wrote", user, many, err)
@@ -1063,7 +1064,7 @@ func TestFaultTLS(t *testing.T) {
 	if v, err := a.c.GetOrCreate(ctx, "k", func(context.Context, string) (string, error) { return "v1", nil }); err != nil || v != "v1" {
 		t.Fatalf("A: GetOrCreate over TLS: got %q, %v", v, err)
 	}
-	waitFor(t, 5*time.Second, "A's write-back", func() bool { return a.remote.setIfAbsents.Load() >= 1 }, nil)
+	waitFor(t, 5*time.Second, "A's write-back", func() bool { return a.remote.ifAbsents.Load() >= 1 }, nil)
 	if v, ok := redisValue(t, raw, ns, "k"); !ok || v != "v1" {
 		t.Fatalf("Redis holds %q, %v, want \"v1\"", v, ok)
 	}
@@ -1247,12 +1248,12 @@ func testSecrets(t *testing.T, sc secretScenario, ro *redis.Options) {
 	}
 	_, err = store.Get(ctx, []string{"a", "b"})
 	keep(err)
-	for _, w := range []hybrid.Write{
+	for _, w := range []tier.Write{
 		{Key: "k", Value: []byte("v"), TTL: time.Minute},
 		{Key: "k", Value: []byte("v"), TTL: time.Minute, Msg: []byte("m")},
-		{Key: "k", Value: []byte("w"), TTL: time.Minute, If: hybrid.IfEqual, Old: []byte("v")},
+		{Key: "k", Value: []byte("w"), TTL: time.Minute, If: tier.IfEqual, Old: []byte("v")},
 	} {
-		_, err = store.Write(ctx, []hybrid.Write{w}, hybrid.Feed{Channel: "ch"})
+		_, err = store.Write(ctx, []tier.Write{w}, tier.Feed{Channel: "ch"})
 		keep(err)
 	}
 

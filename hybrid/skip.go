@@ -148,7 +148,7 @@ func (c *Cache[V]) policyFor(k *skipCall, opts []EntryOption) (policy, error) {
 }
 
 // keyPolicyFor is policyFor for a call about one key: under per-key
-// defaults (Options.EntryOptions), the key's come before opts.
+// defaults (Options.PerKey), the key's come before opts.
 func (c *Cache[V]) keyPolicyFor(k *skipCall, key string, opts []EntryOption) (policy, error) {
 	e, err := c.keyPolicy(key, opts)
 	if err != nil {

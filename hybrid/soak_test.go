@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"math/rand/v2"
 	"os"
 	"regexp"
@@ -391,7 +392,7 @@ func (b *soakBus) Subscribe(ctx context.Context, channel string, onMessage func(
 
 // soakRemote is an instance's Remote that records when its reads failed.
 type soakRemote struct {
-	hybrid.Remote
+	tier.Remote
 	rec    *histRecorder
 	mu     sync.Mutex
 	failed [][2]int64               // call and return of each failed Get
@@ -441,11 +442,11 @@ func (r *soakRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 
 // Write records, for the values of loads (see soakLocalLoads), whether a
 // write reported them stored, or failed (then they may have been).
-func (r *soakRemote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+func (r *soakRemote) Write(ctx context.Context, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	call := r.rec.now()
 	stored, err := r.Remote.Write(ctx, ws, f)
 	for i, w := range ws {
-		if !r.db && strings.HasSuffix(w.Key, "\x00clear") && w.If == hybrid.IfAbsent && i < len(stored) && stored[i] {
+		if !r.db && strings.HasSuffix(w.Key, "\x00clear") && w.If == tier.IfAbsent && i < len(stored) && stored[i] {
 			// The clear record was found missing (evicted, or lost in an
 			// empty restart) and made anew: every value written before
 			// counts as cleared, as after a Clear made now. 'D' deletes

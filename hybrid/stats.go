@@ -76,7 +76,7 @@ type LoadStats struct {
 	// was put off (Options.RefreshBackoff).
 	RefreshesBackedOff uint64
 	// RefreshesCoalesced counts refreshes loaded in one batch with
-	// others (Options.RefreshBatch).
+	// others (RefreshBatch).
 	RefreshesCoalesced uint64
 	// RefreshesDeferred counts refreshes left to another instance that
 	// held the key's load lease (Options.LoadLease).
@@ -85,18 +85,18 @@ type LoadStats struct {
 	// failed, passed SoftTimeout or waited for a slot.
 	StaleServed uint64
 	// NotCached counts loaded values (and absences) whose load said
-	// DoNotCache (see EntryFrom): returned, stored nowhere.
+	// DoNotCache (see SettingsFrom): returned, stored nowhere.
 	NotCached uint64
 	// BadOptions counts options refused where no call could be failed:
-	// set by a load through EntryFrom (its value returned, not stored), or
-	// given by Options.EntryOptions for a value from a message or a re-read
+	// set by a load through SettingsFrom (its value returned, not stored), or
+	// given by Options.PerKey for a value from a message or a re-read
 	// (the cache's defaults used). Each is logged, rate-limited.
 	BadOptions uint64
 	// NotModified counts the keys whose refresh load found the value not
 	// modified (ErrNotModified, see StaleFrom): extended, not re-sent.
 	NotModified uint64
 	// StaleReads counts stale values returned by Get or GetEntry with
-	// AllowStale, for want of a live one.
+	// WithAllowStale, for want of a live one.
 	StaleReads uint64
 }
 

@@ -146,7 +146,7 @@ func TestAbsurdTimesCorrupt(t *testing.T) {
 		if err := a.rdb.Set(ctx, ns+":"+key, raw, time.Hour).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if v, err := a.c.GetOrCreate(ctx, key, loadWith("loaded", func(*hybrid.EntrySettings) {})); err != nil || v != "loaded" {
+		if v, err := a.c.GetOrCreate(ctx, key, loadWith("loaded", func(*hybrid.LoadSettings) {})); err != nil || v != "loaded" {
 			t.Errorf("%s: A: GetOrCreate: got %q, %v; want the loaded value", key, v, err)
 		}
 		waitFor(t, 5*time.Second, key+" replaced in Redis", func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"math"
 	"sync"
 	"time"
@@ -325,8 +326,8 @@ func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
 			return 0, false // written and gone again at once: unknown
 		}
 		now := time.Now().UnixMilli()
-		w := Write{Key: c.tagKey(tag), Value: encodeTagRecord(now), TTL: recordLife(&c.o, tag), If: IfAbsent}
-		stored, err := c.writeFeed(ctx, op, tag, []Write{w}, Feed{})
+		w := tier.Write{Key: c.tagKey(tag), Value: encodeTagRecord(now), TTL: recordLife(&c.o, tag), If: tier.IfAbsent}
+		stored, err := c.writeFeed(ctx, op, tag, []tier.Write{w}, tier.Feed{})
 		if err != nil {
 			return 0, false
 		}
@@ -386,8 +387,8 @@ func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
 	// Extend the record's lifetime, if it still is the one known here.
 	epoch := c.tags.currentEpoch()
 	b := encodeTagRecord(r.t)
-	w := Write{Key: c.tagKey(tag), Value: b, TTL: recordLife(&c.o, tag), If: IfEqual, Old: b}
-	stored, err := c.writeFeed(ctx, recordOp(tag), tag, []Write{w}, Feed{})
+	w := tier.Write{Key: c.tagKey(tag), Value: b, TTL: recordLife(&c.o, tag), If: tier.IfEqual, Old: b}
+	stored, err := c.writeFeed(ctx, recordOp(tag), tag, []tier.Write{w}, tier.Feed{})
 	if err != nil {
 		return
 	}

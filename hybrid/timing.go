@@ -16,7 +16,7 @@ import (
 // This file holds the timed behaviours: lifetimes and jitter, fail-safe
 // (serve a stale value when load fails), the soft load timeout, and eager
 // refresh. All but lifetimes are off unless set in Options or by a call's
-// EntryOptions; then the L1 items that call writes carry their timing and
+// entry options; then the L1 items that call writes carry their timing and
 // a hit checks it against L1's coarse clock.
 
 // lifetimes returns the shared-tier and L1 lifetimes of one write: e's,

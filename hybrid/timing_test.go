@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -257,7 +258,7 @@ func TestEagerRefreshFindsNewerValue(t *testing.T) {
 		synctest.Wait()
 		time.Sleep(6 * time.Second) // past half the lifetime
 		// Written behind the cache's back, as by a peer whose message is late.
-		if _, err := s.remote.Write(ctx, []hybrid.Write{{Key: testNS + ":k", Value: envelopeOf(t, "peer", 10*time.Second), TTL: 10 * time.Second}}, hybrid.Feed{}); err != nil {
+		if _, err := s.remote.Write(ctx, []tier.Write{{Key: testNS + ":k", Value: envelopeOf(t, "peer", 10*time.Second), TTL: 10 * time.Second}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 		if v, _ := c.GetOrCreate(ctx, "k", load); v != "v1" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"iter"
 	"math"
 	"sync"
@@ -17,17 +18,6 @@ import (
 // what the shared tier holds, and drops those that an invalidation should
 // have changed and did not. It counts, drops and logs; it never fails a
 // call and never panics.
-
-// HeadReader is an optional capability of a Remote: reading the first n
-// bytes of stored values, so that the verifier learns an envelope's header
-// without moving its payload. l2.Store and hybridtest.Remote have it; with
-// a Remote that has not, the verifier reads whole values with Get.
-type HeadReader interface {
-	// Heads returns the first n bytes of the value of each key (all of a
-	// shorter one), in order, nil for a missing key, in one round trip
-	// (per node) where it can. A miss is not an error.
-	Heads(ctx context.Context, keys []string, n int) ([][]byte, error)
-}
 
 // VerifyStats counts the background verifier's samples
 // (Options.VerifyRate). Each sampled entry is counted in Sampled and in
@@ -83,9 +73,9 @@ func (o *Options) checkVerify() error {
 
 // verifier is the state of the background verifier.
 type verifier struct {
-	heads HeadReader    // nil: whole values are read with Get
-	batch int           // keys per round
-	every time.Duration // between rounds: batch / VerifyRate
+	heads tier.HeadReader // nil: whole values are read with Get
+	batch int             // keys per round
+	every time.Duration   // between rounds: batch / VerifyRate
 
 	// mu guards n, the counts, to which each round adds its own at once
 	// when judged, so that a snapshot never shows a round's samples
@@ -121,7 +111,7 @@ func (c *Cache[V]) startVerifier() {
 	if c.o.VerifyRate == 0 || c.remote == nil {
 		return
 	}
-	c.ver.heads, _ = c.remote.(HeadReader)
+	c.ver.heads, _ = c.remote.(tier.HeadReader)
 	c.ver.batch, c.ver.every = verifyPace(c.o.VerifyRate)
 	c.wg.Add(1)
 	go c.verifyLoop()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"math"
 	"runtime"
@@ -151,8 +152,8 @@ func TestVerifyStaysWithinRate(t *testing.T) {
 	if keys := a.remote.headKeys.Load(); uint64(keys) != s.Sampled {
 		t.Errorf("the reads asked for %d keys, want one per sample (%d)", keys, s.Sampled)
 	}
-	if c.Get != before.Get || c.GetMany != before.GetMany {
-		t.Errorf("the verifier read values (Get %d -> %d, GetMany %d -> %d); want headers only", before.Get, c.Get, before.GetMany, c.GetMany)
+	if c.Get != before.Get || c.GetBatch != before.GetBatch {
+		t.Errorf("the verifier read values (Get %d -> %d, GetMany %d -> %d); want headers only", before.Get, c.Get, before.GetBatch, c.GetBatch)
 	}
 	if s.Divergent != 0 || s.Consistent == 0 {
 		t.Errorf("Verify = %+v on a cache alone; want consistent samples only", s)
@@ -224,7 +225,7 @@ func TestVerifyRedisDown(t *testing.T) {
 func TestVerifyWithoutHeadReader(t *testing.T) {
 	s := newSharedTier(t)
 	o := s.options()
-	o.Remote = struct{ hybrid.Remote }{s.remote} // hides Heads
+	o.Remote = struct{ tier.Remote }{s.remote} // hides Heads
 	o.VerifyRate, o.VerifyWindow = 100, time.Millisecond
 	c := newTestCache[string](t, o)
 	set(t, c, "k", "old")
@@ -404,10 +405,10 @@ func BenchmarkVerifyRound(b *testing.B) {
 	srv.NeedReal(b)
 	for _, tc := range []struct {
 		name string
-		wrap func(hybrid.Remote) hybrid.Remote
+		wrap func(tier.Remote) tier.Remote
 	}{
-		{"Heads", func(r hybrid.Remote) hybrid.Remote { return r }},
-		{"WithGet", func(r hybrid.Remote) hybrid.Remote { return struct{ hybrid.Remote }{r} }},
+		{"Heads", func(r tier.Remote) tier.Remote { return r }},
+		{"WithGet", func(r tier.Remote) tier.Remote { return struct{ tier.Remote }{r} }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := benchClient(b)

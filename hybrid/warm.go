@@ -14,7 +14,7 @@ const warmPage = 500
 
 // Warm reads keys from the shared tier, warmPage (500) keys per call, and
 // stores in L1 what it finds, as a read of GetMany would: with the
-// per-key defaults (Options.EntryOptions), judged by tags and Clear, and
+// per-key defaults (Options.PerKey), judged by tags and Clear, and
 // under the same token as any read, so a Set, Delete or message about a
 // key that comes while its page is read wins over the page's value. It
 // calls no load function. It returns how many keys it found with a live
@@ -23,7 +23,7 @@ const warmPage = 500
 // remembered absence (NegativeTTL) is stored but not counted.
 //
 // Keys the cache refuses (empty, reserved, too long, or given options by
-// Options.EntryOptions that a call would refuse) are skipped, the rest
+// Options.PerKey that a call would refuse) are skipped, the rest
 // warmed, and their errors, which name them, returned joined. When a read
 // fails, Warm stops and returns the count so far and the error (joined
 // with those of keys skipped so far); when ctx ends, the count so far and
@@ -74,7 +74,7 @@ func (c *Cache[V]) warmPage(ctx context.Context, keys []string) (n int, refused,
 		return 0, nil, ErrClosed
 	}
 	p := &c.def
-	if c.o.EntryOptions != nil {
+	if c.o.PerKey != nil {
 		kp := *p
 		refused = c.keyedMany(&kp, &keys, nil, nil, nil)
 		p = &kp

@@ -60,7 +60,7 @@ func TestWarmFillsL1(t *testing.T) {
 	if err != nil || n != len(keys) {
 		t.Fatalf("Warm = %d, %v; want %d, nil", n, err, len(keys))
 	}
-	if got := b.remote.calls(); got.GetMany != 3 || got.GetManyKeys != 1230 || got.Get != 0 {
+	if got := b.remote.calls(); got.GetBatch != 3 || got.GetBatchKeys != 1230 || got.Get != 0 {
 		t.Fatalf("Warm's reads: %+v; want 3 GetMany calls of 1230 keys in all", got)
 	}
 	loads := &counter{}
@@ -70,7 +70,7 @@ func TestWarmFillsL1(t *testing.T) {
 			t.Fatalf("GetOrCreate(%q) = %q, %v; want %q", key, v, err, "v"+key)
 		}
 	}
-	if got := b.remote.calls(); loads.calls.Load() != 0 || got.GetMany != 3 || got.Get != 0 {
+	if got := b.remote.calls(); loads.calls.Load() != 0 || got.GetBatch != 3 || got.Get != 0 {
 		t.Fatalf("after Warm, reads of the warmed keys made %d loads and Redis reads %+v; want none", loads.calls.Load(), got)
 	}
 	for _, key := range missing {
@@ -81,7 +81,7 @@ func TestWarmFillsL1(t *testing.T) {
 }
 
 // TestWarmSkipsRefusedKeys: a key whose per-key options
-// (Options.EntryOptions) are refused is skipped, as GetMany and
+// (Options.PerKey) are refused is skipped, as GetMany and
 // GetOrCreateMany skip it, and named in the error; Warm goes on with the
 // rest of its page and the pages after it.
 func TestWarmSkipsRefusedKeys(t *testing.T) {
@@ -91,7 +91,7 @@ func TestWarmSkipsRefusedKeys(t *testing.T) {
 	keys := storeKeys(t, a.c, 1200)
 	const refused = "w00100" // in the first page
 	b := newInstance(t, "B", singleNode(nil), hybrid.Options{Namespace: ns,
-		EntryOptions: func(key string) []hybrid.EntryOption {
+		PerKey: func(key string) []hybrid.EntryOption {
 			if key == refused {
 				return []hybrid.EntryOption{hybrid.WithTTL(-time.Second)}
 			}
@@ -179,8 +179,8 @@ func TestWarmCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Warm after cancel: n %d, err %v; want context.Canceled", n, err)
 	}
-	if got := b.remote.calls(); got.GetMany != 1 {
-		t.Errorf("Warm read %d pages after its ctx ended during the first; want 1", got.GetMany)
+	if got := b.remote.calls(); got.GetBatch != 1 {
+		t.Errorf("Warm read %d pages after its ctx ended during the first; want 1", got.GetBatch)
 	}
 	held := 0
 	for _, key := range keys {
@@ -258,7 +258,7 @@ func TestWarmHot(t *testing.T) {
 	var rec []hybrid.HotKey
 	waitFor(t, 10*time.Second, "a hot set of 10 keys recorded", func() bool {
 		var err error
-		rec, err = a.c.HotSet(t.Context())
+		rec, err = a.c.HotSetRecord(t.Context())
 		return err == nil && len(rec) == 10
 	}, func() string { return fmt.Sprint(rec) })
 	want := map[string]bool{}
@@ -285,13 +285,13 @@ func TestWarmHot(t *testing.T) {
 	if after := c.remote.calls(); loads.calls.Load() != 0 || after != before {
 		t.Errorf("after WarmHot: %d loads, Redis reads %+v -> %+v; want none", loads.calls.Load(), before, after)
 	}
-	if before.GetMany != 1 || before.RecordGet == 0 {
+	if before.GetBatch != 1 || before.GetRecord == 0 {
 		t.Errorf("WarmHot read %+v; want the hot set's record and one page", before)
 	}
 }
 
 // TestHotSetCorruptRecord: a hot-set record that does not decode is an
-// error for HotSet and WarmHot, and RecordHot replaces it.
+// error for WarmHot (and the record read), and the recorder replaces it.
 func TestHotSetCorruptRecord(t *testing.T) {
 	srv.NeedReal(t)
 	ns := redistest.Prefix(t)
@@ -299,8 +299,8 @@ func TestHotSetCorruptRecord(t *testing.T) {
 	if err := a.rdb.Set(t.Context(), ns+":\x00hot", "\x07garbage", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.c.HotSet(t.Context()); err == nil {
-		t.Error("HotSet of a garbled record: no error")
+	if _, err := a.c.HotSetRecord(t.Context()); err == nil {
+		t.Error("the hot set of a garbled record: no error")
 	}
 	if n, err := a.c.WarmHot(t.Context()); err == nil || n != 0 {
 		t.Errorf("WarmHot of a garbled record = %d, %v; want 0 and an error", n, err)
@@ -309,10 +309,10 @@ func TestHotSetCorruptRecord(t *testing.T) {
 	for range 100 {
 		getString(t, a.c, keys[1])
 	}
-	if err := a.c.RecordHot(t.Context()); err != nil {
-		t.Fatalf("RecordHot over a garbled record: %v", err)
+	if err := a.c.RecordHotSet(t.Context()); err != nil {
+		t.Fatalf("recording over a garbled record: %v", err)
 	}
-	if hot, err := a.c.HotSet(t.Context()); err != nil || len(hot) != 1 || hot[0].Key != keys[1] {
-		t.Errorf("HotSet after RecordHot = %v, %v; want [%s]", hot, err, keys[1])
+	if hot, err := a.c.HotSetRecord(t.Context()); err != nil || len(hot) != 1 || hot[0].Key != keys[1] {
+		t.Errorf("the hot set after recording = %v, %v; want [%s]", hot, err, keys[1])
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"time"
 
 	"github.com/hybridcache/hybridcache/internal/message"
@@ -11,7 +12,7 @@ import (
 
 // This file holds the write path: Set, Delete, Expire and Clear, which
 // change the shared tier, announce the change and then update L1, and
-// ClearLocal, which leaves the shared tier as it is.
+// ClearL1, which leaves the shared tier as it is.
 
 // Set stores v under key in both tiers and tells other instances. After
 // Set returns nil, every Get on this instance sees v until it is changed
@@ -125,7 +126,7 @@ func (c *Cache[V]) writeQuiet(ctx context.Context, w *pendingWrite) error {
 	if c.remote == nil {
 		return nil
 	}
-	if _, err := c.write(ctx, w.op, w.name, []Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq}}); err != nil {
+	if _, err := c.write(ctx, w.op, w.name, []tier.Write{{Key: w.rkey, Value: w.b, TTL: w.life, Seq: w.seq}}); err != nil {
 		return fmt.Errorf("hybrid: %s: %w", about(w.op, w.name), err)
 	}
 	return nil
@@ -200,7 +201,7 @@ func (c *Cache[V]) Expire(ctx context.Context, key string) error {
 // The old values stay in the shared tier until their lifetimes end. When
 // the shared tier or the bus fails, L1 here is cleared anyway and the
 // error is returned. To drop L1 everywhere and keep the shared tier, use
-// ClearLocal.
+// ClearL1.
 func (c *Cache[V]) Clear(ctx context.Context) error {
 	if c.closed.Load() {
 		return ErrClosed
@@ -211,10 +212,10 @@ func (c *Cache[V]) Clear(ctx context.Context) error {
 	return c.deleteTag(ctx, OpClear, clearTag)
 }
 
-// ClearLocal drops every L1 entry of this namespace, on this instance and,
-// via the bus, on every other. The shared tier is left as it is, so
-// instances read its values again.
-func (c *Cache[V]) ClearLocal(ctx context.Context) error {
+// ClearL1 drops every L1 entry of this namespace on every instance: on
+// this one, and, through the bus, on the others. The shared tier is left as
+// it is, so instances read its values again (Clear empties both tiers).
+func (c *Cache[V]) ClearL1(ctx context.Context) error {
 	if c.closed.Load() {
 		return ErrClosed
 	}
@@ -225,7 +226,7 @@ func (c *Cache[V]) ClearLocal(ctx context.Context) error {
 		return nil
 	}
 	if err := c.publish(ctx, message.Message{Op: message.OpClear, Origin: c.origin, Namespace: c.scope}); err != nil {
-		return fmt.Errorf("hybrid: clear local: announce: %w", err)
+		return fmt.Errorf("hybrid: ClearL1: announce: %w", err)
 	}
 	return nil
 }

@@ -226,8 +226,8 @@ func TestIntegrationExpire(t *testing.T) {
 		if after := raw.PTTL(ctx, ns+":k").Val(); after > before || after < before-time.Minute {
 			t.Errorf("Redis PTTL %v after Expire, %v before: want the physical lifetime kept", after, before)
 		}
-		if got := a.remote.calls().ReplaceAndPublish; got != 1 {
-			t.Errorf("A: ReplaceAndPublish calls: got %d, want 1 (rewrite and announce in one script)", got)
+		if got := a.remote.calls().WriteKeepTTL; got != 1 {
+			t.Errorf("A: WriteKeepTTL calls: got %d, want 1 (rewrite and announce in one script)", got)
 		}
 		for _, in := range p {
 			if v, ok := getStr(t, in, "k"); ok {
@@ -458,10 +458,10 @@ func TestIntegrationClear(t *testing.T) {
 	})
 }
 
-// TestIntegrationClearLocal: ClearLocal drops L1 on every instance and
+// TestIntegrationClearL1: ClearL1 drops L1 on every instance and
 // leaves Redis as it was: the values are read again, and no clear record
 // is written.
-func TestIntegrationClearLocal(t *testing.T) {
+func TestIntegrationClearL1(t *testing.T) {
 	ctx := context.Background()
 	ns := redistest.Prefix(t)
 	p := newInstances(t, 2, singleNode(nil), hybrid.Options{Namespace: ns})
@@ -474,23 +474,23 @@ func TestIntegrationClearLocal(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GET of the clear record, which A's Set made sure of: %v", err)
 	}
-	if err := a.c.ClearLocal(ctx); err != nil {
-		t.Fatalf("ClearLocal: %v", err)
+	if err := a.c.ClearL1(ctx); err != nil {
+		t.Fatalf("ClearL1: %v", err)
 	}
 	waitStat(t, b, "Invalidations.Applied", statReceived, 2)
 	for _, in := range p {
 		if n := in.c.Stats().L1.Entries; n != 0 {
-			t.Errorf("%s: L1.Entries after ClearLocal: got %d, want 0", in.name, n)
+			t.Errorf("%s: L1.Entries after ClearL1: got %d, want 0", in.name, n)
 		}
 		gets := in.remote.calls().Get
 		if v, ok := getStr(t, in, "k"); !ok || v != "v" {
-			t.Errorf("%s: Get after ClearLocal: got %q, %v, want \"v\" from Redis", in.name, v, ok)
+			t.Errorf("%s: Get after ClearL1: got %q, %v, want \"v\" from Redis", in.name, v, ok)
 		}
 		if got := in.remote.calls().Get - gets; got != 1 {
-			t.Errorf("%s: Redis GETs after ClearLocal: got %d, want 1", in.name, got)
+			t.Errorf("%s: Redis GETs after ClearL1: got %d, want 1", in.name, got)
 		}
 	}
 	if got, err := raw.Get(ctx, ns+":\x00clear").Result(); err != nil || got != record {
-		t.Errorf("clear record after ClearLocal: %q, %v; want %q as before (ClearLocal writes none)", got, err, record)
+		t.Errorf("clear record after ClearL1: %q, %v; want %q as before (ClearL1 writes none)", got, err, record)
 	}
 }

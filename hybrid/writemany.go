@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"maps"
 	"slices"
 	"time"
@@ -24,14 +25,14 @@ import (
 //
 // Every key and value is checked before anything is written: a key that
 // no call accepts (see ErrEmptyKey, ErrReservedKey, ErrKeyTooLong), one
-// whose per-key options (Options.EntryOptions) are refused, a value the
+// whose per-key options (Options.PerKey) are refused, a value the
 // codec refuses or one larger than MaxValueBytes (ErrValueTooLarge) fails
 // the whole call with an error naming each bad item (and wrapping each
 // sentinel), and nothing is written. A batch may hold up to 65,536 keys.
 //
 // With a Secret, other instances swap in the values the message carries
 // (up to InlineMaxBytes in all, the others dropped) where the Remote makes
-// the batch atomic with its message (RemoteInfo.AtomicBatch: l2.Store on
+// the batch atomic with its message (tier.Info.AtomicBatch: l2.Store on
 // one Redis server); on Redis Cluster the message follows the writes of
 // every node and carries no values: other instances drop the keys and read
 // them again.
@@ -234,9 +235,9 @@ func queuedPolicy(e *policy) *policy {
 // write's own for a batch of one key, as Feed.Msg for more, which then
 // carries the values only where the Remote makes the batch atomic with it.
 func (c *Cache[V]) writeShared(ctx context.Context, b *writeBatch[V], skip Skip) ([]bool, error) {
-	ws := make([]Write, len(b.keys))
+	ws := make([]tier.Write, len(b.keys))
 	for i, key := range b.keys {
-		ws[i] = Write{Key: c.prefix + key, Value: b.bs[i], TTL: b.lives[i], Seq: c.seqKey(key)}
+		ws[i] = tier.Write{Key: c.prefix + key, Value: b.bs[i], TTL: b.lives[i], Seq: c.seqKey(key)}
 	}
 	f := c.feed
 	if c.bus != nil && skip&SkipAnnounce != 0 {

@@ -31,7 +31,7 @@ const xfetchSpan = 10
 // coarse, and a write's two clocks are read a moment apart.
 const xfetchSlack = int64(100 * time.Millisecond)
 
-// maxXFetchBeta bounds Options.XFetchBeta and WithXFetch.
+// maxXFetchBeta bounds Options.XFetchBeta and WithXFetchBeta.
 const maxXFetchBeta = 10
 
 // scheduleXFetch sets t's XFetch schedule under beta, t having its expiry

@@ -15,7 +15,7 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
-// Probabilistic early refresh (Options.XFetchBeta, WithXFetch), on real
+// Probabilistic early refresh (Options.XFetchBeta, WithXFetchBeta), on real
 // Redis.
 
 // storedHeader returns the envelope header Redis holds for ns:key.
@@ -35,7 +35,7 @@ func storedHeader(t testing.TB, in *instance, ns, key string) envelope.Header {
 // TestXFetchProbability: a hit r before a value's expiry starts its
 // refresh with probability exp(-r / (beta * delta)), delta being how long
 // its load took, which the envelope in Redis carries. Three groups of 300
-// keys, each loaded in a batch that takes 300 ms (with WithXFetch, beta 2),
+// keys, each loaded in a batch that takes 300 ms (with WithXFetchBeta, beta 2),
 // with lifetimes set so that one hit on each key (one GetOrCreateMany per
 // group, the groups' 0.7 s apart) comes 0.25, 1 and 2.5 times beta * delta
 // before expiry: the share of each group the hit refreshes is compared
@@ -90,7 +90,7 @@ func TestXFetchProbability(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			ttl := time.Duration(g+2)*700*time.Millisecond + time.Duration(f*scale) // hits 0.7 s apart
-			if _, err := in.c.GetOrCreateMany(context.Background(), keys[g], load, hybrid.WithTTL(ttl), hybrid.WithXFetch(beta)); err != nil {
+			if _, err := in.c.GetOrCreateMany(context.Background(), keys[g], load, hybrid.WithTTL(ttl), hybrid.WithXFetchBeta(beta)); err != nil {
 				t.Errorf("group %d, cold: %v", g, err)
 			}
 			storedBy[g] = in.c.LocalNow()
@@ -102,7 +102,7 @@ func TestXFetchProbability(t *testing.T) {
 			hit[g] = time.Now()
 			hitL1[g] = in.c.LocalNow()
 			ttls[g] = ttl
-			if m, err := in.c.GetOrCreateMany(context.Background(), keys[g], load, hybrid.WithTTL(ttl), hybrid.WithXFetch(beta)); err != nil || len(m) != n {
+			if m, err := in.c.GetOrCreateMany(context.Background(), keys[g], load, hybrid.WithTTL(ttl), hybrid.WithXFetchBeta(beta)); err != nil || len(m) != n {
 				t.Errorf("group %d, hit: %d values, %v", g, len(m), err)
 			}
 			hitBy[g] = in.c.LocalNow()
@@ -245,13 +245,12 @@ func TestXFetchOptionsChecked(t *testing.T) {
 		set  func(*hybrid.Options)
 		name string
 	}{
-		"negative beta":      {func(o *hybrid.Options) { o.XFetchBeta = -1 }, "XFetchBeta"},
-		"beta over 10":       {func(o *hybrid.Options) { o.XFetchBeta = 11 }, "XFetchBeta"},
-		"NaN beta":           {func(o *hybrid.Options) { o.XFetchBeta = math.NaN() }, "XFetchBeta"},
-		"with EagerRefresh":  {func(o *hybrid.Options) { o.XFetchBeta, o.EagerRefresh = 1, 0.5 }, "EagerRefresh"},
-		"negative backoff":   {func(o *hybrid.Options) { o.RefreshBackoff = -time.Second }, "RefreshBackoff"},
-		"backoff over 1 h":   {func(o *hybrid.Options) { o.RefreshBackoff = 2 * time.Hour }, "RefreshBackoff"},
-		"refresh batch size": {func(o *hybrid.Options) { o.RefreshBatch = hybrid.BatchRefresh((&batchLoad{}).load, -1, time.Second) }, "RefreshBatch"},
+		"negative beta":     {func(o *hybrid.Options) { o.XFetchBeta = -1 }, "XFetchBeta"},
+		"beta over 10":      {func(o *hybrid.Options) { o.XFetchBeta = 11 }, "XFetchBeta"},
+		"NaN beta":          {func(o *hybrid.Options) { o.XFetchBeta = math.NaN() }, "XFetchBeta"},
+		"with EagerRefresh": {func(o *hybrid.Options) { o.XFetchBeta, o.EagerRefresh = 1, 0.5 }, "EagerRefresh"},
+		"negative backoff":  {func(o *hybrid.Options) { o.RefreshBackoff = -time.Second }, "RefreshBackoff"},
+		"backoff over 1 h":  {func(o *hybrid.Options) { o.RefreshBackoff = 2 * time.Hour }, "RefreshBackoff"},
 	} {
 		o := s.options()
 		tc.set(&o)
@@ -264,14 +263,14 @@ func TestXFetchOptionsChecked(t *testing.T) {
 	}
 	c := newTestCache[string](t, s.options())
 	for _, beta := range []float64{-1, 11, math.NaN()} {
-		if _, err := c.GetOrCreate(t.Context(), "k", loadTop, hybrid.WithXFetch(beta)); err == nil {
-			t.Errorf("WithXFetch(%v): accepted", beta)
+		if _, err := c.GetOrCreate(t.Context(), "k", loadTop, hybrid.WithXFetchBeta(beta)); err == nil {
+			t.Errorf("WithXFetchBeta(%v): accepted", beta)
 		}
 	}
 	if _, err := c.GetOrCreate(t.Context(), "plain", loadTop); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetOrCreate(t.Context(), "timed", loadTop, hybrid.WithXFetch(1)); err != nil {
+	if _, err := c.GetOrCreate(t.Context(), "timed", loadTop, hybrid.WithXFetchBeta(1)); err != nil {
 		t.Fatal(err)
 	}
 	s.waitWrites(t, 2)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -18,11 +19,11 @@ import (
 // contract, and the helpers of its checks, which the files conformance_*.go
 // hold.
 
-// TestRemote checks that a shared tier keeps its contract (hybrid.Remote):
+// TestRemote checks that a shared tier keeps its contract (tier.Remote):
 // each promise is a subtest, which a store's own test runs with
 //
 //	func TestConformance(t *testing.T) {
-//		hybridtest.TestRemote(t, func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
+//		hybridtest.TestRemote(t, func(t *testing.T) (tier.Remote, hybrid.Bus) {
 //			store := ... // a fresh, empty store, say with a prefix of its own
 //			return store, bus
 //		})
@@ -49,7 +50,7 @@ import (
 // Info().Log is false (as for l2.Store on Redis Cluster), the log
 // subtests check only that every use of a log fails with an error
 // wrapping errors.ErrUnsupported.
-func TestRemote(t *testing.T, open func(t *testing.T) (hybrid.Remote, hybrid.Bus)) {
+func TestRemote(t *testing.T, open func(t *testing.T) (tier.Remote, hybrid.Bus)) {
 	t.Helper()
 	for _, g := range conformance() {
 		t.Run(g.name, func(t *testing.T) {
@@ -131,15 +132,15 @@ const (
 type env struct {
 	t    *testing.T
 	ctx  context.Context
-	r    hybrid.Remote
+	r    tier.Remote
 	bus  hybrid.Bus
 	id   string
-	feed hybrid.Feed
+	feed tier.Feed
 	in   *inbox // nil until listen
 	sent int    // sentinels written
 }
 
-func newEnv(t *testing.T, open func(t *testing.T) (hybrid.Remote, hybrid.Bus)) *env {
+func newEnv(t *testing.T, open func(t *testing.T) (tier.Remote, hybrid.Bus)) *env {
 	r, bus := open(t)
 	if r == nil || bus == nil {
 		t.Fatalf("open returned Remote %v and Bus %v, want both", r, bus)
@@ -147,7 +148,7 @@ func newEnv(t *testing.T, open func(t *testing.T) (hybrid.Remote, hybrid.Bus)) *
 	id := fmt.Sprintf("%016x", rand.Uint64())
 	return &env{
 		t: t, ctx: t.Context(), r: r, bus: bus, id: id,
-		feed: hybrid.Feed{Channel: "hybridtest:" + id, Log: "hybridtest-log:" + id, LogLen: 1000},
+		feed: tier.Feed{Channel: "hybridtest:" + id, Log: "hybridtest-log:" + id, LogLen: 1000},
 	}
 }
 
@@ -246,7 +247,7 @@ func (e *env) drain(key string) []string {
 	e.t.Helper()
 	e.sent++
 	s := fmt.Sprintf("hybridtest sentinel %s %d", e.id, e.sent)
-	e.write(hybrid.Write{Key: key, Value: []byte(s), TTL: longTTL, Msg: []byte(s)})
+	e.write(tier.Write{Key: key, Value: []byte(s), TTL: longTTL, Msg: []byte(s)})
 	if !e.await(patience, func(ms [][]byte) bool { return slices.ContainsFunc(ms, func(m []byte) bool { return string(m) == s }) }) {
 		e.t.Fatalf("a write of %q with a message: got %q within %v, not its message", key, e.collected(), patience)
 	}
@@ -274,12 +275,12 @@ func (e *env) expectMsgs(key, what string, want ...string) {
 }
 
 // write makes ws on e.feed, failing the test on an error.
-func (e *env) write(ws ...hybrid.Write) []bool {
+func (e *env) write(ws ...tier.Write) []bool {
 	e.t.Helper()
 	return e.writeFeed(e.feed, ws...)
 }
 
-func (e *env) writeFeed(f hybrid.Feed, ws ...hybrid.Write) []bool {
+func (e *env) writeFeed(f tier.Feed, ws ...tier.Write) []bool {
 	e.t.Helper()
 	stored, err := e.r.Write(e.ctx, ws, f)
 	if err != nil {
@@ -294,7 +295,7 @@ func (e *env) writeFeed(f hybrid.Feed, ws ...hybrid.Write) []bool {
 // put stores value under key for ttl, announcing nothing.
 func (e *env) put(key string, value []byte, ttl time.Duration) {
 	e.t.Helper()
-	if stored := e.write(hybrid.Write{Key: key, Value: value, TTL: ttl}); !stored[0] {
+	if stored := e.write(tier.Write{Key: key, Value: value, TTL: ttl}); !stored[0] {
 		e.t.Fatalf("Write of %q with Always: not stored", key)
 	}
 }

@@ -3,13 +3,12 @@ package hybridtest
 import (
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's checks of a batch announced as a whole
@@ -46,14 +45,14 @@ func checkBatchMsg(e *env) {
 	}
 	defer unsub()
 	e.put("c", raw("old"), longTTL)
-	ws := make([]hybrid.Write, len(batchKeys))
+	ws := make([]tier.Write, len(batchKeys))
 	want := make([][]byte, len(batchKeys))
 	for i, k := range batchKeys {
-		ws[i] = hybrid.Write{Key: k, Value: raw("new " + k), TTL: longTTL}
+		ws[i] = tier.Write{Key: k, Value: raw("new " + k), TTL: longTTL}
 		want[i] = ws[i].Value
 	}
 	ws[0].Msg = raw("own a")
-	ws[2].If, ws[2].Else = hybrid.IfAbsent, raw("unstored c") // holds "old": not stored
+	ws[2].If, ws[2].Else = tier.IfAbsent, raw("unstored c") // holds "old": not stored
 	want[2] = raw("old")
 	f := e.feed
 	f.Msg = raw("batch")
@@ -77,9 +76,9 @@ func checkBatchMsg(e *env) {
 	e.expectMsgs("f", "after an announced batch") // and none more
 	// Without Msg, the writes announce as they would alone; without a
 	// Channel, nothing goes out.
-	w := hybrid.Write{Key: "a", Value: raw("again"), TTL: longTTL, Msg: raw("own again")}
-	e.writeFeed(hybrid.Feed{Channel: e.feed.Channel}, w)
-	e.writeFeed(hybrid.Feed{Msg: raw("unheard")}, w)
+	w := tier.Write{Key: "a", Value: raw("again"), TTL: longTTL, Msg: raw("own again")}
+	e.writeFeed(tier.Feed{Channel: e.feed.Channel}, w)
+	e.writeFeed(tier.Feed{Msg: raw("unheard")}, w)
 	e.expectMsgs("a", "batches with no Msg, or no Channel", "own again")
 }
 
@@ -90,7 +89,7 @@ func checkBatchLog(e *env) {
 	e.listen()
 	f := e.feed
 	f.Msg, f.Entry = raw("batch"), raw("entry")
-	ws := []hybrid.Write{
+	ws := []tier.Write{
 		{Key: "a", Value: raw("1"), TTL: longTTL},
 		{Key: "b", Value: raw("2"), TTL: longTTL},
 		{Key: "c", Value: raw("3"), TTL: longTTL},
@@ -117,7 +116,7 @@ func checkBatchLog(e *env) {
 	if !slices.EqualFunc(page.Entries, [][]byte{raw("entry")}, same) || !slices.Equal(page.Positions, []string{p}) || !page.Complete {
 		e.t.Errorf("ReadLog after a logged batch: %+v; want one entry %q at %q, Complete", page, "entry", p)
 	}
-	e.writeFeed(hybrid.Feed{Channel: f.Channel, Log: f.Log, LogLen: f.LogLen, Entry: raw("no msg")}, ws[0])
+	e.writeFeed(tier.Feed{Channel: f.Channel, Log: f.Log, LogLen: f.LogLen, Entry: raw("no msg")}, ws[0])
 	if page := e.readLog(p, 10); len(page.Entries) != 0 {
 		e.t.Errorf("a batch with Feed.Entry and no Msg logged %q, want nothing", page.Entries)
 	}
@@ -136,9 +135,9 @@ func checkBatchAtomic(e *env) {
 	const trials = 40
 	for trial := range trials {
 		keys := []string{fmt.Sprint("a", trial), fmt.Sprint("b", trial), fmt.Sprint("c", trial)}
-		ws := make([]hybrid.Write, len(keys))
+		ws := make([]tier.Write, len(keys))
 		for j, k := range keys {
-			ws[j] = hybrid.Write{Key: k, Value: raw("batch"), TTL: longTTL}
+			ws[j] = tier.Write{Key: k, Value: raw("batch"), TTL: longTTL}
 		}
 		f := e.feed
 		f.Msg = raw("batch " + strings.Join(keys, " "))
@@ -151,7 +150,7 @@ func checkBatchAtomic(e *env) {
 		})
 		wg.Go(func() {
 			time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
-			if _, err := e.r.Write(e.ctx, []hybrid.Write{{Key: k, Value: raw("single"), TTL: longTTL, Msg: raw("single " + k)}}, e.feed); err != nil {
+			if _, err := e.r.Write(e.ctx, []tier.Write{{Key: k, Value: raw("single"), TTL: longTTL, Msg: raw("single " + k)}}, e.feed); err != nil {
 				e.t.Errorf("Write: %v", err)
 			}
 		})

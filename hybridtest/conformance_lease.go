@@ -2,9 +2,8 @@ package hybridtest
 
 import (
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's checks of leases: TakeLeases, ExtendLeases,
@@ -19,7 +18,7 @@ func guard(lease string) string { return lease + "/v" }
 func near(lease string) string { return lease + "/s" }
 
 // take takes leases under token for ttl, failing the test on an error.
-func (e *env) take(token string, ttl time.Duration, leases ...string) []hybrid.Lease {
+func (e *env) take(token string, ttl time.Duration, leases ...string) []tier.Lease {
 	e.t.Helper()
 	guards := make([]string, len(leases))
 	for i, l := range leases {
@@ -45,7 +44,7 @@ func (e *env) taken(token, lease string, value []byte) {
 
 // held checks that a taker finds lease held under holder, with at most
 // ttl left, and more than least, and returns what it found.
-func (e *env) held(lease, holder string, least, ttl time.Duration) hybrid.Lease {
+func (e *env) held(lease, holder string, least, ttl time.Duration) tier.Lease {
 	e.t.Helper()
 	l := e.take("taker", longTTL, lease)[0]
 	if l.Taken || l.Holder != holder || l.Left <= least || l.Left > ttl {
@@ -55,7 +54,7 @@ func (e *env) held(lease, holder string, least, ttl time.Duration) hybrid.Lease 
 }
 
 // showLease formats l for a message.
-func showLease(l hybrid.Lease) string {
+func showLease(l tier.Lease) string {
 	return fmt.Sprintf("{Taken:%v Value:%s Left:%v Holder:%q}", l.Taken, show(l.Value), l.Left, l.Holder)
 }
 
@@ -153,7 +152,7 @@ func checkLeaseExpiry(e *env) {
 	if held, err := e.r.ExtendLeases(e.ctx, []string{"{e}l"}, "A", longTTL); err != nil || len(held) != 1 || held[0] {
 		e.t.Errorf("ExtendLeases of an expired lease, taken again by another: %v, %v; want [false], nil", held, err)
 	}
-	w := hybrid.Write{Key: guard("{e}l"), Value: raw("va"), TTL: longTTL, If: hybrid.IfAbsent, Msg: raw("filled"), Else: raw("unfilled"), Lease: "{e}l", Token: "A"}
+	w := tier.Write{Key: guard("{e}l"), Value: raw("va"), TTL: longTTL, If: tier.IfAbsent, Msg: raw("filled"), Else: raw("unfilled"), Lease: "{e}l", Token: "A"}
 	e.expectStored("a write releasing an expired lease", e.write(w), true)
 	e.release("A", "released", "{e}l")
 	e.expect(guard("{e}l"), raw("va"))
@@ -167,7 +166,7 @@ func checkLeaseWrite(e *env) {
 	e.listen()
 	fill := func(lease, msg string) bool {
 		e.t.Helper()
-		w := hybrid.Write{Key: guard(lease), Value: raw("v " + lease), TTL: longTTL, If: hybrid.IfAbsent,
+		w := tier.Write{Key: guard(lease), Value: raw("v " + lease), TTL: longTTL, If: tier.IfAbsent,
 			Msg: raw("stored " + msg), Else: raw("unstored " + msg), Lease: lease, Token: "A"}
 		return e.write(w)[0]
 	}

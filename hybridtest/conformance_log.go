@@ -3,11 +3,11 @@ package hybridtest
 import (
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"strconv"
 	"strings"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
@@ -22,7 +22,7 @@ func (e *env) needLog() {
 }
 
 // readLog reads e.feed.Log after after, failing the test on an error.
-func (e *env) readLog(after string, max int) hybrid.LogPage {
+func (e *env) readLog(after string, max int) tier.LogPage {
 	e.t.Helper()
 	p, err := e.r.ReadLog(e.ctx, e.feed.Log, after, max)
 	if err != nil {
@@ -89,11 +89,11 @@ func checkLogEntries(e *env) {
 	e.listen()
 	opened := e.openLog()
 	st := e.write(
-		hybrid.Write{Key: "k", Value: raw("v1"), Msg: raw("m1"), Log: raw("e1")},
-		hybrid.Write{Key: "k", Value: raw("v2"), If: hybrid.IfAbsent, Msg: raw("m2"), Else: raw("u2"), Log: raw("e2")},
-		hybrid.Write{Key: "k", Value: raw("v3"), If: hybrid.IfAbsent, Msg: raw("m3"), Log: raw("e3")},
-		hybrid.Write{Key: "k", Value: raw("v4"), Msg: raw("m4"), Log: raw("e4")},
-		hybrid.Write{Key: "k", Value: raw("v5"), Log: raw("e5")},
+		tier.Write{Key: "k", Value: raw("v1"), Msg: raw("m1"), Log: raw("e1")},
+		tier.Write{Key: "k", Value: raw("v2"), If: tier.IfAbsent, Msg: raw("m2"), Else: raw("u2"), Log: raw("e2")},
+		tier.Write{Key: "k", Value: raw("v3"), If: tier.IfAbsent, Msg: raw("m3"), Log: raw("e3")},
+		tier.Write{Key: "k", Value: raw("v4"), Msg: raw("m4"), Log: raw("e4")},
+		tier.Write{Key: "k", Value: raw("v5"), Log: raw("e5")},
 	)
 	e.expectStored("logged writes", st, true, false, false, true, true)
 	msgs := e.drain("k")
@@ -132,7 +132,7 @@ func checkLogEntries(e *env) {
 func checkLogIncomplete(e *env) {
 	e.needLog()
 	opened := e.openLog()
-	e.write(hybrid.Write{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw("first")})
+	e.write(tier.Write{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw("first")})
 	p := e.readLog(opened, 10)
 	if len(p.Entries) != 1 || !p.Complete {
 		e.t.Fatalf("ReadLog after one logged write: %+v, want one entry, Complete", p)
@@ -142,11 +142,11 @@ func checkLogIncomplete(e *env) {
 		e.t.Errorf("ReadLog after %q, past the newest entry %q: %+v, want no entries, Complete false", next(first), first, p)
 	}
 	const n, keep = 300, 10
-	ws := make([]hybrid.Write, n)
+	ws := make([]tier.Write, n)
 	for i := range ws {
-		ws[i] = hybrid.Write{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw(fmt.Sprint("e", i))}
+		ws[i] = tier.Write{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw(fmt.Sprint("e", i))}
 	}
-	e.writeFeed(hybrid.Feed{Channel: e.feed.Channel, Log: e.feed.Log, LogLen: keep}, ws...)
+	e.writeFeed(tier.Feed{Channel: e.feed.Channel, Log: e.feed.Log, LogLen: keep}, ws...)
 	p = e.readLog(first, 2*n)
 	switch {
 	case p.Complete:
@@ -167,7 +167,7 @@ func checkLogUnsupported(e *env) {
 	if e.r.Info().Log {
 		e.t.Skip("Info().Log is true: the Remote keeps a log")
 	}
-	w := []hybrid.Write{{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw("e")}}
+	w := []tier.Write{{Key: "k", Value: raw("v"), Msg: raw("m"), Log: raw("e")}}
 	if _, err := e.r.Write(e.ctx, w, e.feed); !errors.Is(err, errors.ErrUnsupported) {
 		e.t.Errorf("Write with Log: got %v, want errors.ErrUnsupported", err)
 	}

@@ -1,6 +1,7 @@
 package hybridtest_test
 
 import (
+	"github.com/hybridcache/hybridcache/tier"
 	"testing"
 
 	"github.com/hybridcache/hybridcache/hybrid"
@@ -14,8 +15,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // openRemote returns a fresh Remote on a fresh Bus, with a log and atomic
 // announced batches, or without either (as on Redis Cluster).
-func openRemote(noLog bool) func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
-	return func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
+func openRemote(noLog bool) func(t *testing.T) (tier.Remote, hybrid.Bus) {
+	return func(t *testing.T) (tier.Remote, hybrid.Bus) {
 		bus := new(hybridtest.Bus)
 		t.Cleanup(func() { bus.Close() })
 		return &hybridtest.Remote{Bus: bus, NoLog: noLog, SplitBatch: noLog}, bus

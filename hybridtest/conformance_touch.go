@@ -1,9 +1,8 @@
 package hybridtest
 
 import (
+	"github.com/hybridcache/hybridcache/tier"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's check of Write.Touch: a value changed in
@@ -21,8 +20,8 @@ func checkTouch(e *env) {
 	e.put(key("k"), raw("head-OLD-tail"), shortTTL)
 	e.put(key("short"), raw("head-O"), longTTL)
 	e.put(key("kept"), raw("ab-CD-ef"), shortTTL)
-	touch := func(name, old string, at int, value string, ttl time.Duration) hybrid.Write {
-		return hybrid.Write{Key: key(name), If: hybrid.IfEqual, Touch: true, TouchAt: at, Old: raw(old), Value: raw(value), TTL: ttl,
+	touch := func(name, old string, at int, value string, ttl time.Duration) tier.Write {
+		return tier.Write{Key: key(name), If: tier.IfEqual, Touch: true, TouchAt: at, Old: raw(old), Value: raw(value), TTL: ttl,
 			Msg: raw("touched " + name), Else: raw("untouched " + name)}
 	}
 	kept := touch("kept", "ab-xx-", 3, "GH", 0)
@@ -58,12 +57,12 @@ func checkTouch(e *env) {
 	e.expires(key("life"), start, shortTTL)
 
 	e.put("k", raw("head-OLD-tail"), longTTL)
-	for _, w := range []hybrid.Write{
+	for _, w := range []tier.Write{
 		{Key: "k", Touch: true, Value: raw("x")},
-		{Key: "k", Touch: true, If: hybrid.IfAbsent, Value: raw("x")},
-		{Key: "k", Touch: true, If: hybrid.IfEqual, TouchAt: -1, Value: raw("x")},
+		{Key: "k", Touch: true, If: tier.IfAbsent, Value: raw("x")},
+		{Key: "k", Touch: true, If: tier.IfEqual, TouchAt: -1, Value: raw("x")},
 	} {
-		if _, err := e.r.Write(e.ctx, []hybrid.Write{w}, e.feed); err == nil {
+		if _, err := e.r.Write(e.ctx, []tier.Write{w}, e.feed); err == nil {
 			e.t.Errorf("Write(%+v): no error, want one", w)
 		}
 	}

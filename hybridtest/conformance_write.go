@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the suite's checks of Info, Get and Write.
@@ -43,12 +42,12 @@ func checkGet(e *env) {
 	}
 }
 
-// checkHeads: a Remote that is a hybrid.HeadReader returns the first n
+// checkHeads: a Remote that is a tier.HeadReader returns the first n
 // bytes of each value (all of a shorter one), nil for a missing key or an
 // empty value, in order. A Remote without the capability has nothing to
 // check.
 func checkHeads(e *env) {
-	hr, ok := e.r.(hybrid.HeadReader)
+	hr, ok := e.r.(tier.HeadReader)
 	if !ok {
 		return
 	}
@@ -95,7 +94,7 @@ func checkEmptyInput(e *env) {
 			e.t.Errorf("ReleaseLeases(%#v): %v", keys, err)
 		}
 	}
-	for _, ws := range [][]hybrid.Write{nil, {}} {
+	for _, ws := range [][]tier.Write{nil, {}} {
 		if stored, err := e.r.Write(e.ctx, ws, e.feed); err != nil || len(stored) != 0 {
 			e.t.Errorf("Write(%#v) = %v, %v; want no results, nil", ws, stored, err)
 		}
@@ -105,26 +104,26 @@ func checkEmptyInput(e *env) {
 
 func checkAlways(e *env) {
 	st := e.write(
-		hybrid.Write{Key: "k", Value: raw("1"), TTL: longTTL},
-		hybrid.Write{Key: "nil", Value: nil, TTL: longTTL},
+		tier.Write{Key: "k", Value: raw("1"), TTL: longTTL},
+		tier.Write{Key: "nil", Value: nil, TTL: longTTL},
 	)
 	e.expectStored("Always over nothing", st, true, true)
 	e.expect("k", raw("1"))
 	e.expect("nil", []byte{})
-	st = e.write(hybrid.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: hybrid.Always})
+	st = e.write(tier.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: tier.Always})
 	e.expectStored("Always over a value", st, true)
 	e.expect("k", raw("2"))
 }
 
 func checkIfAbsent(e *env) {
-	st := e.write(hybrid.Write{Key: "k", Value: raw("1"), TTL: longTTL, If: hybrid.IfAbsent})
+	st := e.write(tier.Write{Key: "k", Value: raw("1"), TTL: longTTL, If: tier.IfAbsent})
 	e.expectStored("IfAbsent over nothing", st, true)
 	e.expect("k", raw("1"))
-	st = e.write(hybrid.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: hybrid.IfAbsent})
+	st = e.write(tier.Write{Key: "k", Value: raw("2"), TTL: longTTL, If: tier.IfAbsent})
 	e.expectStored("IfAbsent over a value", st, false)
 	e.expect("k", raw("1"))
 	e.put("empty", []byte{}, longTTL)
-	st = e.write(hybrid.Write{Key: "empty", Value: raw("3"), TTL: longTTL, If: hybrid.IfAbsent})
+	st = e.write(tier.Write{Key: "empty", Value: raw("3"), TTL: longTTL, If: tier.IfAbsent})
 	e.expectStored("IfAbsent over an empty value", st, false)
 	e.expect("empty", []byte{})
 }
@@ -148,7 +147,7 @@ func checkIfEqual(e *env) {
 		{"IfEqual over an empty value, Old empty", "empty", []byte{}, true, raw("new")},
 		{"IfEqual over an empty value, Old nil", "empty2", nil, true, raw("new")},
 	} {
-		st := e.write(hybrid.Write{Key: c.key, Value: raw("new"), TTL: longTTL, If: hybrid.IfEqual, Old: c.old})
+		st := e.write(tier.Write{Key: c.key, Value: raw("new"), TTL: longTTL, If: tier.IfEqual, Old: c.old})
 		e.expectStored(c.what, st, c.stored)
 		e.expect(c.key, c.holds)
 	}
@@ -171,7 +170,7 @@ func checkIfNewer(e *env) {
 	e.listen()
 	newer := func(key string, value []byte, at int, msg, els string) bool {
 		e.t.Helper()
-		w := hybrid.Write{Key: key, Value: value, TTL: longTTL, If: hybrid.IfNewer, StampAt: at, Msg: msgOf(msg), Else: msgOf(els)}
+		w := tier.Write{Key: key, Value: value, TTL: longTTL, If: tier.IfNewer, StampAt: at, Msg: msgOf(msg), Else: msgOf(els)}
 		return e.write(w)[0]
 	}
 	for _, c := range []struct {
@@ -229,12 +228,12 @@ func checkIfSeq(e *env) {
 	}
 	ifSeq := func(key, value string, was []byte) bool {
 		e.t.Helper()
-		return e.write(hybrid.Write{Key: key, Value: raw(value), TTL: longTTL, If: hybrid.IfSeq, Seq: seq, SeqWas: was})[0]
+		return e.write(tier.Write{Key: key, Value: raw(value), TTL: longTTL, If: tier.IfSeq, Seq: seq, SeqWas: was})[0]
 	}
 	if ifSeq("{q}a", "x", []byte("1")) {
 		e.t.Error("IfSeq with no counter: stored")
 	}
-	e.expectStored("a first write with Seq", e.write(hybrid.Write{Key: "{q}w", Value: raw("1"), TTL: longTTL, Seq: seq}), true)
+	e.expectStored("a first write with Seq", e.write(tier.Write{Key: "{q}w", Value: raw("1"), TTL: longTTL, Seq: seq}), true)
 	first, firstB := counter()
 	if ifSeq("{q}a", "x", nil) {
 		e.t.Error("IfSeq with an empty SeqWas: stored")
@@ -249,11 +248,11 @@ func checkIfSeq(e *env) {
 	if n, _ := counter(); n != first {
 		e.t.Errorf("counter after IfSeq writes: %d, want %d (unchanged)", n, first)
 	}
-	e.expectStored("IfAbsent with Seq over a value", e.write(hybrid.Write{Key: "{q}w", Value: raw("2"), TTL: longTTL, If: hybrid.IfAbsent, Seq: seq}), false)
+	e.expectStored("IfAbsent with Seq over a value", e.write(tier.Write{Key: "{q}w", Value: raw("2"), TTL: longTTL, If: tier.IfAbsent, Seq: seq}), false)
 	if n, _ := counter(); n != first {
 		e.t.Errorf("counter after a write that did not store: %d, want %d (unchanged)", n, first)
 	}
-	e.expectStored("Always with Seq", e.write(hybrid.Write{Key: "{q}w", Value: raw("3"), TTL: longTTL, Seq: seq}), true)
+	e.expectStored("Always with Seq", e.write(tier.Write{Key: "{q}w", Value: raw("3"), TTL: longTTL, Seq: seq}), true)
 	second, secondB := counter()
 	if second != first+1 {
 		e.t.Errorf("counter after a write with Seq: %d, want %d", second, first+1)
@@ -269,7 +268,7 @@ func checkIfSeq(e *env) {
 		e.t.Error("IfSeq over nothing, counter lost since it was read: stored")
 	}
 	e.expect("{q}b", nil)
-	e.expectStored("a write with Seq after the counter was lost", e.write(hybrid.Write{Key: "{q}w", Value: raw("4"), TTL: longTTL, Seq: seq}), true)
+	e.expectStored("a write with Seq after the counter was lost", e.write(tier.Write{Key: "{q}w", Value: raw("4"), TTL: longTTL, Seq: seq}), true)
 	if n, _ := counter(); n <= second {
 		e.t.Errorf("counter made anew: %d, want more than %d, the last value it held", n, second)
 	}
@@ -279,9 +278,9 @@ func checkIfSeq(e *env) {
 func checkTTL(e *env) {
 	start := time.Now()
 	st := e.write(
-		hybrid.Write{Key: "short", Value: raw("s"), TTL: shortTTL},
-		hybrid.Write{Key: "zero", Value: raw("z"), TTL: 0},
-		hybrid.Write{Key: "negative", Value: raw("n"), TTL: -time.Second},
+		tier.Write{Key: "short", Value: raw("s"), TTL: shortTTL},
+		tier.Write{Key: "zero", Value: raw("z"), TTL: 0},
+		tier.Write{Key: "negative", Value: raw("n"), TTL: -time.Second},
 	)
 	e.expectStored("writes with lifetimes", st, true, true, true)
 	e.expires("short", start, shortTTL)
@@ -297,9 +296,9 @@ func checkKeepTTL(e *env) {
 	e.put("forever", raw("f1"), 0)
 	e.put("reset", raw("r1"), shortTTL)
 	st := e.write(
-		hybrid.Write{Key: "kept", If: hybrid.IfEqual, Old: raw("v1"), Value: raw("v2"), KeepTTL: true},
-		hybrid.Write{Key: "forever", If: hybrid.IfEqual, Old: raw("f1"), Value: raw("f2"), KeepTTL: true, TTL: shortTTL / 3},
-		hybrid.Write{Key: "reset", If: hybrid.IfEqual, Old: raw("r1"), Value: raw("r2")},
+		tier.Write{Key: "kept", If: tier.IfEqual, Old: raw("v1"), Value: raw("v2"), KeepTTL: true},
+		tier.Write{Key: "forever", If: tier.IfEqual, Old: raw("f1"), Value: raw("f2"), KeepTTL: true, TTL: shortTTL / 3},
+		tier.Write{Key: "reset", If: tier.IfEqual, Old: raw("r1"), Value: raw("r2")},
 	)
 	if since := time.Since(start); since >= shortTTL && !st[0] {
 		e.t.Skipf("the writes took %v, longer than the lifetime %v of what they replace", since, shortTTL)
@@ -319,12 +318,12 @@ func checkKeepTTL(e *env) {
 func checkMsgElse(e *env) {
 	e.listen()
 	st := e.write(
-		hybrid.Write{Key: "k", Value: raw("v1"), If: hybrid.IfAbsent, Msg: raw("m1"), Else: raw("e1")},
-		hybrid.Write{Key: "k", Value: raw("v2"), If: hybrid.IfAbsent, Msg: raw("m2"), Else: raw("e2")},
-		hybrid.Write{Key: "k", Value: raw("v3"), If: hybrid.IfAbsent, Msg: raw("m3")},
-		hybrid.Write{Key: "k", Value: raw("v4"), Else: raw("e4")},
-		hybrid.Write{Key: "k", Value: raw("v5"), If: hybrid.IfEqual, Old: raw("v4"), Msg: raw("m5"), Else: raw("e5")},
-		hybrid.Write{Key: "k", Value: raw("v6"), If: hybrid.IfEqual, Old: raw("v4"), Msg: raw("m6"), Else: raw("e6")},
+		tier.Write{Key: "k", Value: raw("v1"), If: tier.IfAbsent, Msg: raw("m1"), Else: raw("e1")},
+		tier.Write{Key: "k", Value: raw("v2"), If: tier.IfAbsent, Msg: raw("m2"), Else: raw("e2")},
+		tier.Write{Key: "k", Value: raw("v3"), If: tier.IfAbsent, Msg: raw("m3")},
+		tier.Write{Key: "k", Value: raw("v4"), Else: raw("e4")},
+		tier.Write{Key: "k", Value: raw("v5"), If: tier.IfEqual, Old: raw("v4"), Msg: raw("m5"), Else: raw("e5")},
+		tier.Write{Key: "k", Value: raw("v6"), If: tier.IfEqual, Old: raw("v4"), Msg: raw("m6"), Else: raw("e6")},
 	)
 	e.expectStored("writes with messages", st, true, false, false, true, true, false)
 	e.expect("k", raw("v5"))
@@ -342,7 +341,7 @@ func checkOrder(e *env) {
 		wg.Go(func() {
 			for i := range writes {
 				v := raw(fmt.Sprintf("%d-%d", w, i))
-				if _, err := e.r.Write(e.ctx, []hybrid.Write{{Key: "k", Value: v, TTL: longTTL, Msg: v}}, e.feed); err != nil {
+				if _, err := e.r.Write(e.ctx, []tier.Write{{Key: "k", Value: v, TTL: longTTL, Msg: v}}, e.feed); err != nil {
 					e.t.Errorf("Write: %v", err)
 					return
 				}
@@ -365,14 +364,14 @@ func checkBatch(e *env) {
 	e.put("b", raw("old"), longTTL)
 	e.put("d", raw("old"), longTTL)
 	e.put("e", stamped("", 20, ""), longTTL)
-	ws := []hybrid.Write{
+	ws := []tier.Write{
 		{Key: "a", Value: raw("1")},
-		{Key: "b", Value: raw("2"), If: hybrid.IfAbsent},
-		{Key: "c", Value: raw("3"), If: hybrid.IfAbsent},
-		{Key: "d", Value: raw("4"), If: hybrid.IfEqual, Old: raw("wrong")},
-		{Key: "d", Value: raw("5"), If: hybrid.IfEqual, Old: raw("old")},
-		{Key: "e", Value: stamped("", 10, ""), If: hybrid.IfNewer},
-		{Key: "f", Value: stamped("", 30, ""), If: hybrid.IfNewer},
+		{Key: "b", Value: raw("2"), If: tier.IfAbsent},
+		{Key: "c", Value: raw("3"), If: tier.IfAbsent},
+		{Key: "d", Value: raw("4"), If: tier.IfEqual, Old: raw("wrong")},
+		{Key: "d", Value: raw("5"), If: tier.IfEqual, Old: raw("old")},
+		{Key: "e", Value: stamped("", 10, ""), If: tier.IfNewer},
+		{Key: "f", Value: stamped("", 30, ""), If: tier.IfNewer},
 	}
 	for i := range ws {
 		ws[i].TTL = longTTL

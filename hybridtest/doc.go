@@ -3,7 +3,7 @@
 // Redis, and the conformance suite of the shared tier's contract.
 //
 // A Remote is a byte store with lifetimes, load leases and invalidation
-// logs that implements the shared tier's contract (hybrid.Remote: Info, Get,
+// logs that implements the shared tier's contract (tier.Remote: Info, Get,
 // Write, TakeLeases, ExtendLeases, ReleaseLeases, ReadLog) with the
 // semantics of l2.Store over one Redis server: each write is one step with
 // its message, log entry and lease release; its leases are entries like

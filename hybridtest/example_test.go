@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"log"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 
@@ -42,10 +42,10 @@ func ExampleRemote_Write() {
 	}
 	defer unsubscribe()
 
-	feed := hybrid.Feed{Channel: "news"}
-	stored, err := remote.Write(ctx, []hybrid.Write{
-		{Key: "k", Value: []byte("v1"), If: hybrid.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
-		{Key: "k", Value: []byte("v2"), If: hybrid.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
+	feed := tier.Feed{Channel: "news"}
+	stored, err := remote.Write(ctx, []tier.Write{
+		{Key: "k", Value: []byte("v1"), If: tier.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
+		{Key: "k", Value: []byte("v2"), If: tier.IfAbsent, Msg: []byte("k filled"), Else: []byte("k was there")},
 	}, feed)
 	_ = bus.Flush(ctx) // the messages have been delivered
 	fmt.Println(stored, err)

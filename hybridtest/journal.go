@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strconv"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
@@ -81,14 +81,14 @@ func (l *memLog) trim(keep int) {
 // than the last position it gave out, or when its oldest entry is newer
 // than after (unless after is that last position); for an after of "0-0",
 // when any entry was ever trimmed.
-func (r *Remote) ReadLog(ctx context.Context, log, after string, max int) (hybrid.LogPage, error) {
+func (r *Remote) ReadLog(ctx context.Context, log, after string, max int) (tier.LogPage, error) {
 	switch {
 	case r.NoLog:
-		return hybrid.LogPage{}, fmt.Errorf("hybridtest: read log %q: the Remote keeps no log: %w", log, errors.ErrUnsupported)
+		return tier.LogPage{}, fmt.Errorf("hybridtest: read log %q: the Remote keeps no log: %w", log, errors.ErrUnsupported)
 	case max < 0:
-		return hybrid.LogPage{}, fmt.Errorf("hybridtest: read log %q: max %d, want at least 0", log, max)
+		return tier.LogPage{}, fmt.Errorf("hybridtest: read log %q: max %d, want at least 0", log, max)
 	case after != "" && message.ComparePositions(after, "0-0") < 0:
-		return hybrid.LogPage{}, fmt.Errorf("hybridtest: read log %q: position %q is not a stream id", log, after)
+		return tier.LogPage{}, fmt.Errorf("hybridtest: read log %q: position %q is not a stream id", log, after)
 	}
 	defer r.count(func(c *Calls) {
 		c.ReadLog++
@@ -97,7 +97,7 @@ func (r *Remote) ReadLog(ctx context.Context, log, after string, max int) (hybri
 		}
 	})
 	if err := r.begin(ctx); err != nil {
-		return hybrid.LogPage{}, err
+		return tier.LogPage{}, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,13 +106,13 @@ func (r *Remote) ReadLog(ctx context.Context, log, after string, max int) (hybri
 		if len(l.entries) == 0 {
 			r.journal.appendLocked(l, nil, true)
 		}
-		return hybrid.LogPage{Last: pos(l.last)}, nil
+		return tier.LogPage{Last: pos(l.last)}, nil
 	}
 	l := r.journal.logLocked(log, false)
 	if l == nil {
-		return hybrid.LogPage{}, nil
+		return tier.LogPage{}, nil
 	}
-	var p hybrid.LogPage
+	var p tier.LogPage
 	for _, e := range l.entries {
 		if len(p.Entries) == max {
 			break

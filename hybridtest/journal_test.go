@@ -3,11 +3,11 @@ package hybridtest_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"sync"
 	"testing"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
@@ -20,8 +20,8 @@ import (
 // entries.
 func logged(t *testing.T, r *hybridtest.Remote, e string, maxLen int) {
 	t.Helper()
-	f := hybrid.Feed{Channel: "ch", Log: "log", LogLen: maxLen}
-	if _, err := r.Write(t.Context(), []hybrid.Write{{Key: "k", Value: []byte(e), Msg: []byte("m"), Log: []byte(e)}}, f); err != nil {
+	f := tier.Feed{Channel: "ch", Log: "log", LogLen: maxLen}
+	if _, err := r.Write(t.Context(), []tier.Write{{Key: "k", Value: []byte(e), Msg: []byte("m"), Log: []byte(e)}}, f); err != nil {
 		t.Fatalf("Write of %s: %v", e, err)
 	}
 }
@@ -163,8 +163,8 @@ func TestRemoteLogOrder(t *testing.T) {
 		wg.Go(func() {
 			for i := range writes {
 				v := []byte(fmt.Sprintf("%d-%d", w, i))
-				f := hybrid.Feed{Channel: "ch", Log: "log", LogLen: writers * writes}
-				if _, err := r.Write(ctx, []hybrid.Write{{Key: "k", Value: v, Msg: v, Log: v}}, f); err != nil {
+				f := tier.Feed{Channel: "ch", Log: "log", LogLen: writers * writes}
+				if _, err := r.Write(ctx, []tier.Write{{Key: "k", Value: v, Msg: v, Log: v}}, f); err != nil {
 					t.Error(err)
 					return
 				}

@@ -5,10 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strings"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // This file holds the load leases of a Remote (TakeLeases, ExtendLeases,
@@ -41,7 +40,7 @@ func checkLeases(op string, n int, token string, ttl time.Duration) error {
 // without an expiry is given ttl and reported as having ttl left. guards
 // must be as long as keys, token not empty and ttl at least a millisecond.
 // With no keys it returns at once. It is l2.Store's TakeLeases.
-func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]hybrid.Lease, error) {
+func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]tier.Lease, error) {
 	if len(guards) != len(keys) {
 		return nil, fmt.Errorf("hybridtest: take %d leases: %d guards, want one per key", len(keys), len(guards))
 	}
@@ -49,7 +48,7 @@ func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token st
 		return nil, err
 	}
 	if len(keys) == 0 {
-		return []hybrid.Lease{}, nil
+		return []tier.Lease{}, nil
 	}
 	defer r.count(func(c *Calls) { c.TakeLeases++ })
 	if err := r.begin(ctx); err != nil {
@@ -58,7 +57,7 @@ func (r *Remote) TakeLeases(ctx context.Context, keys, guards []string, token st
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
-	out := make([]hybrid.Lease, len(keys))
+	out := make([]tier.Lease, len(keys))
 	for i, k := range keys {
 		if _, ok := r.getLocked(k, now); !ok {
 			r.setLocked(k, []byte(token), ttl, now)
@@ -121,7 +120,7 @@ func (r *Remote) ExtendLeases(ctx context.Context, keys []string, token string, 
 // released. When the message is due and r.Bus is nil or its Publish
 // fails, nothing is released. token must not be empty; with no keys it
 // returns at once. It is l2.Store's ReleaseLeases.
-func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f hybrid.Feed) error {
+func (r *Remote) ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f tier.Feed) error {
 	if token == "" {
 		return errors.New("hybridtest: release leases: empty token")
 	}

@@ -3,11 +3,11 @@ package hybridtest_test
 import (
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 
@@ -86,7 +86,7 @@ func TestRemoteLeaseBadArguments(t *testing.T) {
 	if _, err := r.ExtendLeases(ctx, []string{"l"}, "", time.Minute); err == nil {
 		t.Error("ExtendLeases with an empty token: got nil error, want one")
 	}
-	if err := r.ReleaseLeases(ctx, []string{"l"}, "", nil, hybrid.Feed{}); err == nil {
+	if err := r.ReleaseLeases(ctx, []string{"l"}, "", nil, tier.Feed{}); err == nil {
 		t.Error("ReleaseLeases with an empty token: got nil error, want one")
 	}
 	if r.Len() != 0 {

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/hybridcache/hybridcache/hybrid"
 )
 
 // Remote is an in-memory shared tier: a map of byte values with
 // lifetimes, load leases and invalidation logs. It implements the shared
-// tier's contract (hybrid.Remote) with the semantics of l2.Store over one
+// tier's contract (tier.Remote) with the semantics of l2.Store over one
 // Redis server, and TestRemote checks it. The zero value is an empty store
 // that is ready to use; set Bus, Now and NoLog before the first call. It
 // is safe for concurrent use.
@@ -64,8 +63,8 @@ type Remote struct {
 }
 
 var (
-	_ hybrid.Remote     = (*Remote)(nil)
-	_ hybrid.HeadReader = (*Remote)(nil)
+	_ tier.Remote     = (*Remote)(nil)
+	_ tier.HeadReader = (*Remote)(nil)
 )
 
 type item struct {
@@ -80,7 +79,7 @@ type Calls struct {
 	// the calls of each method, one per call however many keys or writes
 	// it covers: for Get and Write, one per round trip to the shared tier.
 	Get, Write, TakeLeases, ExtendLeases, ReleaseLeases, ReadLog int
-	// Heads counts the calls of Heads (hybrid.HeadReader), one per call.
+	// Heads counts the calls of Heads (tier.HeadReader), one per call.
 	Heads int
 	// OpenLog counts the ReadLog calls that opened a log (after == "");
 	// ReadLog counts them too.
@@ -106,8 +105,8 @@ var ErrNoBus = errors.New("hybridtest: Remote.Bus is nil")
 
 // Info describes r: no prefix, no read bound (see Remote), a log unless
 // NoLog is set, and atomic announced batches unless SplitBatch is set.
-func (r *Remote) Info() hybrid.RemoteInfo {
-	return hybrid.RemoteInfo{Log: !r.NoLog, AtomicBatch: !r.SplitBatch}
+func (r *Remote) Info() tier.Info {
+	return tier.Info{Log: !r.NoLog, AtomicBatch: !r.SplitBatch}
 }
 
 // FailWith makes every later call return err, until FailWith(nil).
@@ -295,7 +294,7 @@ func (r *Remote) Get(ctx context.Context, keys []string) ([][]byte, error) {
 
 // Heads returns a copy of the first n bytes (n > 0) of the value of each
 // of keys (all of a shorter one), in order, nil for a missing or expired
-// key, as one read: hybrid.HeadReader, as l2.Store has it (an empty value
+// key, as one read: tier.HeadReader, as l2.Store has it (an empty value
 // reads as missing there, and here). It takes the steps of Get but for
 // the hooks, and counts in Calls.Heads.
 func (r *Remote) Heads(ctx context.Context, keys []string, n int) ([][]byte, error) {

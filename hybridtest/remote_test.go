@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,7 +12,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/hybridtest"
 )
 
@@ -19,17 +19,17 @@ import (
 // latency, hooks, counts, a clock) and its choices where the contract
 // leaves one (TestRemote checks the contract).
 
-var feed = hybrid.Feed{Channel: "ch", Log: "log", LogLen: 100}
+var feed = tier.Feed{Channel: "ch", Log: "log", LogLen: 100}
 
 // calls makes one call of every method of r, with messages and a log
 // entry, and returns their errors.
 func calls(ctx context.Context, r *hybridtest.Remote) []error {
 	_, e1 := r.Get(ctx, []string{"k", "other"})
-	_, e2 := r.Write(ctx, []hybrid.Write{
+	_, e2 := r.Write(ctx, []tier.Write{
 		{Key: "k", Value: []byte("v"), Msg: []byte("m"), Log: []byte("e")},
-		{Key: "k", Value: []byte("v2"), If: hybrid.IfAbsent, Else: []byte("u")},
-		{Key: "n", Value: []byte("v"), If: hybrid.IfNewer},
-		{Key: "q", Value: []byte("v"), If: hybrid.IfEqual, Lease: "l", Token: "t"},
+		{Key: "k", Value: []byte("v2"), If: tier.IfAbsent, Else: []byte("u")},
+		{Key: "n", Value: []byte("v"), If: tier.IfNewer},
+		{Key: "q", Value: []byte("v"), If: tier.IfEqual, Lease: "l", Token: "t"},
 	}, feed)
 	_, e3 := r.TakeLeases(ctx, []string{"l"}, []string{"k"}, "t", time.Minute)
 	_, e4 := r.ExtendLeases(ctx, []string{"l"}, "t", time.Minute)
@@ -61,7 +61,7 @@ func TestRemoteCalls(t *testing.T) {
 	// Calls with nothing to do, or with bad arguments, make no round trip.
 	_, _ = r.Get(ctx, nil)
 	_, _ = r.Write(ctx, nil, feed)
-	_, _ = r.Write(ctx, []hybrid.Write{{Key: "k", If: 9}}, feed)
+	_, _ = r.Write(ctx, []tier.Write{{Key: "k", If: 9}}, feed)
 	_, _ = r.TakeLeases(ctx, nil, nil, "t", time.Minute)
 	_, _ = r.TakeLeases(ctx, []string{"l"}, nil, "t", time.Minute)
 	_, _ = r.ExtendLeases(ctx, []string{"l"}, "t", 0)
@@ -134,7 +134,7 @@ func TestRemoteLatencyHonoursContext(t *testing.T) {
 		}
 		r.SetLatency(time.Second)
 		start := time.Now()
-		if _, err := r.Write(t.Context(), []hybrid.Write{{Key: "a"}, {Key: "b"}}, hybrid.Feed{}); err != nil {
+		if _, err := r.Write(t.Context(), []tier.Write{{Key: "a"}, {Key: "b"}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 		if d := time.Since(start); d != time.Second {
@@ -156,9 +156,9 @@ func TestRemoteInfo(t *testing.T) {
 func TestRemoteNoBus(t *testing.T) {
 	var r hybridtest.Remote
 	ctx := t.Context()
-	st, err := r.Write(ctx, []hybrid.Write{
+	st, err := r.Write(ctx, []tier.Write{
 		{Key: "a", Value: []byte("1")},
-		{Key: "b", Value: []byte("2"), If: hybrid.IfAbsent, Else: []byte("not stored")}, // stores: no message
+		{Key: "b", Value: []byte("2"), If: tier.IfAbsent, Else: []byte("not stored")}, // stores: no message
 		{Key: "a", Value: []byte("3"), Msg: []byte("m")},
 		{Key: "c", Value: []byte("4")},
 	}, feed)
@@ -168,7 +168,7 @@ func TestRemoteNoBus(t *testing.T) {
 	if got := r.Keys(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("keys: got %q, want [a b]", got)
 	}
-	if _, err := r.Write(ctx, []hybrid.Write{{Key: "a", Msg: []byte("m")}}, hybrid.Feed{}); err != nil {
+	if _, err := r.Write(ctx, []tier.Write{{Key: "a", Msg: []byte("m")}}, tier.Feed{}); err != nil {
 		t.Errorf("Write with a message and no channel, without a Bus: %v", err)
 	}
 	if _, err := r.TakeLeases(ctx, []string{"l"}, []string{"a"}, "t", time.Minute); err != nil {
@@ -190,7 +190,7 @@ func TestRemoteFailingBus(t *testing.T) {
 	r.Put("l", []byte("t*"), time.Minute) // a lease of t, asked for
 	down := errors.New("bus down")
 	bus.FailWith(down)
-	st, err := r.Write(ctx, []hybrid.Write{
+	st, err := r.Write(ctx, []tier.Write{
 		{Key: "a", Value: []byte("1")},
 		{Key: "b", Value: []byte("2"), Msg: []byte("m"), Log: []byte("e"), Lease: "l", Token: "t"},
 	}, feed)
@@ -216,19 +216,19 @@ func TestRemoteWriteBadArguments(t *testing.T) {
 	r, _, _ := newRemote(t)
 	for _, c := range []struct {
 		what string
-		w    hybrid.Write
-		f    hybrid.Feed
+		w    tier.Write
+		f    tier.Feed
 	}{
-		{"an unknown Cond", hybrid.Write{If: hybrid.IfSeq + 1}, feed},
-		{"IfSeq without Seq", hybrid.Write{If: hybrid.IfSeq}, feed},
-		{"KeepTTL with Always", hybrid.Write{KeepTTL: true}, feed},
-		{"a negative StampAt", hybrid.Write{If: hybrid.IfNewer, StampAt: -1}, feed},
-		{"a lease without a token", hybrid.Write{Lease: "l"}, feed},
-		{"Log without Feed.Log", hybrid.Write{Msg: []byte("m"), Log: []byte("e")}, hybrid.Feed{Channel: "ch", LogLen: 10}},
-		{"Log with Feed.LogLen 0", hybrid.Write{Msg: []byte("m"), Log: []byte("e")}, hybrid.Feed{Channel: "ch", Log: "log"}},
+		{"an unknown Cond", tier.Write{If: tier.IfSeq + 1}, feed},
+		{"IfSeq without Seq", tier.Write{If: tier.IfSeq}, feed},
+		{"KeepTTL with Always", tier.Write{KeepTTL: true}, feed},
+		{"a negative StampAt", tier.Write{If: tier.IfNewer, StampAt: -1}, feed},
+		{"a lease without a token", tier.Write{Lease: "l"}, feed},
+		{"Log without Feed.Log", tier.Write{Msg: []byte("m"), Log: []byte("e")}, tier.Feed{Channel: "ch", LogLen: 10}},
+		{"Log with Feed.LogLen 0", tier.Write{Msg: []byte("m"), Log: []byte("e")}, tier.Feed{Channel: "ch", Log: "log"}},
 	} {
 		c.w.Key = "bad"
-		if _, err := r.Write(ctx, []hybrid.Write{{Key: "good"}, c.w}, c.f); err == nil {
+		if _, err := r.Write(ctx, []tier.Write{{Key: "good"}, c.w}, c.f); err == nil {
 			t.Errorf("Write with %s: got nil error, want one", c.what)
 		}
 	}
@@ -236,7 +236,7 @@ func TestRemoteWriteBadArguments(t *testing.T) {
 		t.Errorf("Writes with bad arguments stored %q", r.Keys())
 	}
 	nolog := &hybridtest.Remote{NoLog: true}
-	if _, err := nolog.Write(ctx, []hybrid.Write{{Key: "k", Log: []byte("e")}}, feed); !errors.Is(err, errors.ErrUnsupported) {
+	if _, err := nolog.Write(ctx, []tier.Write{{Key: "k", Log: []byte("e")}}, feed); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("Write with Log on a Remote with NoLog: got %v, want errors.ErrUnsupported", err)
 	}
 }
@@ -307,7 +307,7 @@ func TestRemoteWaitCalls(t *testing.T) {
 		done <- r.WaitCalls(t.Context(), func(c hybridtest.Calls) bool { return c.IfAbsent >= 2 })
 	}()
 	for range 2 {
-		if _, err := r.Write(t.Context(), []hybrid.Write{{Key: "k", If: hybrid.IfAbsent}}, hybrid.Feed{}); err != nil {
+		if _, err := r.Write(t.Context(), []tier.Write{{Key: "k", If: tier.IfAbsent}}, tier.Feed{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -325,7 +325,7 @@ func TestRemoteCopies(t *testing.T) {
 	ctx := t.Context()
 	r, _, _ := newRemote(t)
 	in := []byte("abc")
-	if _, err := r.Write(ctx, []hybrid.Write{{Key: "w", Value: in, Msg: in, Log: in}}, feed); err != nil {
+	if _, err := r.Write(ctx, []tier.Write{{Key: "w", Value: in, Msg: in, Log: in}}, feed); err != nil {
 		t.Fatal(err)
 	}
 	r.Put("put", in, 0)
@@ -353,7 +353,7 @@ func TestRemoteNow(t *testing.T) {
 	r := &hybridtest.Remote{Now: clk.Now}
 	r.Put("short", []byte("s"), time.Second)
 	r.Put("kept", []byte("k"), time.Second)
-	if _, err := r.Write(ctx, []hybrid.Write{{Key: "kept", If: hybrid.IfEqual, Old: []byte("k"), Value: []byte("k2"), KeepTTL: true}}, hybrid.Feed{}); err != nil {
+	if _, err := r.Write(ctx, []tier.Write{{Key: "kept", If: tier.IfEqual, Old: []byte("k"), Value: []byte("k2"), KeepTTL: true}}, tier.Feed{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.TakeLeases(ctx, []string{"l"}, []string{"short"}, "t", time.Second); err != nil {
@@ -380,7 +380,7 @@ func TestRemoteConcurrentUse(t *testing.T) {
 				var err error
 				switch (g + i) % 4 {
 				case 0:
-					_, err = r.Write(ctx, []hybrid.Write{{Key: k, Value: []byte(k), Msg: []byte(k), Log: []byte(k)}}, feed)
+					_, err = r.Write(ctx, []tier.Write{{Key: k, Value: []byte(k), Msg: []byte(k), Log: []byte(k)}}, feed)
 				case 1:
 					_, err = r.Get(ctx, []string{k, "x"})
 				case 2:

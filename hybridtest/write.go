@@ -6,10 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hybridcache/hybridcache/tier"
 	"strconv"
 	"time"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
@@ -68,7 +68,7 @@ import (
 // Token, or Log set without f.Log or with f.LogLen below 1 fails the call
 // (Log on a Remote with NoLog fails it with an error wrapping
 // errors.ErrUnsupported). With no writes it returns at once.
-func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([]bool, error) {
+func (r *Remote) Write(ctx context.Context, ws []tier.Write, f tier.Feed) ([]bool, error) {
 	if len(ws) == 0 {
 		return []bool{}, nil
 	}
@@ -86,15 +86,15 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 		c.Writes += len(ws)
 		for i, w := range ws {
 			switch w.If {
-			case hybrid.Always:
+			case tier.Always:
 				c.Always++
-			case hybrid.IfAbsent:
+			case tier.IfAbsent:
 				c.IfAbsent++
-			case hybrid.IfEqual:
+			case tier.IfEqual:
 				c.IfEqual++
-			case hybrid.IfNewer:
+			case tier.IfNewer:
 				c.IfNewer++
-			case hybrid.IfSeq:
+			case tier.IfSeq:
 				c.IfSeq++
 			}
 			if w.Lease != "" {
@@ -126,7 +126,7 @@ func (r *Remote) Write(ctx context.Context, ws []hybrid.Write, f hybrid.Feed) ([
 
 // writeAnnounced makes ws, then announces them with f.Msg (and f.Entry),
 // all as one step unless r.SplitBatch is set.
-func (r *Remote) writeAnnounced(ctx context.Context, ws []hybrid.Write, f hybrid.Feed, stored []bool) error {
+func (r *Remote) writeAnnounced(ctx context.Context, ws []tier.Write, f tier.Feed, stored []bool) error {
 	if r.Bus == nil {
 		return ErrNoBus
 	}
@@ -167,7 +167,7 @@ func (r *Remote) writeAnnounced(ctx context.Context, ws []hybrid.Write, f hybrid
 }
 
 // checkFeed returns what is wrong with f, for a batch it announces.
-func (r *Remote) checkFeed(f hybrid.Feed) error {
+func (r *Remote) checkFeed(f tier.Feed) error {
 	switch {
 	case f.Entry == nil || f.Msg == nil || f.Channel == "":
 		return nil
@@ -182,19 +182,19 @@ func (r *Remote) checkFeed(f hybrid.Feed) error {
 }
 
 // checkWrite returns what is wrong with w, given f.
-func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
+func (r *Remote) checkWrite(w tier.Write, f tier.Feed) error {
 	switch {
-	case w.If > hybrid.IfSeq:
+	case w.If > tier.IfSeq:
 		return fmt.Errorf("unknown condition %d", w.If)
-	case w.KeepTTL && w.If != hybrid.IfEqual:
+	case w.KeepTTL && w.If != tier.IfEqual:
 		return errors.New("KeepTTL without IfEqual")
-	case w.Touch && w.If != hybrid.IfEqual:
+	case w.Touch && w.If != tier.IfEqual:
 		return errors.New("Touch without IfEqual")
-	case w.If == hybrid.IfSeq && w.Seq == "":
+	case w.If == tier.IfSeq && w.Seq == "":
 		return errors.New("IfSeq without Seq")
 	case w.Touch && w.TouchAt < 0:
 		return fmt.Errorf("negative TouchAt %d", w.TouchAt)
-	case w.If == hybrid.IfNewer && w.StampAt < 0:
+	case w.If == tier.IfNewer && w.StampAt < 0:
 		return fmt.Errorf("negative StampAt %d", w.StampAt)
 	case w.Lease != "" && w.Token == "":
 		return fmt.Errorf("lease %q without a token", w.Lease)
@@ -211,31 +211,31 @@ func (r *Remote) checkWrite(w hybrid.Write, f hybrid.Feed) error {
 }
 
 // write makes w as one step and reports whether it stored.
-func (r *Remote) write(ctx context.Context, w hybrid.Write, f hybrid.Feed) (bool, error) {
+func (r *Remote) write(ctx context.Context, w tier.Write, f tier.Feed) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.writeLocked(ctx, w, f)
 }
 
 // writeLocked is write with r.mu held.
-func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed) (bool, error) {
+func (r *Remote) writeLocked(ctx context.Context, w tier.Write, f tier.Feed) (bool, error) {
 	now := r.now()
 	cur, ok := r.getLocked(w.Key, now)
 	var write, found bool
 	switch w.If {
-	case hybrid.Always:
+	case tier.Always:
 		write = true
-	case hybrid.IfAbsent:
+	case tier.IfAbsent:
 		write = !ok
-	case hybrid.IfEqual:
+	case tier.IfEqual:
 		write = ok && bytes.Equal(cur, w.Old)
 		if w.Touch {
 			write = ok && touchable(cur, w.Old, w.TouchAt, len(w.Value))
 		}
-	case hybrid.IfNewer:
+	case tier.IfNewer:
 		found = ok && bytes.Equal(cur, w.Value)
 		write = !found && (!ok || !newer(cur, w.Value, w.StampAt))
-	case hybrid.IfSeq:
+	case tier.IfSeq:
 		seq, has := r.getLocked(w.Seq, now)
 		write = !ok && has && len(w.SeqWas) > 0 && bytes.Equal(seq, w.SeqWas)
 	}
@@ -281,7 +281,7 @@ func (r *Remote) writeLocked(ctx context.Context, w hybrid.Write, f hybrid.Feed)
 	case write:
 		r.setLocked(w.Key, w.Value, w.TTL, now)
 	}
-	if write && w.Seq != "" && w.If != hybrid.IfSeq {
+	if write && w.Seq != "" && w.If != tier.IfSeq {
 		r.bumpLocked(w.Seq, now)
 	}
 	if w.Lease != "" {

@@ -28,7 +28,7 @@
 // arrive in the order that client published them; messages from different
 // clients arrive in the order Redis executed the PUBLISH commands, which is
 // the order of the writes only when each write and its PUBLISH are one
-// atomic step (one script: hybrid.Remote's Write with a message).
+// atomic step (one script: tier.Remote's Write with a message).
 //
 // # Disconnects
 //

@@ -10,8 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // Each benchmark runs the Store next to the raw go-redis call it wraps, on
@@ -71,7 +71,7 @@ func BenchmarkGet(b *testing.B) {
 	})
 }
 
-func BenchmarkGetMany50(b *testing.B) {
+func BenchmarkGet50(b *testing.B) {
 	rdb := srv.Client(b)
 	keys := benchKeys(b, rdb, 50)
 	ctx := context.Background()
@@ -128,7 +128,7 @@ func BenchmarkWriteIfAbsent50(b *testing.B) {
 	})
 }
 
-func BenchmarkClusterGetMany50(b *testing.B) {
+func BenchmarkClusterGet50(b *testing.B) {
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.ClusterAddrs(b)})
 	b.Cleanup(func() { rdb.Close() })
 	keys := benchKeys(b, rdb, 50)

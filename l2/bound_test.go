@@ -18,8 +18,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // deadlines is a go-redis hook that records the ctx deadline of every

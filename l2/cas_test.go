@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
-// TestCompareAndSet: a write IfEqual stores only where the key holds
+// TestWriteIfEqual: a write IfEqual stores only where the key holds
 // exactly Old.
-func TestCompareAndSet(t *testing.T) {
+func TestWriteIfEqual(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := context.Background()
 	if _, err := s.Write(ctx, []tier.Write{{Key: "k", Value: []byte("old"), TTL: time.Minute}}, tier.Feed{}); err != nil {
@@ -39,10 +39,10 @@ func TestCompareAndSet(t *testing.T) {
 	}
 }
 
-// TestReplaceAndPublish: a write IfEqual with KeepTTL replaces the value
+// TestWriteKeepTTLAnnounced: a write IfEqual with KeepTTL replaces the value
 // only where the key holds exactly Old, keeping its lifetime, and
 // announces Msg or Else, the same message, either way.
-func TestReplaceAndPublish(t *testing.T) {
+func TestWriteKeepTTLAnnounced(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	channel := prefix + "ch"
@@ -99,10 +99,10 @@ func stamped(t uint64, tail string) []byte {
 	return append(b, tail...)
 }
 
-// TestSetIfNewerAndPublish: a write IfNewer stores over a missing key, an
+// TestWriteIfNewerAnnounced: a write IfNewer stores over a missing key, an
 // older value or one too short to hold a write time, reports stored for
 // its own value, and announces only what it stored.
-func TestSetIfNewerAndPublish(t *testing.T) {
+func TestWriteIfNewerAnnounced(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	channel := prefix + "ch"

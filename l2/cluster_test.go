@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // The tests in this file need a Redis Cluster: start one with
@@ -63,7 +63,7 @@ func clusterClients(t *testing.T) []clusterCase {
 	}
 }
 
-func TestClusterGetManySetManyIfAbsent(t *testing.T) {
+func TestClusterGetWriteIfAbsentBatch(t *testing.T) {
 	for _, c := range clusterClients(t) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -156,7 +156,7 @@ func TestClusterGetManySetManyIfAbsent(t *testing.T) {
 	}
 }
 
-func TestClusterSetAndPublishOrder(t *testing.T) {
+func TestClusterWriteAnnouncedOrder(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
@@ -189,7 +189,7 @@ func TestClusterSetAndPublishOrder(t *testing.T) {
 	}
 }
 
-func TestClusterSetAndPublish(t *testing.T) {
+func TestClusterWriteAnnounced(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { rdb.Close() })
@@ -552,10 +552,10 @@ func TestClusterTakeLeasesValues(t *testing.T) {
 	}
 }
 
-// TestClusterFillAndRelease: in Redis Cluster, a write with Lease writes
+// TestClusterWriteReleasing: in Redis Cluster, a write with Lease writes
 // on the key's master, then releases and publishes on the lease's: its
 // semantics are those of one server, in two round trips.
-func TestClusterFillAndRelease(t *testing.T) {
+func TestClusterWriteReleasing(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	for _, c := range clusterClients(t) {
 		t.Run(c.name, func(t *testing.T) {
@@ -621,12 +621,12 @@ func TestClusterFillAndRelease(t *testing.T) {
 	}
 }
 
-// TestClusterFillAndReleaseAnnouncesAfter: a subscriber, on hearing the
+// TestClusterWriteReleasingAnnouncesAfter: a subscriber, on hearing the
 // message of a write with Lease, finds the value written and the lease
 // released; a lease no one asked for is released without a message. The
 // rounds' keys and leases are spread over every master, so a subscriber on
 // any node hears messages that crossed the cluster bus.
-func TestClusterFillAndReleaseAnnouncesAfter(t *testing.T) {
+func TestClusterWriteReleasingAnnouncesAfter(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { rdb.Close() })

@@ -1,6 +1,7 @@
 package l2_test
 
 import (
+	"github.com/hybridcache/hybridcache/tier"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -15,8 +16,8 @@ import (
 // openStore returns the open function of the conformance suite for a
 // Store on rdb: each subtest gets a Store under a prefix of its own, and a
 // Bus on the same client, which hears what the Store publishes.
-func openStore(rdb func(t *testing.T) redis.UniversalClient) func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
-	return func(t *testing.T) (hybrid.Remote, hybrid.Bus) {
+func openStore(rdb func(t *testing.T) redis.UniversalClient) func(t *testing.T) (tier.Remote, hybrid.Bus) {
+	return func(t *testing.T) (tier.Remote, hybrid.Bus) {
 		c := rdb(t)
 		bus := invalidate.New(c, invalidate.Options{})
 		t.Cleanup(func() { bus.Close() })

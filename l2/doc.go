@@ -1,8 +1,8 @@
 // Package l2 is the shared, Redis-backed second tier of a hybrid cache: a
-// Store implements package hybrid's Remote over a go-redis client that the
-// caller creates, configures and closes (one server, a Sentinel-managed
-// primary, Redis Cluster, or a Ring). It knows nothing of codecs,
-// envelopes or the first tier.
+// Store implements the shared tier's contract (tier.Remote) over a
+// go-redis client that the caller creates, configures and closes (one
+// server, a Sentinel-managed primary, Redis Cluster, or a Ring). It knows
+// nothing of codecs, envelopes or the first tier.
 //
 // # Key layout
 //

@@ -8,8 +8,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 func Example() {

@@ -1,14 +1,14 @@
 package l2_test
 
 import (
+	"github.com/hybridcache/hybridcache/tier"
 	"strings"
 	"testing"
 
-	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/l2"
 )
 
-var _ hybrid.HeadReader = (*l2.Store)(nil)
+var _ tier.HeadReader = (*l2.Store)(nil)
 
 // TestHeads reads the first bytes of values of several lengths, and a
 // missing key, in one pipeline of GETRANGE.

@@ -17,8 +17,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/message"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // newJournal is newStore for the tests of the log, which need a real
@@ -58,7 +58,7 @@ func appendLog(t *testing.T, s *l2.Store, rdb *redis.Client, prefix, log string,
 	return streamIDs(t, rdb, prefix+log)
 }
 
-func TestSetPublishAndLog(t *testing.T) {
+func TestWriteAnnouncedLogged(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	channel := prefix + "ch" // not prefixed by the Store
@@ -119,10 +119,10 @@ func TestSetPublishAndLog(t *testing.T) {
 	}
 }
 
-// TestReplacePublishAndLog: the value is replaced only if the key still
+// TestWriteIfEqualAnnouncedLogged: the value is replaced only if the key still
 // holds old, keeping its lifetime; either way the entry is logged and the
 // message published at its position.
-func TestReplacePublishAndLog(t *testing.T) {
+func TestWriteIfEqualAnnouncedLogged(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	channel := prefix + "ch"
@@ -160,9 +160,9 @@ func TestReplacePublishAndLog(t *testing.T) {
 	}
 }
 
-// TestSetPublishAndLogOrder: concurrent writers; messages, log entries and
+// TestWriteAnnouncedLoggedOrder: concurrent writers; messages, log entries and
 // writes come in one order, and positions only grow.
-func TestSetPublishAndLogOrder(t *testing.T) {
+func TestWriteAnnouncedLoggedOrder(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	channel := prefix + "ch"
@@ -213,7 +213,7 @@ func TestSetPublishAndLogOrder(t *testing.T) {
 	}
 }
 
-func TestSetPublishAndLogTrims(t *testing.T) {
+func TestWriteLogTrims(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	node := 100
@@ -246,7 +246,7 @@ func TestSetPublishAndLogTrims(t *testing.T) {
 	}
 }
 
-func TestSetPublishAndLogWrongType(t *testing.T) {
+func TestWriteLogWrongType(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	if err := rdb.Set(ctx, prefix+"log", "not a stream", 0).Err(); err != nil {
@@ -683,10 +683,10 @@ func positionOf(t *testing.T, b []byte) string {
 	return m.Position
 }
 
-// TestSetIfNewerPublishAndLog: a write that stores is logged and published
+// TestWriteIfNewerAnnouncedLogged: a write that stores is logged and published
 // positioned at its entry; one that finds its value, or a newer one, writes,
 // logs and publishes nothing.
-func TestSetIfNewerPublishAndLog(t *testing.T) {
+func TestWriteIfNewerAnnouncedLogged(t *testing.T) {
 	s, rdb, prefix := newJournal(t)
 	ctx := t.Context()
 	channel := prefix + "ch"

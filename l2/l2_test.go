@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 var srv *redistest.Server
@@ -109,7 +109,7 @@ func TestGetMiss(t *testing.T) {
 	}
 }
 
-func TestSetGet(t *testing.T) {
+func TestWriteGet(t *testing.T) {
 	for _, value := range [][]byte{[]byte("hello"), {0, 1, 2, 255}, {}} {
 		t.Run(fmt.Sprintf("%q", value), func(t *testing.T) {
 			s, _, _ := newStore(t)
@@ -128,7 +128,7 @@ func TestSetGet(t *testing.T) {
 	}
 }
 
-func TestSetTTL(t *testing.T) {
+func TestWriteTTL(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	const ttl = 10 * time.Second
@@ -156,7 +156,7 @@ func TestSetTTL(t *testing.T) {
 	}
 }
 
-func TestSetNoExpiry(t *testing.T) {
+func TestWriteNoExpiry(t *testing.T) {
 	// A ttl of zero or less means no expiry, even over a key that had one
 	// (go-redis would read a negative expiration as KEEPTTL).
 	for _, ttl := range []time.Duration{0, -1, -time.Second} {
@@ -180,7 +180,7 @@ func TestSetNoExpiry(t *testing.T) {
 	}
 }
 
-func TestSetIfAbsent(t *testing.T) {
+func TestWriteIfAbsent(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	tests := []struct {
@@ -276,7 +276,7 @@ func TestPrefix(t *testing.T) {
 	}
 }
 
-func TestGetMany(t *testing.T) {
+func TestGetBatch(t *testing.T) {
 	s, _, _ := newStore(t)
 	ctx := t.Context()
 	if _, err := s.Write(ctx, []tier.Write{
@@ -303,7 +303,7 @@ func TestGetMany(t *testing.T) {
 	}
 }
 
-func TestSetManyIfAbsent(t *testing.T) {
+func TestWriteIfAbsentBatch(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	if _, err := s.Write(ctx, []tier.Write{{Key: "old", Value: []byte("kept")}}, tier.Feed{}); err != nil {
@@ -677,7 +677,7 @@ func checkOrder(t *testing.T, s *l2.Store, ps *redis.PubSub, key, channel string
 	}
 }
 
-func TestSetAndPublishOrder(t *testing.T) {
+func TestWriteAnnouncedOrder(t *testing.T) {
 	for run := range 3 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			s, _, _ := newStore(t)
@@ -688,7 +688,7 @@ func TestSetAndPublishOrder(t *testing.T) {
 	}
 }
 
-func TestSetAndPublish(t *testing.T) {
+func TestWriteAnnounced(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	ctx := t.Context()
 	channel := prefix + "ch"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // This file holds the load leases: TakeLeases, ExtendLeases and

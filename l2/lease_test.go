@@ -16,8 +16,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // pttl returns the PTTL of the Redis key key (-2: missing, -1: no expiry).
@@ -1236,18 +1236,18 @@ func checkWriteWithLease(t *testing.T, s *l2.Store, rdb redis.UniversalClient, p
 	quiet(t, rdb, "", channel, msgs, "after the last write with Lease")
 }
 
-// TestFillAndRelease runs checkWriteWithLease on one server.
-func TestFillAndRelease(t *testing.T) {
+// TestWriteReleasing runs checkWriteWithLease on one server.
+func TestWriteReleasing(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	channel := prefix + "ch"
 	msgs := receive(subscribe(t, srv.Client(t), channel), 32)
 	checkWriteWithLease(t, s, rdb, prefix, channel, msgs)
 }
 
-// TestFillAndReleaseAnnouncesAfter: a subscriber that hears the message of
+// TestWriteReleasingAnnouncesAfter: a subscriber that hears the message of
 // a write with Lease finds the value written and the lease released;
 // a lease no one asked for is released without a message.
-func TestFillAndReleaseAnnouncesAfter(t *testing.T) {
+func TestWriteReleasingAnnouncesAfter(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	channel := prefix + "ch"
 	checkFillAnnouncesAfter(t, s, rdb, subscribe(t, srv.Client(t), channel), prefix, channel, 50)

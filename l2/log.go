@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/hybridcache/hybridcache/internal/message"
-	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // This file holds the reading of the invalidation log, which a write with

@@ -179,7 +179,7 @@ func fill(out [][]byte, idx []int, vals []any) error {
 
 // Heads returns the first n bytes (n > 0) of the value of each of keys
 // (all of a shorter value), in order, nil for a missing key, as
-// hybrid.HeadReader asks. It sends one GETRANGE key 0 n-1 per key, all in
+// tier.HeadReader asks. It sends one GETRANGE key 0 n-1 per key, all in
 // one pipeline, which go-redis sends to each node in one round trip (in
 // parallel on Redis Cluster, where single-key commands need no grouping by
 // slot). GETRANGE answers a missing key and an empty value alike, so an

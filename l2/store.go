@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // Options configures a Store. The zero value is ready to use.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hybridcache/hybridcache/internal/tier"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // Write makes each write of ws, in order, announcing on f, and reports in

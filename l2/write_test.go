@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hybridcache/hybridcache/internal/redistest"
-	"github.com/hybridcache/hybridcache/internal/tier"
 	"github.com/hybridcache/hybridcache/l2"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // Tests of Write batches: what goes as a plain command and what as the

@@ -643,12 +643,12 @@ func TestMetricsAdaptive(t *testing.T) {
 	}
 	defer reg.Unregister()
 	ctx := context.Background()
-	for key, set := range map[string]func(*hybrid.EntrySettings){
-		"volatile": (*hybrid.EntrySettings).DoNotCache,
-		"bad":      func(e *hybrid.EntrySettings) { e.SetTTL(-time.Second) },
+	for key, set := range map[string]func(*hybrid.LoadSettings){
+		"volatile": (*hybrid.LoadSettings).DoNotCache,
+		"bad":      func(e *hybrid.LoadSettings) { e.SetTTL(-time.Second) },
 	} {
 		v, err := c.GetOrCreate(ctx, key, func(ctx context.Context, _ string) (string, error) {
-			set(hybrid.EntryFrom(ctx))
+			set(hybrid.SettingsFrom(ctx))
 			return "v", nil
 		})
 		if v != "v" || err != nil {

@@ -172,7 +172,7 @@ func catalogue() []instrument {
 		}},
 		{name: "stale.served", unit: "{value}", desc: "Stale values served by fail-safe or after a soft timeout.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Load.StaleServed })},
-		{name: "stale.reads", unit: "{value}", desc: "Stale values returned by reads without a load (AllowStale).",
+		{name: "stale.reads", unit: "{value}", desc: "Stale values returned by reads without a load (WithAllowStale).",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Load.StaleReads })},
 		{name: "fills.discarded", unit: "{fill}", desc: "Fills not stored in L1 because the key changed meanwhile.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.L1.FillsDiscarded })},

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	dto "github.com/prometheus/client_model/go"
@@ -42,10 +43,13 @@ func newTestRedis(t *testing.T) *redis.Client {
 // testSecret is what every instance of a test signs with.
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
 
+// testHotSetEvery is how often a test's instances record their hot set.
+const testHotSetEvery = 50 * time.Millisecond
+
 // serve starts a service on rdb and serves it until the test ends.
 func serve(t *testing.T, rdb redis.UniversalClient) (*service, *httptest.Server) {
 	t.Helper()
-	s, err := newService(rdb, testSecret, slog.New(slog.DiscardHandler))
+	s, err := newService(rdb, testSecret, testHotSetEvery, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,13 +199,23 @@ func TestReadyAfterWarmStart(t *testing.T) {
 			get(t, srvA, "/products/"+id, http.StatusOK)
 		}
 	}
-	if err := a.products.RecordHot(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	b, srvB := start()
-	get(t, srvB, "/readyz", http.StatusServiceUnavailable)
-	if n := b.warmUp(t.Context()); n != 3 {
-		t.Errorf("the second instance warmed %d products, want 3", n)
+	// a's recorder puts them in the hot set within testHotSetEvery; a new
+	// instance that warms before it has finds fewer, and the next is
+	// started.
+	var b *service
+	var srvB *httptest.Server
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, srvB = start()
+		get(t, srvB, "/readyz", http.StatusServiceUnavailable)
+		n := b.warmUp(t.Context())
+		if n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second instance warmed %d products, want 3", n)
+		}
+		time.Sleep(testHotSetEvery)
 	}
 	get(t, srvB, "/readyz", http.StatusOK)
 	get(t, srvB, "/products/2", http.StatusOK)
@@ -217,7 +231,9 @@ func TestSelfTest(t *testing.T) {
 	rdb := newTestRedis(t)
 	s, srv := serve(t, rdb)
 	var out strings.Builder
-	another := func() (*service, error) { return newService(rdb, testSecret, slog.New(slog.DiscardHandler)) }
+	another := func() (*service, error) {
+		return newService(rdb, testSecret, testHotSetEvery, slog.New(slog.DiscardHandler))
+	}
 	if err := selfTest(t.Context(), srv.URL, &out, s, another); err != nil {
 		t.Fatalf("selfTest: %v\n%s", err, out.String())
 	}
@@ -232,7 +248,7 @@ func TestSelfTest(t *testing.T) {
 // cache's startup advisor asks, so New logs nothing at warning level.
 func TestNoStartupAdvice(t *testing.T) {
 	var logs strings.Builder
-	s, err := newService(newTestRedis(t), testSecret, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	s, err := newService(newTestRedis(t), testSecret, testHotSetEvery, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatal(err)
 	}

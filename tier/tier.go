@@ -1,11 +1,83 @@
-// Package tier holds the request and result types of the shared-tier
-// contract (hybrid.Remote), so that package hybrid, which owns the
-// contract, and the packages that implement it (l2, hybridtest) can share
-// them without importing one another. Package hybrid re-exports each type
-// under the same name; its documentation is the contract.
+// Package tier is the contract of a hybrid cache's shared second tier: the
+// Remote interface that a byte store shared by every instance implements
+// (l2.Store over Redis, hybridtest.Remote in memory), the optional
+// HeadReader, and the types of their requests and results. Package hybrid
+// takes a Remote in hybrid.Options.Remote; an implementation imports this
+// package only, never hybrid, and checks itself with
+// hybridtest.TestRemote.
 package tier
 
-import "time"
+import (
+	"context"
+	"time"
+)
+
+// Remote is the shared second tier: a byte store that every instance reads
+// and writes, such as *l2.Store over Redis. Keys arrive namespaced; the
+// Remote may prepend a prefix of its own (see Info). Implementations must
+// be safe for concurrent use. hybridtest.TestRemote checks one against
+// this contract.
+//
+// Every method is required: what a deployment cannot do is an error
+// wrapping errors.ErrUnsupported (for example a log on Redis Cluster),
+// never a missing method. One capability is optional, and has an
+// interface of its own: HeadReader.
+type Remote interface {
+	// Info describes the Remote. The cache calls it once, in hybrid.New.
+	Info() Info
+
+	// Get returns the stored bytes of each key, in order, nil for a
+	// missing key, in one round trip (per node) where it can. A miss is
+	// not an error.
+	Get(ctx context.Context, keys []string) ([][]byte, error)
+
+	// Write makes each write of ws, in order, announcing on f, in one
+	// round trip (per node) where it can; each write is atomic with its
+	// message, log entry and lease release, the batch is not, but for a
+	// batch announced as a whole by f.Msg where Info().AtomicBatch holds
+	// (see Feed). stored[i] reports whether ws[i] stored its value. After
+	// an error, the writes it reports stored were made; the others may
+	// have been.
+	Write(ctx context.Context, ws []Write, f Feed) (stored []bool, err error)
+
+	// TakeLeases takes a lease under token for ttl (at least 1ms) on each
+	// of keys that no one holds, in one round trip (per node) where it
+	// can. guards[i] is the key that keys[i] is a lease for: a taker
+	// learns what it held right after the take, so that it sees a value
+	// stored by a holder that released between its read and its take. A
+	// lease found held is marked as asked for, so that its holder's
+	// release announces (see Write.Lease, ReleaseLeases).
+	TakeLeases(ctx context.Context, keys, guards []string, token string, ttl time.Duration) ([]Lease, error)
+
+	// ExtendLeases sets to ttl the lifetime of each lease of keys still
+	// held under token, and reports which were.
+	ExtendLeases(ctx context.Context, keys []string, token string, ttl time.Duration) (held []bool, err error)
+
+	// ReleaseLeases deletes each lease of keys still held under token (one
+	// taken over by another holder stays), then publishes msg on
+	// f.Channel if someone may wait for one of them (it was asked for, or
+	// is no longer held under token).
+	ReleaseLeases(ctx context.Context, keys []string, token string, msg []byte, f Feed) error
+
+	// ReadLog returns up to max entries of the log named log after the
+	// position after, oldest first. With after empty it opens the log:
+	// it creates the log if missing and returns no entries, only Last.
+	// Positions compare as Redis stream ids ("<ms>-<seq>").
+	ReadLog(ctx context.Context, log, after string, max int) (LogPage, error)
+}
+
+// HeadReader is the optional capability of a Remote: reading the first n
+// bytes of stored values, so that the cache's background verifier
+// (hybrid.Options.VerifyRate) learns a value's header without moving its
+// payload. The cache looks for it once, in hybrid.New. l2.Store and
+// hybridtest.Remote have it; with a Remote that has not, the verifier reads
+// whole values with Remote.Get, and nothing else changes.
+type HeadReader interface {
+	// Heads returns the first n bytes of the value of each key (all of a
+	// shorter one), in order, nil for a missing key, in one round trip
+	// (per node) where it can. A miss is not an error.
+	Heads(ctx context.Context, keys []string, n int) ([][]byte, error)
+}
 
 // Cond is the condition under which a Write stores its value.
 type Cond uint8
