@@ -370,7 +370,7 @@ func TestNegativeCachingInBatch(t *testing.T) {
 		if got := loads.Load(); got != 1 {
 			t.Errorf("batch loads: got %d, want 1 (b's absence is remembered)", got)
 		}
-		s.waitWrites(t, 1)
+		s.waitStored(t, "b")
 		var m missingRow
 		if _, err := a.GetOrCreate(ctx, "b", m.load); !errors.Is(err, hybrid.ErrNotFound) || m.calls.Load() != 0 {
 			t.Errorf("GetOrCreate of b: err %v after %d loads, want ErrNotFound after 0", err, m.calls.Load())
@@ -647,7 +647,7 @@ func TestBatchWithNegativeTTL(t *testing.T) {
 		if n := loads.Load(); n != 1 {
 			t.Errorf("loads: got %d, want 1 (b's absence is remembered)", n)
 		}
-		s.waitWrites(t, 1)
+		s.waitStored(t, "b")
 		noLoad := func(_ context.Context, missing []string) (map[string]string, error) {
 			t.Errorf("peer loaded %q, want b's absence from the shared tier", missing)
 			return nil, nil

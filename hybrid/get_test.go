@@ -29,7 +29,7 @@ func TestGetOrCreateTiers(t *testing.T) {
 		if v, err := a.GetOrCreate(ctx, "k", l.load); err != nil || v != "v1" {
 			t.Fatalf("first GetOrCreate: got %q, %v, want \"v1\", nil", v, err)
 		}
-		s.waitWrites(t, 1)
+		s.waitStored(t, "k")
 		if got, want := s.valueKeys(), []string{"ns:k"}; !slices.Equal(got, want) {
 			t.Errorf("Remote keys after the fill: got %q, want %q", got, want)
 		}

@@ -113,6 +113,22 @@ func (s *sharedTier) waitWrites(t testing.TB, n int) {
 	}
 }
 
+// waitStored waits until the Remote holds a value under each of keys
+// (namespaced here), such as the write-back a fill makes after its callers
+// have their value (a fill that found its key missing has made the key's
+// sequence counter before that, a write call of its own).
+func (s *sharedTier) waitStored(t testing.TB, keys ...string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("the Remote to hold %q", keys), func() bool {
+		for _, k := range keys {
+			if _, ok := s.remote.Peek(testNS + ":" + k); !ok {
+				return false
+			}
+		}
+		return true
+	}, func() string { return fmt.Sprintf("%+v", s.remote.Calls()) })
+}
+
 // writes is the number of write calls in c.
 func writes(c hybridtest.Calls) int { return c.Write }
 

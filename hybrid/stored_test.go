@@ -296,7 +296,7 @@ func TestExpiredRemoteValueIsAMiss(t *testing.T) {
 	if v, err := a.GetOrCreate(context.Background(), "k", l.load); err != nil || v != "loaded" {
 		t.Fatalf("got %q %v, want loaded", v, err)
 	}
-	s.waitWrites(t, 1)
+	waitFor(t, 10*time.Second, "the write-back", func() bool { v, _ := s.stored(t, "k"); return v == "loaded" }, nil)
 	if st := a.Stats(); st.L2.DecodeErrors != 0 || st.L2.Misses != 1 {
 		t.Errorf("L2.DecodeErrors %d L2.Misses %d, want 0 and 1", st.L2.DecodeErrors, st.L2.Misses)
 	}

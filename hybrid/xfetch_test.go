@@ -273,7 +273,7 @@ func TestXFetchOptionsChecked(t *testing.T) {
 	if _, err := c.GetOrCreate(t.Context(), "timed", loadTop, hybrid.WithXFetchBeta(1)); err != nil {
 		t.Fatal(err)
 	}
-	s.waitWrites(t, 2)
+	s.waitStored(t, "plain", "timed")
 	for key, want := range map[string]bool{"plain": false, "timed": true} {
 		b, _ := s.remote.Peek(testNS + ":" + key)
 		if h, _, err := envelope.Decode(b); err != nil || (h.Flags&envelope.FlagLoadTime != 0) != want {
