@@ -13,7 +13,7 @@ import (
 	"github.com/hybridcache/hybridcache/internal/redistest"
 )
 
-// Coalesced refreshes (Options.RefreshBatch), on real Redis.
+// Coalesced refreshes (BatchRefresh), on real Redis.
 
 // coalesceKeys are the keys of the coalescing tests: 9, as in sturdyc's
 // README.
