@@ -88,6 +88,10 @@ const (
 	histCutEvery  = 400 * time.Millisecond
 	histReconnect = 300 * time.Millisecond
 
+	// histRetryWrite is the pause before a client whose loads read a
+	// database sends a cache write that failed again (see runHistClient).
+	histRetryWrite = 50 * time.Millisecond
+
 	// histCheckTimeout bounds one porcupine check. A check that runs out
 	// of time is unknown: logged, and never taken as a pass.
 	histCheckTimeout = 10 * time.Second
@@ -1127,11 +1131,26 @@ func recordHistory(t *testing.T, sc histScenario) *history {
 // nine in ten are GetOrCreate and each write changes db first (see
 // histDB).
 func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], inst, client int, keys []string, load func(context.Context, string) (string, error), db *histDB, stop <-chan struct{}) {
-	write := func(key, v string, cache func() error) error {
+	write := func(ctx context.Context, key, v string, cache func() error) error {
 		if db == nil {
 			return cache()
 		}
-		return db.write(key, v, cache)
+		// The database holds the write: the cache's write that failed is
+		// sent again (as an application that writes its database first
+		// must, or the instances may keep the older value until LocalTTL)
+		// until it returns nil or the call's ctx ends.
+		return db.write(key, v, func() error {
+			err := cache()
+			for err != nil {
+				select {
+				case <-ctx.Done():
+					return err
+				case <-time.After(histRetryWrite):
+				}
+				err = cache()
+			}
+			return err
+		})
 	}
 	for n := 0; ; n++ {
 		select {
@@ -1157,7 +1176,7 @@ func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], i
 			histFill(rec, errs, c, inst, client, key, load)
 		case p < 92:
 			o := histOp{inst: inst, client: client, kind: histSet, key: key, value: fmt.Sprintf("w%d.%d.%d", inst, client, n), call: rec.now()}
-			err := write(key, o.value, func() error { return c.Set(ctx, key, o.value) })
+			err := write(ctx, key, o.value, func() error { return c.Set(ctx, key, o.value) })
 			o.ret = rec.now()
 			if err != nil {
 				errs.addf("%c: Set(%q): %v", 'A'+inst, key, err)
@@ -1166,7 +1185,7 @@ func runHistClient(rec *histRecorder, errs *failures, c *hybrid.Cache[string], i
 			rec.add(o)
 		default:
 			o := histOp{inst: inst, client: client, kind: histDelete, key: key, call: rec.now()}
-			err := write(key, "", func() error { return c.Delete(ctx, key) })
+			err := write(ctx, key, "", func() error { return c.Delete(ctx, key) })
 			o.ret = rec.now()
 			if err != nil {
 				errs.addf("%c: Delete(%q): %v", 'A'+inst, key, err)
