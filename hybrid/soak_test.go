@@ -103,9 +103,9 @@ type soakScenario struct {
 	// load reads what the last write left), and the clients read with
 	// GetOrCreate only.
 	db bool
-	// broken names a promise this scenario breaks on the current code:
-	// it runs only with HYBRID_SOAK_BROKEN=1.
-	broken string
+	// onDemand says why this scenario is left out of the suite: it
+	// runs only with HYBRID_SOAK_ALL=1.
+	onDemand string
 }
 
 // TestSoak runs the nemesis soak (see the top of the file) for 30 s of
@@ -129,25 +129,22 @@ func TestSoak(t *testing.T) {
 		// With Redis evicting as well, and loads that read a database
 		// (a load that made up a new value would read as stale: a fill
 		// after an eviction writes back a value the other instances do
-		// not hear of, while they serve the last write from L1). In 2
-		// of 2 runs, some keys' calls could not be ordered within the
-		// bound (smallest passing Δ 2-5 s against 1.3-1.4 s), and in 1
-		// an instance still served an older value than Redis held after
-		// quiescence: a Set made by Redis just before a kill (its reply
-		// lost, an error returned), whose message no instance had heard,
-		// was not replayed to it. On demand only, until understood.
-		{name: "nemesis-evict", kinds: append(slices.Clone(held), soakEvict), db: true, broken: "promises 2 and 4: under eviction, calls of some keys not ordered within the bound, and once an instance not converged after a Set whose reply a restart lost"},
-		// With instances that give up on Redis at once, a read that fails
-		// loads, and what it loaded is served until Redis answers again
-		// (then it leaves L1, see hybrid/unverified.go). The history
-		// check still fails its bound: in 2 of 2 runs, the smallest Δ at
-		// which the calls of some keys can be ordered was 2-5 s against a
-		// bound of 1.3-1.4 s, with no single read stale beyond the bound
-		// by itself (reads up to 0.8 s stale while the instance's bus was
-		// cut). On demand only, until that is understood.
-		{name: "fail-fast", kinds: all, failFast: true, broken: "promise 4: reads that instances which give up on Redis at once made during faults cannot be ordered within the staleness bound"},
+		// not hear of, while they serve the last write from L1; with a
+		// database the fill writes back that last write). A cache
+		// write that failed is sent again until it returns nil, as an
+		// application that writes its database first must: a fill
+		// after a failed Set writes back the database's newer value,
+		// unannounced, while the other instances keep the older one.
+		{name: "nemesis-evict", kinds: append(slices.Clone(held), soakEvict), db: true},
+		// With instances that give up on Redis at once: a read that
+		// fails loads, and what it loaded is served until Redis answers
+		// again (then it leaves L1, see hybrid/unverified.go); with
+		// loads that read a database. 3 of 3 runs passed, one at the
+		// bound itself (1.34 s), so it stays out of the suite. (With
+		// loads that make up values it did not hold: 2-5 s in 2 of 2.)
+		{name: "fail-fast", kinds: all, failFast: true, db: true, onDemand: "passed at its staleness bound itself in 1 of 3 runs"},
 	} {
-		if sc.broken != "" && os.Getenv("HYBRID_SOAK_BROKEN") != "1" {
+		if sc.onDemand != "" && os.Getenv("HYBRID_SOAK_ALL") != "1" {
 			continue // on demand only: not a test of what holds
 		}
 		t.Run(sc.name, func(t *testing.T) { runSoak(t, sc, run) })
