@@ -92,9 +92,9 @@ var memCases = []memCase{
 	}},
 }
 
-// memOtter and memOurs are the indexes in memCases of otter alone and of
-// our L1 as configured by default.
-const memOtter, memOurs = 2, 3
+// memNone, memOtter and memOurs are the indexes in memCases of nothing
+// held, otter alone and our L1 as configured by default.
+const memNone, memOtter, memOurs = 0, 2, 3
 
 // fillHybrid fills an L1-only cache made with o (lifetimes of an hour, a
 // bound that holds every entry) with n entries.
@@ -130,6 +130,7 @@ type gcSample struct {
 	cpu, idle float64 // GC CPU in seconds, all of it and the idle mark workers'
 	cycles    uint64
 	goal      uint64 // the heap goal, bytes
+	scan      uint64 // scannable heap bytes
 	pauses    *metrics.Float64Histogram
 	process   time.Duration // user plus system CPU of the process
 	at        time.Time
@@ -142,6 +143,7 @@ func sampleGC() gcSample {
 		{Name: "/gc/cycles/total:gc-cycles"},
 		{Name: "/sched/pauses/total/gc:seconds"},
 		{Name: "/gc/heap/goal:bytes"},
+		{Name: "/gc/scan/heap:bytes"},
 	}
 	metrics.Read(ms)
 	return gcSample{
@@ -150,6 +152,7 @@ func sampleGC() gcSample {
 		cycles:  ms[2].Value.Uint64(),
 		pauses:  ms[3].Value.Float64Histogram(),
 		goal:    ms[4].Value.Uint64(),
+		scan:    ms[5].Value.Uint64(),
 		process: cpuTime(),
 		at:      time.Now(),
 	}
@@ -160,7 +163,7 @@ type gcCost struct {
 	wall, process time.Duration
 	cpu, idle     float64
 	cycles        uint64
-	goal          uint64   // the heap goal at the start, bytes
+	goal, scan    uint64   // the heap goal and the scannable heap at the start, bytes
 	pauses        []uint64 // stop-the-world pauses per bucket of bounds
 	bounds        []float64
 }
@@ -173,6 +176,7 @@ func gcBetween(a, b gcSample) gcCost {
 		idle:    b.idle - a.idle,
 		cycles:  b.cycles - a.cycles,
 		goal:    a.goal,
+		scan:    a.scan,
 		pauses:  make([]uint64, len(b.pauses.Counts)),
 		bounds:  b.pauses.Buckets,
 	}
@@ -272,8 +276,8 @@ func TestMemoryL1(t *testing.T) {
 			runtime.KeepAlive(holder)
 			done()
 			np, q := pauseQuantiles([]gcCost{g}, 0.5, 0.99, 1)
-			t.Logf("round %d, %s: live heap %d MiB before, %d after, heap goal %d MiB; %.1f B/entry real, %.1f weighed; churn %v wall, %v process CPU, GC %.3f s CPU (%.3f idle mark), %d cycles, %d pauses p50 %v p99 %v max %v",
-				round, mc.name, before>>20, after>>20, g.goal>>20, real, r.weighed, g.wall.Round(time.Millisecond), g.process.Round(time.Millisecond),
+			t.Logf("round %d, %s: live heap %d MiB before, %d after, heap goal %d MiB, scannable %d MiB; %.1f B/entry real, %.1f weighed; churn %v wall, %v process CPU, GC %.3f s CPU (%.3f idle mark), %d cycles, %d pauses p50 %v p99 %v max %v",
+				round, mc.name, before>>20, after>>20, g.goal>>20, g.scan>>20, real, r.weighed, g.wall.Round(time.Millisecond), g.process.Round(time.Millisecond),
 				g.cpu, g.idle, g.cycles, np, secs(q[0]), secs(q[1]), secs(q[2]))
 		}
 	}
@@ -289,29 +293,35 @@ func medianOf(xs []float64) float64 { return median(slices.Sorted(slices.Values(
 
 func secs(s float64) time.Duration { return time.Duration(s * 1e9).Round(time.Microsecond) }
 
-// memTable is the Markdown table of RESULTS.md's section: medians over the
-// rounds, GC CPU also as a ratio to otter alone's in the same round, and
-// the pauses of every round pooled.
+// memTable is the Markdown tables of RESULTS.md's section: medians over
+// the rounds, ratios taken within a round, the pauses of every round
+// pooled.
 func memTable(n, garbage, rounds int, rs []memResult) string {
 	s := fmt.Sprintf("\n%d entries, %d MiB of garbage, %d rounds\n\n", n, garbage>>20, rounds)
-	s += "| held by | heap B/entry | weighed B/entry | real/weighed | GC CPU s (idle mark) | GC CPU ÷ otter alone | GC cycles | pauses | pause p50 | p99 | max | churn wall |\n"
-	s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
-	base := rs[memOtter]
+	s += "| held by | heap B/entry | weighed B/entry | real/weighed |\n|---|---|---|---|\n"
 	for i, r := range rs {
 		w, ratio := "n/a", "n/a"
 		if r.weighed > 0 {
 			w, ratio = fmt.Sprintf("%.0f", r.weighed), fmt.Sprintf("%.2f", medianOf(r.real)/r.weighed)
 		}
-		var cpu, idle, cycles, wall, vsOtter []float64
+		s += fmt.Sprintf("| %s | %.0f | %s | %s |\n", memCases[i].name, medianOf(r.real), w, ratio)
+	}
+	s += "\n| held by | scannable heap | GC cycles | churn CPU (getrusage) | ÷ nothing held | GC CPU less idle mark (runtime estimate) | ÷ otter alone | pauses | p50 | p99 | max |\n"
+	s += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+	none, otter := rs[memNone], rs[memOtter]
+	for i, r := range rs {
+		var scan, cycles, proc, vsNone, gc, vsOtter []float64
 		for j, g := range r.gc {
-			cpu, idle = append(cpu, g.cpu), append(idle, g.idle)
-			cycles, wall = append(cycles, float64(g.cycles)), append(wall, g.wall.Seconds())
-			vsOtter = append(vsOtter, g.cpu/base.gc[j].cpu)
+			scan, cycles = append(scan, float64(g.scan>>20)), append(cycles, float64(g.cycles))
+			proc = append(proc, g.process.Seconds())
+			vsNone = append(vsNone, g.process.Seconds()/none.gc[j].process.Seconds())
+			gc = append(gc, g.cpu-g.idle)
+			vsOtter = append(vsOtter, (g.cpu-g.idle)/(otter.gc[j].cpu-otter.gc[j].idle))
 		}
 		np, q := pauseQuantiles(r.gc, 0.5, 0.99, 1)
-		s += fmt.Sprintf("| %s | %.0f | %s | %s | %.2f (%.2f) | %.2f× | %.0f | %d | %v | %v | %v | %.2f s |\n",
-			memCases[i].name, medianOf(r.real), w, ratio, medianOf(cpu), medianOf(idle), medianOf(vsOtter),
-			medianOf(cycles), np, secs(q[0]), secs(q[1]), secs(q[2]), medianOf(wall))
+		s += fmt.Sprintf("| %s | %.0f MiB | %.0f | %.2f s | %.2f× | %.2f s | %.2f× | %d | %v | %v | %v |\n",
+			memCases[i].name, medianOf(scan), medianOf(cycles), medianOf(proc), medianOf(vsNone),
+			medianOf(gc), medianOf(vsOtter), np, secs(q[0]), secs(q[1]), secs(q[2]))
 	}
 	return s
 }
