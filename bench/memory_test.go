@@ -85,10 +85,13 @@ var memCases = []memCase{
 		return c, c.WeightedSize(), func() {}
 	}},
 	{"hybrid L1 (Cache[*memDoc], no Remote)", func(t *testing.T, n int) (any, uint64, func()) {
-		return fillHybrid(t, n, hybrid.Options{})
+		return fillHybrid(t, n, hybrid.Options{}, memValue)
 	}},
 	{"hybrid L1, FailSafeMaxAge 1h", func(t *testing.T, n int) (any, uint64, func()) {
-		return fillHybrid(t, n, hybrid.Options{FailSafeMaxAge: time.Hour})
+		return fillHybrid(t, n, hybrid.Options{FailSafeMaxAge: time.Hour}, memValue)
+	}},
+	{"hybrid L1, Cache[[]byte] (JSON: base64)", func(t *testing.T, n int) (any, uint64, func()) {
+		return fillHybrid(t, n, hybrid.Options{}, func(i int) []byte { return []byte(memValue(i).Body) })
 	}},
 }
 
@@ -97,15 +100,15 @@ var memCases = []memCase{
 const memNone, memOtter, memOurs = 0, 2, 3
 
 // fillHybrid fills an L1-only cache made with o (lifetimes of an hour, a
-// bound that holds every entry) with n entries.
-func fillHybrid(t *testing.T, n int, o hybrid.Options) (any, uint64, func()) {
+// bound that holds every entry) with n entries, value(i) for key i.
+func fillHybrid[V any](t *testing.T, n int, o hybrid.Options, value func(int) V) (any, uint64, func()) {
 	o.LocalMaxBytes, o.TTL, o.LocalTTL = 1<<40, time.Hour, time.Hour
-	c, err := hybrid.New[*memDoc](o)
+	c, err := hybrid.New[V](o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if err := c.Set(t.Context(), memKey(i), memValue(i)); err != nil {
+		if err := c.Set(t.Context(), memKey(i), value(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
