@@ -119,13 +119,14 @@ func fillHybrid[V any](t *testing.T, n int, o hybrid.Options, value func(int) V)
 	return c, st.Size, func() { c.Close() }
 }
 
-// heapLive is the heap's live bytes after two full collections.
-func heapLive() uint64 {
+// heapLive is the heap's live bytes and objects after two full
+// collections.
+func heapLive() (bytes, objects uint64) {
 	runtime.GC()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
+	return ms.HeapAlloc, ms.HeapObjects
 }
 
 // gcSample is what the runtime reports of its collector at a moment.
@@ -244,6 +245,7 @@ func churn(total int) {
 // memResult is one case's figures over the rounds.
 type memResult struct {
 	real    []float64 // heap bytes per entry
+	objects float64   // heap objects per entry
 	weighed float64   // bytes per entry the weigher charged; 0: no weigher
 	gc      []gcCost
 }
@@ -267,11 +269,12 @@ func TestMemoryL1(t *testing.T) {
 		for k := range memCases {
 			ci := (round + k) % len(memCases)
 			mc, r := memCases[ci], &results[ci]
-			before := heapLive()
+			before, objBefore := heapLive()
 			holder, weighed, done := mc.fill(t, n)
-			after := heapLive()
+			after, objAfter := heapLive()
 			real := (float64(after) - float64(before)) / float64(n)
 			r.real, r.weighed = append(r.real, real), float64(weighed)/float64(n)
+			r.objects = (float64(objAfter) - float64(objBefore)) / float64(n)
 			a := sampleGC()
 			churn(garbage)
 			g := gcBetween(a, sampleGC())
@@ -301,29 +304,30 @@ func secs(s float64) time.Duration { return time.Duration(s * 1e9).Round(time.Mi
 // pooled.
 func memTable(n, garbage, rounds int, rs []memResult) string {
 	s := fmt.Sprintf("\n%d entries, %d MiB of garbage, %d rounds\n\n", n, garbage>>20, rounds)
-	s += "| held by | heap B/entry | weighed B/entry | real/weighed |\n|---|---|---|---|\n"
+	s += "| held by | heap B/entry | heap objects/entry | weighed B/entry | real/weighed |\n|---|---|---|---|---|\n"
 	for i, r := range rs {
 		w, ratio := "n/a", "n/a"
 		if r.weighed > 0 {
 			w, ratio = fmt.Sprintf("%.0f", r.weighed), fmt.Sprintf("%.2f", medianOf(r.real)/r.weighed)
 		}
-		s += fmt.Sprintf("| %s | %.0f | %s | %s |\n", memCases[i].name, medianOf(r.real), w, ratio)
+		s += fmt.Sprintf("| %s | %.0f | %.1f | %s | %s |\n", memCases[i].name, medianOf(r.real), r.objects, w, ratio)
 	}
-	s += "\n| held by | scannable heap | GC cycles | churn CPU (getrusage) | ÷ nothing held | GC CPU less idle mark (runtime estimate) | ÷ otter alone | pauses | p50 | p99 | max |\n"
-	s += "|---|---|---|---|---|---|---|---|---|---|---|\n"
+	s += "\n| held by | scannable heap | GC cycles | scan work (cycles × scannable) | churn CPU (getrusage) | ÷ nothing held | GC CPU less idle mark (runtime estimate) | ÷ otter alone | pauses | p50 | p99 | max |\n"
+	s += "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
 	none, otter := rs[memNone], rs[memOtter]
 	for i, r := range rs {
-		var scan, cycles, proc, vsNone, gc, vsOtter []float64
+		var scan, cycles, work, proc, vsNone, gc, vsOtter []float64
 		for j, g := range r.gc {
 			scan, cycles = append(scan, float64(g.scan>>20)), append(cycles, float64(g.cycles))
+			work = append(work, float64(g.cycles)*float64(g.scan>>20))
 			proc = append(proc, g.process.Seconds())
 			vsNone = append(vsNone, g.process.Seconds()/none.gc[j].process.Seconds())
 			gc = append(gc, g.cpu-g.idle)
 			vsOtter = append(vsOtter, (g.cpu-g.idle)/(otter.gc[j].cpu-otter.gc[j].idle))
 		}
 		np, q := pauseQuantiles(r.gc, 0.5, 0.99, 1)
-		s += fmt.Sprintf("| %s | %.0f MiB | %.0f | %.2f s | %.2f× | %.2f s | %.2f× | %d | %v | %v | %v |\n",
-			memCases[i].name, medianOf(scan), medianOf(cycles), medianOf(proc), medianOf(vsNone),
+		s += fmt.Sprintf("| %s | %.0f MiB | %.0f | %.0f MiB | %.2f s | %.2f× | %.2f s | %.2f× | %d | %v | %v | %v |\n",
+			memCases[i].name, medianOf(scan), medianOf(cycles), medianOf(work), medianOf(proc), medianOf(vsNone),
 			medianOf(gc), medianOf(vsOtter), np, secs(q[0]), secs(q[1]), secs(q[2]))
 	}
 	return s
