@@ -137,7 +137,8 @@ type whCell struct {
 	l1Hits, l1Reads    uint64 // ours: L1 hits and lookups, both instances
 	sent               uint64 // ours: bus messages sent
 	writes             int
-	cmds               string // the Redis commands, most frequent first
+	cmds               string  // the Redis commands, most frequent first
+	redisCPU           float64 // Redis server CPU, seconds
 }
 
 // runWh sends calls calls from each of the whCallers callers of both
@@ -194,7 +195,7 @@ func runWh(t *testing.T, sys whSystem, srv *redis.Client, share float64, calls i
 		t.Fatal(failed)
 	}
 	d := sc0.delta(readServerCounters(ctx, srv))
-	c.commands, c.cmds = d.commands, d.describe()
+	c.commands, c.cmds, c.redisCPU = d.commands, d.describe(), d.cpu
 	c.allocs = ms1.Mallocs - ms0.Mallocs
 	c.calls, c.writes = len(reads)+len(writes), len(writes)
 	rq, wq := durPercentiles(reads, 0.5, 0.99), durPercentiles(writes, 0.5, 0.99)
@@ -284,20 +285,20 @@ func TestFigureWriteHeavy(t *testing.T) {
 				if ours != nil {
 					name = "ours"
 				}
-				t.Logf("round %d, %.0f%% writes, %s: %d calls in %v, %.0f calls/s; read p50 %v p99 %v; write p50 %v p99 %v; CPU %v; %.1f allocs/call; %.2f Redis commands/call; L1 hits %d of %d reads; %d messages for %d writes; Redis: %s",
+				t.Logf("round %d, %.0f%% writes, %s: %d calls in %v, %.0f calls/s; read p50 %v p99 %v; write p50 %v p99 %v; CPU %v, Redis CPU %.2f s; %.1f allocs/call; %.2f Redis commands/call; L1 hits %d of %d reads; %d messages for %d writes; Redis: %s",
 					round, 100*share, name, c.calls, c.wall.Round(time.Millisecond), float64(c.calls)/c.wall.Seconds(),
 					time.Duration(c.readP50), time.Duration(c.readP99), time.Duration(c.writeP50), time.Duration(c.writeP99),
-					c.cpu.Round(time.Millisecond), float64(c.allocs)/float64(c.calls), float64(c.commands)/float64(c.calls),
+					c.cpu.Round(time.Millisecond), c.redisCPU, float64(c.allocs)/float64(c.calls), float64(c.commands)/float64(c.calls),
 					c.l1Hits, c.l1Reads, c.sent, c.writes, c.cmds)
 			}
 		}
 	}
 	fmt.Printf("\n%d calls per caller, %d callers per instance, 2 instances, %d keys, %d rounds\n\n", calls, whCallers, whKeys, rounds)
-	fmt.Println("| writes | calls/s raw | calls/s ours | ours ÷ raw | read p50 raw, ours | read p99 raw, ours | write p50 raw, ours | write p99 raw, ours | CPU/call ours ÷ raw | allocs/call raw, ours | Redis cmds/call raw, ours | L1 hit % of reads | messages/write |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| writes | calls/s raw | calls/s ours | ours ÷ raw | read p50 raw, ours | read p99 raw, ours | write p50 raw, ours | write p99 raw, ours | CPU/call ours ÷ raw | Redis CPU/call ours ÷ raw | allocs/call raw, ours | Redis cmds/call raw, ours | L1 hit % of reads | messages/write |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for si, share := range shares {
 		r := results[si]
-		var tr, to, ratio, rp50r, rp50o, rp99r, rp99o, wp50r, wp50o, wp99r, wp99o, cpu, ar, ao, cr, co, hit, msg []float64
+		var tr, to, ratio, rp50r, rp50o, rp99r, rp99o, wp50r, wp50o, wp99r, wp99o, cpu, rcpu, ar, ao, cr, co, hit, msg []float64
 		for j := range r.raw {
 			a, b := r.raw[j], r.ours[j]
 			tr, to = append(tr, float64(a.calls)/a.wall.Seconds()), append(to, float64(b.calls)/b.wall.Seconds())
@@ -307,15 +308,21 @@ func TestFigureWriteHeavy(t *testing.T) {
 			wp50r, wp50o = append(wp50r, a.writeP50), append(wp50o, b.writeP50)
 			wp99r, wp99o = append(wp99r, a.writeP99), append(wp99o, b.writeP99)
 			cpu = append(cpu, (b.cpu.Seconds()/float64(b.calls))/(a.cpu.Seconds()/float64(a.calls)))
+			rcpu = append(rcpu, (b.redisCPU/float64(b.calls))/(a.redisCPU/float64(a.calls)))
 			ar, ao = append(ar, float64(a.allocs)/float64(a.calls)), append(ao, float64(b.allocs)/float64(b.calls))
 			cr, co = append(cr, float64(a.commands)/float64(a.calls)), append(co, float64(b.commands)/float64(b.calls))
 			hit = append(hit, 100*float64(b.l1Hits)/float64(b.l1Reads))
 			msg = append(msg, float64(b.sent)/float64(b.writes))
 		}
-		us := func(xs []float64) string { return fmt.Sprintf("%.0f µs", medianOf(xs)/1e3) }
-		fmt.Printf("| %.0f%% | %.0f | %.0f | %.2f× | %s, %s | %s, %s | %s, %s | %s, %s | %.2f× | %.0f, %.0f | %.2f, %.2f | %.1f | %.2f |\n",
+		us := func(xs []float64) string {
+			if m := medianOf(xs) / 1e3; m < 10 {
+				return fmt.Sprintf("%.1f µs", m)
+			}
+			return fmt.Sprintf("%.0f µs", medianOf(xs)/1e3)
+		}
+		fmt.Printf("| %.0f%% | %.0f | %.0f | %.2f× | %s, %s | %s, %s | %s, %s | %s, %s | %.2f× | %.2f× | %.0f, %.0f | %.2f, %.2f | %.1f | %.2f |\n",
 			100*share, medianOf(tr), medianOf(to), medianOf(ratio), us(rp50r), us(rp50o), us(rp99r), us(rp99o),
-			us(wp50r), us(wp50o), us(wp99r), us(wp99o), medianOf(cpu), medianOf(ar), medianOf(ao),
+			us(wp50r), us(wp50o), us(wp99r), us(wp99o), medianOf(cpu), medianOf(rcpu), medianOf(ar), medianOf(ao),
 			medianOf(cr), medianOf(co), medianOf(hit), medianOf(msg))
 	}
 }
