@@ -154,7 +154,7 @@ func scenarioTrace(ctx context.Context, e *env) (*section, error) {
 		"the key's latest version at once. Values: the key's integer, a version and a random payload whose size is a hash "+
 		"of the key, 64 B to 16 KiB (`traceSize` in trace.go), msgpack-encoded. Every local tier is bounded to the budget's "+
 		"share of the working set, the sum over the distinct keys of key + payload + %d bytes: the weight our L1 gives an "+
-		"entry (encoding, envelope and 64 bytes of bookkeeping, measured). Ours (LocalMaxBytes) and otter alone (the same "+
+		"entry (encoding, envelope and 144 bytes of bookkeeping, measured). Ours (LocalMaxBytes) and otter alone (the same "+
 		"weigher) count it so; go-redis/cache's TinyLFU counts entries, so it gets the budget over the mean weight; rueidis "+
 		"(CacheSizeEachConn, one pipelining connection) weighs its entries itself.\n\n"+
 		"Rows: ours (hybrid.Cache with its own l2.Store, behind the counting wrapper, and invalidate.Bus per instance); otter "+

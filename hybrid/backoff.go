@@ -100,7 +100,7 @@ func (c *Cache[V]) reschedule(key string, held item[V], due int64, fails uint8, 
 		t.due, t.fails, t.again = min(due, t.expires), fails, again
 		it.t = &t
 		set = true
-		return it, weight(key, t.size), time.Duration(t.ends - now), true
+		return it, weight(key, it, t.size), time.Duration(t.ends - now), true
 	})
 	return set
 }

@@ -258,7 +258,7 @@ func (c *Cache[V]) swap(key string, b []byte, tok token) bool {
 			return old, 0, 0, true // drop
 		}
 		swapped = true
-		return it, weight(key, size), life, true
+		return it, weight(key, it, size), life, true
 	})
 	if swapped {
 		c.n.swapped.Add(1)

@@ -9,9 +9,16 @@ import (
 // This file holds the stores into L1: every value the cache puts there
 // goes through storeLocal, weighed by weight.
 
-// entryOverhead is the weight added to every L1 entry for its key, header
-// and bookkeeping.
-const entryOverhead = 64
+// entryOverhead is what an L1 entry weighs beyond its key and value:
+// otter's node and the entry's share of otter's table, 144 bytes as
+// measured with a million entries (bench/RESULTS.md, "Memory of a large
+// L1"). timingOverhead is what an entry's timing adds where it has one (a
+// value kept for fail-safe, refreshed in the background, tagged or
+// versioned): the allocation of a timing (see TestTimingOverhead).
+const (
+	entryOverhead  = 144
+	timingOverhead = 128
+)
 
 // storeLocal puts it in L1 for ttl, scheduled as p says, unless key
 // changed since tok was taken; as part of lb, or alone if lb is nil. size
@@ -26,7 +33,7 @@ func (c *Cache[V]) storeLocal(lb *l1.Batch[item[V]], key string, it item[V], siz
 		return false
 	}
 	it, ttl = c.stamp(it, size, ttl, p)
-	w := weight(key, size)
+	w := weight(key, it, size)
 	valid := func() bool { return c.vers.valid(tok) }
 	var stored bool
 	if lb != nil {
@@ -41,10 +48,14 @@ func (c *Cache[V]) storeLocal(lb *l1.Batch[item[V]], key string, it item[V], siz
 	return true
 }
 
-// weight is the L1 weight of key holding a value of size (see size): every
-// L1 store weighs its entry here.
-func weight(key string, size int) uint32 {
-	return uint32(min(len(key)+size+entryOverhead, 1<<31))
+// weight is the L1 weight of key holding it, whose value's size is size
+// (see size): every L1 store weighs its entry here.
+func weight[V any](key string, it item[V], size int) uint32 {
+	w := len(key) + size + entryOverhead
+	if it.t != nil {
+		w += timingOverhead
+	}
+	return uint32(min(w, 1<<31))
 }
 
 // live reports whether an entry that L1 returned is within its lifetime,

@@ -391,7 +391,7 @@ func (c *Cache[V]) extendLocal(key string, exp, written int64, version string) b
 		it.t = &t
 		it, life := c.stamp(it, t.size, min(ttl, p.localTTL), p)
 		extended = true
-		return it, weight(key, t.size), life, true
+		return it, weight(key, it, t.size), life, true
 	})
 	if extended {
 		c.n.extended.Add(1)

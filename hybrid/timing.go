@@ -108,7 +108,7 @@ func (c *Cache[V]) expireLocal(key string) {
 		t.expires, t.due = now, now
 		t.staleAt = min(t.staleAt, time.Now().UnixNano())
 		it.t = &t
-		return it, weight(key, t.size), failSafe, true
+		return it, weight(key, it, t.size), failSafe, true
 	})
 }
 
