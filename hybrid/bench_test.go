@@ -548,6 +548,31 @@ func BenchmarkGetOrCreateMany_ColdPage(b *testing.B) {
 	readColdPages(b, srv.Client(b), storedPages(b))
 }
 
+// BenchmarkGetOrCreateMany_WarmPage reads a page of 50 keys that L1
+// holds through GetOrCreateMany: 50 L1 hits and the result map.
+func BenchmarkGetOrCreateMany_WarmPage(b *testing.B) {
+	ps := storedPages(b)
+	c, err := newPageCache(srv.Client(b), ps.ns)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, page := range ps.pages {
+		if m, err := c.GetOrCreateMany(ctx, page, noLoadMany); err != nil || len(m) != pageLen {
+			b.Fatalf("warming: got %d values, err %v", len(m), err)
+		}
+	}
+	b.ReportAllocs()
+	p := 0
+	for b.Loop() {
+		if m, err := c.GetOrCreateMany(ctx, ps.pages[p%pageCount], noLoadMany); err != nil || len(m) != pageLen {
+			b.Fatalf("got %d values, err %v", len(m), err)
+		}
+		p++
+	}
+}
+
 // readColdPages is the loop of the cold-page benchmarks: each page through
 // GetOrCreateMany of a cache that has not read it (see coldCache). No page
 // may load.

@@ -124,8 +124,8 @@ func (c *Cache[V]) recordL1Age(t *timing, stored uint32) {
 
 // recordL2Age records the age of a value served from the shared tier,
 // written at written (Unix nanoseconds by its writer's clock, 0: unknown).
-func (c *Cache[V]) recordL2Age(written int64) {
+func (c *Cache[V]) recordL2Age(written int64, now time.Time) {
 	if written != 0 {
-		c.n.servedL2.Record(time.Duration(time.Now().UnixNano() - written))
+		c.n.servedL2.Record(time.Duration(now.UnixNano() - written))
 	}
 }

@@ -291,7 +291,7 @@ func (r *leaseRun[V]) recheck(ctx context.Context, mine []int, h *heldLease, fou
 	for _, i := range mine {
 		f, ok := found[i]
 		var it item[V]
-		if ok && c.take(ctx, nil, &it, keys[i], f.b, f.tok, e) == readHit {
+		if ok && c.take(ctx, nil, &it, keys[i], f.b, f.tok, e, time.Now()) == readHit {
 			answered = append(answered, i)
 			filled = append(filled, keys[i])
 			answer(i, it, nil)

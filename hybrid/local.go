@@ -28,11 +28,17 @@ const (
 // entry, so no change can slip in between the check and the store. It
 // reports whether it stored.
 func (c *Cache[V]) storeLocal(lb *l1.Batch[item[V]], key string, it item[V], size int, ttl time.Duration, tok token, p *policy) bool {
+	return c.storeLocalAt(lb, key, it, size, ttl, tok, p, c.storedNow())
+}
+
+// storeLocalAt is storeLocal with the store's stamp (see storedNow) read
+// already: a page of values stored together reads the clock once.
+func (c *Cache[V]) storeLocalAt(lb *l1.Batch[item[V]], key string, it item[V], size int, ttl time.Duration, tok token, p *policy, at uint32) bool {
 	if p.skip&SkipL1Write != 0 {
 		c.skipped(SkipL1Write, 1)
 		return false
 	}
-	it, ttl = c.stamp(it, size, ttl, p)
+	it, ttl = c.stampAt(it, size, ttl, p, at)
 	w := weight(key, it, size)
 	valid := func() bool { return c.vers.valid(tok) }
 	var stored bool

@@ -161,7 +161,10 @@ func (c *Cache[V]) held(it item[V]) bool {
 // storedNow is the time an L1 store is stamped with: milliseconds since the
 // cache was created, in 32 bits (an item stays small, which an L1 hit
 // measures), wrapping every 49.7 days, which no L1 entry outlives.
-func (c *Cache[V]) storedNow() uint32 { return uint32(time.Since(c.born) / time.Millisecond) }
+func (c *Cache[V]) storedNow() uint32 { return c.storedAt(time.Now()) }
+
+// storedAt is storedNow for a time read already.
+func (c *Cache[V]) storedAt(now time.Time) uint32 { return uint32(now.Sub(c.born) / time.Millisecond) }
 
 // storedAge is how long ago an item stamped s was stored.
 func (c *Cache[V]) storedAge(s uint32) time.Duration {

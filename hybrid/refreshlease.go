@@ -3,10 +3,11 @@ package hybrid
 import (
 	"context"
 	"fmt"
-	"github.com/hybridcache/hybridcache/tier"
+	"time"
 
 	"github.com/hybridcache/hybridcache/internal/envelope"
 	"github.com/hybridcache/hybridcache/internal/flight"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // This file holds the lease step of a background refresh (Options.LoadLease
@@ -50,7 +51,7 @@ func (c *Cache[V]) refreshLeases(ctx context.Context, keys []string, held []item
 		}
 		c.n.leasesTaken.Add(1)
 		var it item[V]
-		if b := got[j].Value; writtenAfter(b, held[i]) && c.take(ctx, nil, &it, keys[i], b, toks[j], e) == readHit {
+		if b := got[j].Value; writtenAfter(b, held[i]) && c.take(ctx, nil, &it, keys[i], b, toks[j], e, time.Now()) == readHit {
 			answered = append(answered, keys[i])
 			c.flights.Finish(keys[i], calls[i], it.v, nil)
 			continue

@@ -198,14 +198,15 @@ func (c *Cache[V]) readFailed(err error) {
 // take decodes b, read from the shared tier for key (or, while a write of
 // key by this instance is queued, that write's bytes: see queuedState),
 // into *it, which must be the zero item, and stores a live value in L1 (as
-// part of lb, if not nil) as p says if tok is still valid. After
-// readDeleted or readCorrupt, *it is the zero item again.
-func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy) readState {
+// part of lb, if not nil) as p says if tok is still valid, measuring its
+// lifetime and age from now. After readDeleted or readCorrupt, *it is the
+// zero item again.
+func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V], key string, b []byte, tok token, p *policy, now time.Time) readState {
 	if q := c.queuedState(key); q != nil {
 		b = q // our own write, newer than what the shared tier holds
 	}
 	p = p.of(key)
-	ttl, written, err := c.decodeInto(it, b, p.timed() || p.meta)
+	ttl, written, err := c.decodeAt(it, b, p.timed() || p.meta, now)
 	if err == nil && c.tagDeleted(ctx, it.tags(), written) {
 		err = errTombstone // deleted by Clear or DeleteByTag
 	}
@@ -226,8 +227,8 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 		return readStale
 	}
 	c.n.l2Hits.Add(1)
-	c.recordL2Age(written)
-	c.storeLocal(lb, key, *it, c.size(b), min(ttl, p.localTTL), tok, p)
+	c.recordL2Age(written, now)
+	c.storeLocalAt(lb, key, *it, c.size(b), min(ttl, p.localTTL), tok, p, c.storedAt(now))
 	return readHit
 }
 
@@ -237,7 +238,7 @@ func (c *Cache[V]) take(ctx context.Context, lb *l1.Batch[item[V]], it *item[V],
 func (c *Cache[V]) takeQueued(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) {
 	for i, key := range keys {
 		if q := c.queuedState(key); q != nil {
-			res[i].st, res[i].err = c.take(ctx, nil, &res[i].it, key, q, toks[i], p), nil
+			res[i].st, res[i].err = c.take(ctx, nil, &res[i].it, key, q, toks[i], p, time.Now()), nil
 		}
 	}
 }
@@ -284,6 +285,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 	}
 	lb := c.local.Batch()
 	defer lb.Done()
+	now := time.Now() // one clock read for the page
 	for i, b := range vals {
 		if q := c.queuedState(keys[i]); q != nil {
 			b = q // our own write, newer than what the shared tier holds
@@ -292,7 +294,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 			c.n.l2Misses.Add(1)
 			continue
 		}
-		st := c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p)
+		st := c.take(ctx, lb, &res[i].it, keys[i], b, toks[i], p, now)
 		res[i].st = st
 		if st == readHit {
 			res[i].b = b

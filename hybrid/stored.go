@@ -36,6 +36,11 @@ var errTombstone = errors.New("hybrid: deleted")
 // it, when timed or when the value has tags or a version. On an error *it
 // may be partly set.
 func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Duration, written int64, err error) {
+	return c.decodeAt(it, b, timed, time.Now())
+}
+
+// decodeAt is decodeInto measuring the lifetime left from now.
+func (c *Cache[V]) decodeAt(it *item[V], b []byte, timed bool, now time.Time) (ttl time.Duration, written int64, err error) {
 	h, payload, err := envelope.Decode(b)
 	if err != nil {
 		return 0, 0, err
@@ -46,7 +51,7 @@ func (c *Cache[V]) decodeInto(it *item[V], b []byte, timed bool) (ttl time.Durat
 	}
 	ttl = c.def.localTTL
 	if !h.Expires.IsZero() {
-		ttl = time.Until(h.Expires)
+		ttl = h.Expires.Sub(now)
 	}
 	if timed || len(h.Tags) > 0 || h.Version != "" {
 		it.t = &timing{written: written, staleAt: h.Expires.UnixNano(), tags: h.Tags, size: c.size(b),

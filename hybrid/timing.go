@@ -34,7 +34,12 @@ func (c *Cache[V]) lifetimes(e *policy) (ttl, localTTL time.Duration) {
 // says, and returns the lifetime L1 itself should give it. Untimed, an item
 // keeps a timing only for its tags or version, which it never is due by.
 func (c *Cache[V]) stamp(it item[V], size int, ttl time.Duration, e *policy) (item[V], time.Duration) {
-	it.stored = c.storedNow()
+	return c.stampAt(it, size, ttl, e, c.storedNow())
+}
+
+// stampAt is stamp with the store's stamp (see storedNow) read already.
+func (c *Cache[V]) stampAt(it item[V], size int, ttl time.Duration, e *policy, stored uint32) (item[V], time.Duration) {
+	it.stored = stored
 	if !e.timed() {
 		if it.t == nil || (len(it.t.tags) == 0 && it.t.version == "") {
 			it.t = nil

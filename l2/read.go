@@ -157,12 +157,24 @@ func fill(out [][]byte, idx []int, vals []any) error {
 	if len(vals) != want {
 		return fmt.Errorf("MGET returned %d values for %d keys", len(vals), want)
 	}
+	// One allocation holds the copies of every string value; each slot's
+	// capacity ends at its own bytes, so an append to one never writes
+	// over the next.
+	n := 0
+	for _, v := range vals {
+		if v, ok := v.(string); ok {
+			n += len(v)
+		}
+	}
+	slab := make([]byte, 0, n)
 	for j, v := range vals {
 		var b []byte
 		switch v := v.(type) {
 		case nil:
 		case string:
-			b = append([]byte{}, v...)
+			at := len(slab)
+			slab = append(slab, v...)
+			b = slab[at:len(slab):len(slab)]
 		case []byte:
 			b = v
 		default:

@@ -34,19 +34,28 @@ func Bound(i int) time.Duration {
 
 // index returns the bucket of d.
 func index(d time.Duration) int {
-	if d <= first {
-		return 0
+	// The smallest bound at or above d: a binary search of the table,
+	// which costs a few compares where the logarithm and the bounds it
+	// would check cost three calls of math's exponentials.
+	lo, hi := 0, Bounds+1
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if d > bounds[m] {
+			lo = m + 1
+		} else {
+			hi = m
+		}
 	}
-	i := min(int(math.Ceil(2*math.Log2(float64(d)/float64(first)))), Bounds+1)
-	// The logarithm may be off by one at a bound; the bounds decide.
-	for i > 1 && d <= Bound(i-1) {
-		i--
-	}
-	for i <= Bounds && d > Bound(i) {
-		i++
-	}
-	return i
+	return lo
 }
+
+// bounds holds Bound(i) for i in [0, Bounds].
+var bounds = func() (b [Bounds + 1]time.Duration) {
+	for i := range b {
+		b[i] = Bound(i)
+	}
+	return b
+}()
 
 // Histogram counts durations by bucket. Its zero value is empty and ready
 // to use; it must not be copied after first use.
