@@ -109,6 +109,7 @@ func TestSetManyAcrossInstances(t *testing.T) {
 		}
 		// Every key's echo is settled: B's next write is swapped in on A.
 		swappedA := a.c.Stats().Invalidations.Swapped
+		time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than A's copy
 		setStr(t, b, "k3", "v3")
 		waitStat(t, a, "Invalidations.Swapped", func(s hybrid.Stats) uint64 { return s.Invalidations.Swapped }, swappedA+1)
 		if v, _ := getStr(t, a, "k3"); v != "v3" {
