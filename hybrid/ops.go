@@ -20,7 +20,7 @@ const (
 
 	OpGet      Op = "get"       // a read of one key: a one-key fill's, or Expire's
 	OpGetMany  Op = "get_many"  // a batch fill's read of its keys
-	OpGetSeq   Op = "get_seq"   // a fill's read, before its load, of the sequence counters of the keys it found missing, which its write-back is conditional on
+	OpGetSeq   Op = "get_seq"   // a fill's read, before its load, of the sequence counters of the keys it found missing, which its write-back is conditional on; also their write when found missing
 	OpGetTag   Op = "get_tag"   // a read of a tag's delete record, to judge a tagged value; also its write when found missing, and the extension of its lifetime
 	OpGetClear Op = "get_clear" // a read of the record of the last Clear, to judge a value; also its write when found missing, and the extension of its lifetime
 
