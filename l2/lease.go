@@ -206,11 +206,11 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		if s.topo == single {
 			// One script for every lease: the release and, if any was
 			// waited for, the message, in one atomic step.
-			return releaseScript.Run(ctx, s.rdb, s.fullKeys(keys), token, f.Channel, msg).Err()
+			return releaseScript.Run(ctx, s.rdb, s.fullKeys(keys), token, f.Channel, msg, "").Err()
 		}
 		// Elsewhere the scripts run on several nodes at once, and the
 		// PUBLISH must wait for all of them.
-		args := []any{token, "", ""}
+		args := []any{token, "", "", ""}
 		cmds, err := s.evalEach(ctx, releaseScript, len(keys),
 			func(i int) []string { return []string{s.prefix + keys[i]} },
 			func(int) []any { return args })
@@ -220,7 +220,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		if f.Channel == "" || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { n, _ := c.Int64(); return n == 1 }) {
 			return nil
 		}
-		if err := s.rdb.Publish(ctx, f.Channel, msg).Err(); err != nil {
+		if err := s.publish(ctx, f.Channel, [][]byte{msg}); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
 		return nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/tier"
 )
 
@@ -249,12 +250,15 @@ func (s *Store) scriptArgs(w *tier.Write, f tier.Feed, leaseLater bool) ([]strin
 	if w.Touch {
 		cond, at = "touch", strconv.Itoa(w.TouchAt)
 	}
-	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at, "0", w.SeqWas}
+	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at, "0", w.SeqWas, ""}
 	if w.Lease != "" && leaseLater {
 		return s.seqArgs(w, keys, args), args
 	}
 	args[4], args[5], args[6], args[7] = flag(w.Msg != nil), w.Msg, flag(w.Else != nil), w.Else
 	args[12] = f.Channel
+	if s.sharded && f.Channel != "" {
+		args[12], args[16] = keyslot.Channel(f.Channel, slot(keys[0])), "s"
+	}
 	if w.Lease != "" {
 		keys = append(keys, s.prefix+w.Lease)
 		args[8], args[9] = "1", w.Token
@@ -320,10 +324,13 @@ func (s *Store) releaseAfter(ctx context.Context, ws []tier.Write, f tier.Feed, 
 	cmds, err := s.evalEach(ctx, releaseScript, len(idx),
 		func(j int) []string { return []string{s.prefix + leases[j]} },
 		func(j int) []any {
-			if !inScript || msgs[j] == nil {
-				return []any{ws[idx[j]].Token, "", ""}
+			switch {
+			case !inScript || msgs[j] == nil:
+				return []any{ws[idx[j]].Token, "", "", ""}
+			case s.sharded:
+				return []any{ws[idx[j]].Token, keyslot.Channel(f.Channel, slot(s.prefix+leases[j])), msgs[j], "s"}
 			}
-			return []any{ws[idx[j]].Token, f.Channel, msgs[j]}
+			return []any{ws[idx[j]].Token, f.Channel, msgs[j], ""}
 		})
 	if err != nil {
 		return about("release", "leases", leases).fail(err)
@@ -343,16 +350,24 @@ func (s *Store) releaseAfter(ctx context.Context, ws []tier.Write, f tier.Feed, 
 	return nil
 }
 
-// publish publishes each of msgs on channel, in order, through a Ring:
-// on the channel's shard, where Ring.Publish and Ring.Subscribe go (in a
-// Ring's pipeline a PUBLISH, which names no key, goes to any shard).
+// publish publishes each of msgs on channel, in order: through a Ring, on
+// the channel's shard, where Ring.Publish and Ring.Subscribe go (in a
+// Ring's pipeline a PUBLISH, which names no key, goes to any shard); over
+// sharded pub/sub, on the channel's shard channel in the slot of its name
+// (as invalidate.Bus's Publish does).
 func (s *Store) publish(ctx context.Context, channel string, msgs [][]byte) error {
 	r, ok := s.rdb.(interface {
 		GetShardClientForKey(string) (*redis.Client, error)
 	})
 	if len(msgs) < 2 || !ok {
 		for _, m := range msgs {
-			if err := s.rdb.Publish(ctx, channel, m).Err(); err != nil {
+			var err error
+			if s.sharded {
+				err = s.rdb.SPublish(ctx, keyslot.Channel(channel, keyslot.Of(channel)), m).Err()
+			} else {
+				err = s.rdb.Publish(ctx, channel, m).Err()
+			}
+			if err != nil {
 				return err
 			}
 		}
