@@ -57,10 +57,13 @@
 // redis.UniversalClient or embedded in another type. A multi-key command
 // must keep to one hash slot, so Get groups keys by slot (CRC16 of the key
 // or its {hash tag}, modulo 16384): one MGET per slot, in one pipeline that
-// go-redis splits by node. A script's keys must share a slot too, and a
-// lease is generally in another than its key: a write with a lease is
-// made first, then the lease is released by a script on its own master,
-// which publishes; a take reads the guarded keys in a second round trip.
+// go-redis splits by node. A script's keys must share a slot too: a lease
+// in its key's slot (package hybrid names leases with their key's hash
+// tag) is taken with the read of its key, and released by the write's own
+// script, as on one server; a lease in another slot costs a second round
+// trip: a write with it is made first, then the lease is released by a
+// script on its own master, which publishes, and a take reads the guarded
+// keys after it.
 //
 // On Redis Cluster messages go over sharded pub/sub (Info().Sharded),
 // unless Options.Classic: a script SPUBLISHes on the channel's shard

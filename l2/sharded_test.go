@@ -146,3 +146,67 @@ func TestClusterSharded(t *testing.T) {
 		t.Errorf("a classic subscriber heard %q", m.Payload)
 	}
 }
+
+// TestClusterLeaseInKeySlot: on Redis Cluster a lease in its key's slot (a
+// hash tag, as package hybrid names leases) is taken together with the
+// read of its key, and released by the write's own script, which
+// announces: one round trip each, where a lease in another slot costs two.
+func TestClusterLeaseInKeySlot(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	prefix := redistest.Prefix(t) + ":"
+	s := l2.New(rdb, l2.Options{Prefix: prefix})
+	channel := prefix + "ch"
+	busClient := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { busClient.Close() })
+	bus := invalidate.New(busClient, invalidate.Options{})
+	t.Cleanup(func() { bus.Close() })
+	h := &heardLog{more: make(chan struct{}, 1)}
+	unsub, err := bus.Subscribe(ctx, channel, h.add, func(bool) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+	var c counter
+	rdb.AddHook(&c)
+	for _, tc := range []struct {
+		key, lease string
+		roundTrips int
+	}{
+		{"{u1}", "lease:{u1}", 1},
+		{"u2", "lease:u2", 2}, // other slots
+	} {
+		if _, err := s.Write(ctx, []tier.Write{{Key: tc.key, Value: []byte("old")}}, tier.Feed{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.TakeLeases(ctx, []string{tc.lease}, []string{tc.key}, "warm", time.Millisecond); err != nil {
+			t.Fatal(err) // loads the script
+		}
+		time.Sleep(5 * time.Millisecond)
+		c.reset()
+		ls, err := s.TakeLeases(ctx, []string{tc.lease}, []string{tc.key}, "me", time.Minute)
+		if err != nil || !ls[0].Taken || string(ls[0].Value) != "old" {
+			t.Fatalf("%s: TakeLeases = %+v, %v; want taken, with the key's value", tc.key, ls, err)
+		}
+		if cmds, pipes := c.counts(); cmds+pipes != tc.roundTrips {
+			t.Errorf("%s: take: %d commands, %d pipelines; want %d round trips (%s)", tc.key, cmds, pipes, tc.roundTrips, &c)
+		}
+		if _, err := s.TakeLeases(ctx, []string{tc.lease}, []string{tc.key}, "other", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		c.reset()
+		w := tier.Write{Key: tc.key, Value: []byte("new"), If: tier.IfEqual, Old: []byte("old"), Lease: tc.lease, Token: "me", Msg: []byte("filled " + tc.key)}
+		if stored, err := s.Write(ctx, []tier.Write{w}, tier.Feed{Channel: channel}); err != nil || !stored[0] {
+			t.Fatalf("%s: Write = %v, %v", tc.key, stored, err)
+		}
+		if cmds, pipes := c.counts(); cmds+pipes != tc.roundTrips {
+			t.Errorf("%s: write: %d commands, %d pipelines; want %d round trips (%s)", tc.key, cmds, pipes, tc.roundTrips, &c)
+		}
+		if n, err := rdb.Exists(ctx, prefix+tc.lease).Result(); err != nil || n != 0 {
+			t.Errorf("%s: the lease is still there (%d, %v)", tc.key, n, err)
+		}
+		h.waitFor(t, "filled "+tc.key)
+	}
+}
