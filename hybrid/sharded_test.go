@@ -60,3 +60,30 @@ func TestClusterPubSubModes(t *testing.T) {
 		}
 	})
 }
+
+// TestClusterSetManyOneSlot: on Redis Cluster a SetMany whose keys share a
+// slot (a namespace with a hash tag puts every key in one) is one
+// transaction with its message, which then carries the values: a peer
+// swaps them in without reading Redis, as on one server.
+func TestClusterSetManyOneSlot(t *testing.T) {
+	newClient := clusterNodes(t)
+	ctx := t.Context()
+	o := hybrid.Options{Namespace: "{" + redistest.Prefix(t) + "}", Secret: []byte("s")}
+	ins := newInstances(t, 2, newClient, o)
+	a, b := ins[0], ins[1]
+	warmMany(t, a, b, manyKeys, "v1")
+	time.Sleep(2 * time.Millisecond) // a swap needs a write in a later millisecond than the copy
+	sb, bGets := b.c.Stats(), b.remote.gets.Load()
+	if err := a.c.SetMany(ctx, map[string]string{"k1": "v2", "k2": "v2", "k3": "v2"}); err != nil {
+		t.Fatalf("A: SetMany: %v", err)
+	}
+	waitStat(t, b, "Invalidations.Applied", statReceived, sb.Invalidations.Applied+1)
+	for _, k := range manyKeys {
+		if v, ok := getStr(t, b, k); v != "v2" || !ok {
+			t.Errorf("B after A's SetMany: %s = %q, %v; want v2", k, v, ok)
+		}
+	}
+	if swapped, reads := b.c.Stats().Invalidations.Swapped-sb.Invalidations.Swapped, b.remote.gets.Load()-bGets; swapped != 3 || reads != 0 {
+		t.Errorf("B: swapped %d, read %d from Redis; want the 3 values swapped in, no read", swapped, reads)
+	}
+}

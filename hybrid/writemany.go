@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/tier"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/internal/message"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // This file holds the batch write path: SetMany and DeleteMany, which make
@@ -247,7 +248,7 @@ func (c *Cache[V]) writeShared(ctx context.Context, b *writeBatch[V], skip Skip)
 		m := message.Message{Op: message.OpSet, Origin: c.origin, Namespace: c.scope, Keys: b.keys}
 		if b.del() {
 			m.Op = message.OpDelete
-		} else if len(c.o.Secret) > 0 && (len(b.keys) == 1 || c.o.info.AtomicBatch) {
+		} else if len(c.o.Secret) > 0 && (len(b.keys) == 1 || c.o.info.AtomicBatch || (c.o.info.AtomicSlotBatch && c.oneSlot(ws))) {
 			m.Value = c.inlined(b.bs)
 		}
 		msg, entry := c.announced(m)
@@ -330,4 +331,16 @@ func (c *Cache[V]) failedMany(b *writeBatch[V], stored []bool, err error, skip S
 		return kept, fmt.Errorf("%w: %w", ErrQueued, err)
 	}
 	return kept, err
+}
+
+// oneSlot reports whether every key ws names (its writes' and their
+// counters', with the Remote's prefix) is in one Redis Cluster hash slot.
+func (c *Cache[V]) oneSlot(ws []tier.Write) bool {
+	want := keyslot.Of(c.o.info.Prefix + ws[0].Key)
+	for _, w := range ws {
+		if keyslot.Of(c.o.info.Prefix+w.Key) != want || (w.Seq != "" && keyslot.Of(c.o.info.Prefix+w.Seq) != want) {
+			return false
+		}
+	}
+	return true
 }

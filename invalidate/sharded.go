@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,7 +83,30 @@ type shardConn struct {
 	dead   bool // under Bus.mu: failed or closed, its channels lost
 	up     bool // it answered; under Bus.mu
 
+	// wire is the connection's socket (see rawConn), set when it is
+	// dialed; the SSUBSCRIBEs go straight to it, many in one write.
+	wire atomic.Pointer[rawConn]
+	// toSend holds the shard channels to subscribe on it, under Bus.mu;
+	// send wakes its sender.
+	toSend []string
+	send   chan struct{}
+
 	scratch []*sub // reused by its receive goroutine
+}
+
+// rawConn is a pub/sub connection's socket, whose writes are made one at
+// a time: go-redis writes each of its commands (a PING, an SUNSUBSCRIBE) in
+// one Write, and the sender writes a batch of SSUBSCRIBEs in one, so that
+// none is cut into another.
+type rawConn struct {
+	net.Conn
+	mu sync.Mutex
+}
+
+func (c *rawConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Conn.Write(p)
 }
 
 // clusterClient is a Redis Cluster client: *redis.ClusterClient, or a type
@@ -362,7 +388,7 @@ func (b *Bus) place() error {
 	}
 	var (
 		tell      []*sub
-		sends     = map[*shardConn][]string{}
+		sends     = map[*shardConn][]string{} // the connections given channels to send
 		unowned   int
 		waiting   int // slots whose master is not to be dialed yet
 		moved     int
@@ -404,7 +430,8 @@ func (b *Bus) place() error {
 			}
 			if ch.conn == nil {
 				ch.conn = c
-				sends[c] = append(sends[c], ch.name)
+				c.toSend = append(c.toSend, ch.name)
+				sends[c] = nil
 			}
 		}
 	}
@@ -414,20 +441,12 @@ func (b *Bus) place() error {
 		b.wg.Add(1)
 		go b.receiveConn(c)
 	}
-	// One SSUBSCRIBE per shard channel (those of different slots cannot
-	// share one), sent to each master at once.
-	var wg sync.WaitGroup
-	for c, names := range sends {
-		wg.Go(func() {
-			for _, name := range names {
-				if err := c.ps.SSubscribe(c.ctx, name); err != nil {
-					b.killConn(c, fmt.Errorf("ssubscribe %q: %w", name, err))
-					return
-				}
-			}
-		})
+	for c := range sends {
+		select {
+		case c.send <- struct{}{}:
+		default:
+		}
 	}
-	wg.Wait()
 	if moved > 0 {
 		b.moved.Add(uint64(moved))
 	}
@@ -462,12 +481,74 @@ func (b *Bus) slotOwners(ctx context.Context) (*[keyslot.Count]string, error) {
 // newConn makes the connection to the master at addr, without I/O: its
 // receive goroutine dials. The caller holds Bus.mu.
 func (b *Bus) newConn(addr string) *shardConn {
+	c := &shardConn{addr: addr, send: make(chan struct{}, 1)}
 	o := nodeOptions(b.sh.rdb.Options(), addr)
-	client := redis.NewClient(o)
-	ctx, cancel := context.WithCancel(b.ctx)
-	c := &shardConn{addr: addr, client: client, ps: client.SSubscribe(ctx), ctx: ctx, cancel: cancel}
+	dial := o.Dialer
+	if dial == nil {
+		dial = redis.NewDialer(o)
+	}
+	o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nc, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		rc := &rawConn{Conn: nc}
+		c.wire.Store(rc)
+		return rc, nil
+	}
+	c.client = redis.NewClient(o)
+	c.ctx, c.cancel = context.WithCancel(b.ctx)
+	c.ps = c.client.SSubscribe(c.ctx)
 	b.sh.conns[addr] = c
 	return c
+}
+
+// sendLoop writes the SSUBSCRIBEs given to c, until c ends: one per shard
+// channel (channels of different slots cannot share one), as many as fit
+// in one write, which go-redis could not do (it writes and flushes one
+// command per call). Redis's confirmations come back to the receive
+// goroutine.
+func (b *Bus) sendLoop(c *shardConn) {
+	defer b.wg.Done()
+	var buf []byte
+	for {
+		select {
+		case <-c.send:
+		case <-c.ctx.Done():
+			return
+		}
+		b.mu.Lock()
+		names := c.toSend
+		c.toSend = nil
+		b.mu.Unlock()
+		w := c.wire.Load()
+		for len(names) > 0 {
+			buf = buf[:0]
+			for len(names) > 0 && len(buf) < 64<<10 {
+				buf = appendCommand(buf, "SSUBSCRIBE", names[0])
+				names = names[1:]
+			}
+			if _, err := w.Write(buf); err != nil {
+				b.killConn(c, fmt.Errorf("ssubscribe: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// appendCommand appends the command args to buf in the Redis protocol.
+func appendCommand(buf []byte, args ...string) []byte {
+	buf = append(buf, '*')
+	buf = strconv.AppendInt(buf, int64(len(args)), 10)
+	buf = append(buf, '\r', '\n')
+	for _, a := range args {
+		buf = append(buf, '$')
+		buf = strconv.AppendInt(buf, int64(len(a)), 10)
+		buf = append(buf, '\r', '\n')
+		buf = append(buf, a...)
+		buf = append(buf, '\r', '\n')
+	}
+	return buf
 }
 
 // nodeOptions returns the options of a client of the one node at addr,
@@ -548,9 +629,18 @@ func (b *Bus) readConn(c *shardConn) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", c.addr, err)
 	}
+	if c.wire.Load() == nil {
+		return fmt.Errorf("%s: connection made without the Bus's dialer", c.addr)
+	}
 	b.mu.Lock()
 	c.up = true
 	b.mu.Unlock()
+	b.wg.Add(1)
+	go b.sendLoop(c)
+	select {
+	case c.send <- struct{}{}: // what place gave it before it was up
+	default:
+	}
 	pinged := false
 	for {
 		v, err := c.ps.ReceiveTimeout(c.ctx, max(b.health, 0))

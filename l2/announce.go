@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/tier"
 )
 
@@ -37,7 +38,8 @@ func (s *Store) checkFeed(f tier.Feed) error {
 }
 
 // writeAtomic makes ws and then announces the batch by announceScript in
-// one MULTI/EXEC transaction, on one server: no other client's command
+// one MULTI/EXEC transaction, on one server (or, on Redis Cluster, the
+// master of the one slot of ws: see oneSlot): no other client's command
 // comes between them. Scripts go by EVAL, not EVALSHA, so that none can
 // fail with NOSCRIPT inside the transaction and be sent again outside it.
 func (s *Store) writeAtomic(ctx context.Context, ws []tier.Write, f tier.Feed, stored []bool) error {
@@ -56,7 +58,7 @@ func (s *Store) writeAtomic(ctx context.Context, ws []tier.Write, f tier.Feed, s
 			cmds[i] = pipe.Set(ctx, s.prefix+w.Key, w.Value, expiry(w.TTL))
 		}
 	}
-	keys, args := s.announceArgs(f)
+	keys, args := s.announceArgs(ws, f)
 	cmds[len(ws)] = announceScript.Eval(ctx, pipe, keys, args...)
 	if err := exec(ctx, pipe, cmds); err != nil {
 		return err
@@ -76,12 +78,36 @@ func (s *Store) writeAtomic(ctx context.Context, ws []tier.Write, f tier.Feed, s
 	return first
 }
 
-// announceArgs returns the KEYS and ARGV of announceScript for f.
-func (s *Store) announceArgs(f tier.Feed) ([]string, []any) {
-	if f.Entry == nil {
-		return nil, []any{f.Channel, f.Msg, "0", ""}
+// announceArgs returns the KEYS and ARGV of announceScript for f, after
+// the writes ws: on Redis Cluster, in the slot of ws's first key (all of
+// them share it: see oneSlot).
+func (s *Store) announceArgs(ws []tier.Write, f tier.Feed) ([]string, []any) {
+	switch {
+	case f.Entry != nil:
+		return []string{s.prefix + f.Log}, []any{f.Channel, f.Msg, strconv.Itoa(f.LogLen), f.Entry, "1", ""}
+	case s.sharded:
+		key := s.prefix + ws[0].Key
+		return []string{key}, []any{keyslot.Channel(f.Channel, slot(key)), f.Msg, "0", "", "", "s"}
+	case s.topo == cluster:
+		return []string{s.prefix + ws[0].Key}, []any{f.Channel, f.Msg, "0", "", "", ""}
 	}
-	return []string{s.prefix + f.Log}, []any{f.Channel, f.Msg, strconv.Itoa(f.LogLen), f.Entry}
+	return nil, []any{f.Channel, f.Msg, "0", "", "", ""}
+}
+
+// oneSlot reports whether ws, on Redis Cluster, all name keys (their own,
+// their leases and counters) in one hash slot, so that the batch and its
+// message can go in one transaction on the slot's master.
+func (s *Store) oneSlot(ws []tier.Write) bool {
+	if s.topo != cluster || len(ws) == 0 {
+		return false
+	}
+	want := slot(s.prefix + ws[0].Key)
+	for _, w := range ws {
+		if slot(s.prefix+w.Key) != want || (w.Lease != "" && slot(s.prefix+w.Lease) != want) || (w.Seq != "" && slot(s.prefix+w.Seq) != want) {
+			return false
+		}
+	}
+	return true
 }
 
 // announceAfter publishes f.Msg once the writes of its batch are done, on

@@ -345,17 +345,23 @@ end
 return {1, first, f['last-generated-id'], f['length'], f['entries-added'] or -1, out}
 `)
 
-// announceScript announces a batch of writes (Feed.Msg): if KEYS[1] (the
-// log) is given, it XADDs to it the field m = ARGV[4], trimmed to about
+// announceScript announces a batch of writes (Feed.Msg): if ARGV[5] is
+// '1', it XADDs to the log KEYS[1] the field m = ARGV[4], trimmed to about
 // ARGV[3] entries, and publishes ARGV[2] on channel ARGV[1] positioned at
 // the new entry's id (byte 2, the id's length, the id, the message, as
-// writeScript does); else it publishes ARGV[2] as it is. It returns 1.
+// writeScript does); else it publishes ARGV[2] as it is (KEYS[1], if
+// given, only places the script in the batch's slot on Redis Cluster). It
+// publishes by SPUBLISH if ARGV[6] is 's'. It returns 1.
 var announceScript = redis.NewScript(`
 local msg = ARGV[2]
-if KEYS[1] then
+if ARGV[5] == '1' then
 	local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[3], '*', 'm', ARGV[4])
 	msg = string.char(2, #id) .. id .. msg
 end
-redis.call('PUBLISH', ARGV[1], msg)
+if ARGV[6] == 's' then
+	redis.call('SPUBLISH', ARGV[1], msg)
+else
+	redis.call('PUBLISH', ARGV[1], msg)
+end
 return 1
 `)

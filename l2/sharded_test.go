@@ -210,3 +210,50 @@ func TestClusterLeaseInKeySlot(t *testing.T) {
 		h.waitFor(t, "filled "+tc.key)
 	}
 }
+
+// TestClusterSlotBatchAtomic: on Redis Cluster a batch announced as a
+// whole whose keys share one slot goes as one transaction on the slot's
+// master, its message published in it (Info().AtomicSlotBatch); one over
+// several slots announces after its writes.
+func TestClusterSlotBatchAtomic(t *testing.T) {
+	addrs := redistest.ClusterAddrs(t)
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := t.Context()
+	prefix := redistest.Prefix(t) + ":"
+	for _, classic := range []bool{false, true} {
+		s := l2.New(rdb, l2.Options{Prefix: prefix, Classic: classic})
+		if !s.Info().AtomicSlotBatch || s.Info().AtomicBatch {
+			t.Fatalf("Info() = %+v, want AtomicSlotBatch only", s.Info())
+		}
+		channel := fmt.Sprint(prefix, "ch", classic)
+		busClient := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		t.Cleanup(func() { busClient.Close() })
+		bus := invalidate.New(busClient, invalidate.Options{Classic: classic})
+		t.Cleanup(func() { bus.Close() })
+		h := &heardLog{more: make(chan struct{}, 1)}
+		unsub, err := bus.Subscribe(ctx, channel, h.add, func(bool) {})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c counter
+		rdb.AddHook(&c)
+		ws := []tier.Write{
+			{Key: "{s}a", Value: []byte("A"), Seq: "{s}seq"},
+			{Key: "{s}b", Value: []byte("B"), Seq: "{s}seq", If: tier.IfEqual, Old: []byte("x"), Msg: []byte("own b")},
+		}
+		c.reset()
+		stored, err := s.Write(ctx, ws, tier.Feed{Channel: channel, Msg: []byte("batch a b")})
+		if err != nil || !stored[0] || stored[1] {
+			t.Fatalf("classic %v: Write = %v, %v", classic, stored, err)
+		}
+		if cmds, pipes := c.counts(); cmds != 0 || pipes != 1 {
+			t.Errorf("classic %v: %d commands, %d pipelines; want one transaction (%s)", classic, cmds, pipes, &c)
+		}
+		h.waitFor(t, "batch a b")
+		if v, err := rdb.Get(ctx, prefix+"{s}a").Result(); err != nil || v != "A" {
+			t.Errorf("classic %v: {s}a = %q, %v", classic, v, err)
+		}
+		unsub()
+	}
+}

@@ -124,7 +124,7 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		topo:   topologyOf(rdb),
 	}
 	s.sharded = s.topo == cluster && !o.Classic
-	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single, Sharded: s.sharded}
+	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single, AtomicSlotBatch: s.topo == cluster, Sharded: s.sharded}
 	s.info.ReadBound, s.info.Advice = readBound(rdb, s.read.d)
 	return s
 }

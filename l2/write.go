@@ -133,7 +133,7 @@ func keyErr(ws []tier.Write, i int, err error) error {
 // writeAll makes ws, storing what each stored in stored, and returns the
 // first error.
 func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stored []bool) error {
-	if announced(f) && s.topo == single {
+	if announced(f) && (s.topo == single || s.oneSlot(ws)) {
 		return s.writeAtomic(ctx, ws, f, stored)
 	}
 	scripted := s.scripted(ws, f)

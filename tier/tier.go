@@ -226,6 +226,12 @@ type Info struct {
 	// is made as one atomic step with its message (see Feed.Msg), so that
 	// the message may carry the values written.
 	AtomicBatch bool
+	// AtomicSlotBatch reports, where AtomicBatch does not hold (Redis
+	// Cluster), that a batch announced by Feed.Msg is made as one atomic
+	// step with its message when every key it names (its writes', their
+	// leases' and counters') is in one Redis Cluster hash slot: a prefix
+	// with a hash tag puts every key of a cache there.
+	AtomicSlotBatch bool
 	// Sharded reports that messages go over sharded pub/sub (Redis
 	// Cluster's SPUBLISH): a message about a key on Feed.Channel's shard
 	// channel in the key's slot, others in the slot of the channel's name
