@@ -743,7 +743,9 @@ func newPageOtter() (*otter.Cache[string, Item], func()) {
 	}
 }
 
-// newRecordOtter is newPageOtter for Records.
+// newRecordOtter is newPageOtter for Records, with otter's upkeep run on
+// the goroutine of the write that asks for it, as L1 runs it (otter's
+// default starts a goroutine for each).
 func newRecordOtter() (*otter.Cache[string, Record], func()) {
 	clock := otter.NewCoarseClock(10 * time.Millisecond)
 	c := otter.Must(&otter.Options[string, Record]{
@@ -752,7 +754,8 @@ func newRecordOtter() (*otter.Cache[string, Record], func()) {
 		ExpiryCalculator: otter.ExpiryWritingFunc(func(otter.Entry[string, Record]) time.Duration {
 			return time.Hour
 		}),
-		Clock: clock,
+		Clock:    clock,
+		Executor: func(fn func()) { fn() },
 	})
 	return c, func() {
 		c.StopAllGoroutines()
