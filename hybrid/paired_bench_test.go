@@ -401,7 +401,10 @@ func BenchmarkPaired_L1HitFloor(b *testing.B) {
 			Clock:    clock,
 			Executor: func(func()) {}, // upkeep never runs
 		})
-		defer clock.Stop()
+		defer func() {
+			oc.StopAllGoroutines()
+			clock.Stop()
+		}()
 		for _, k := range keys {
 			oc.Set(k, floorCell{v: &User{ID: k}, meta: 100 | uint64(time.Hour/time.Millisecond)<<32})
 		}
