@@ -137,7 +137,7 @@ func (c *Cache[V]) getMany(ctx context.Context, keys []string, opts []EntryOptio
 			out = make(map[string]V, len(keys))
 		}
 		vals := make([]found[V], len(misses))
-		c.readRemoteMany(ctx, misses, c.tokens(misses), vals, p)
+		c.readRemoteMany(ctx, misses, nil, c.tokens(misses), vals, p)
 		for i, key := range misses {
 			if vals[i].st == readHit && !vals[i].it.absent {
 				out[key] = vals[i].it.v

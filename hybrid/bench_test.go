@@ -743,6 +743,26 @@ func newPageOtter() (*otter.Cache[string, Item], func()) {
 	}
 }
 
+// newRecordOtter is newPageOtter for Records, with otter's upkeep run on
+// the goroutine of the write that asks for it, as L1 runs it (otter's
+// default starts a goroutine for each).
+func newRecordOtter() (*otter.Cache[string, Record], func()) {
+	clock := otter.NewCoarseClock(10 * time.Millisecond)
+	c := otter.Must(&otter.Options[string, Record]{
+		MaximumWeight: 64 << 20,
+		Weigher:       func(key string, _ Record) uint32 { return uint32(len(key) + 256) },
+		ExpiryCalculator: otter.ExpiryWritingFunc(func(otter.Entry[string, Record]) time.Duration {
+			return time.Hour
+		}),
+		Clock:    clock,
+		Executor: func(fn func()) { fn() },
+	})
+	return c, func() {
+		c.StopAllGoroutines()
+		clock.Stop()
+	}
+}
+
 // pageFloor is the least a page read that fills an otter L1 can cost:
 // mgetPage, then an otter Set of each value, into a fresh otter cache
 // every pageCount pages, as coldCache does.

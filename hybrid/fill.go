@@ -45,6 +45,7 @@ type fill[V any] struct {
 	// Room for a fill of one key, so that its slices cost no allocation
 	// of their own.
 	key1  [1]string
+	full1 [1]string // key1 as the shared tier stores it (see prefixed)
 	call1 [1]*flight.Call[V]
 	tok1  [1]token
 	val1  [1]found[V]
@@ -136,13 +137,16 @@ func (c *Cache[V]) leadContext(ctx context.Context, timeout time.Duration) (cont
 // the keys it found missing, their sequence counters (see readSeqs).
 func (c *Cache[V]) readFill(ctx context.Context, f *fill[V]) {
 	f.read = true
+	var full []string // nil: readRemoteMany prefixes the keys
 	if len(f.keys) == 1 {
 		f.tok1[0], f.val1[0] = c.vers.token(f.keys[0]), found[V]{}
 		f.toks, f.vals = f.tok1[:], f.val1[:]
+		f.full1[0] = c.prefix + f.keys[0]
+		full = f.full1[:]
 	} else {
 		f.toks, f.vals = c.tokens(f.keys), make([]found[V], len(f.keys))
 	}
-	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, f.toks, f.vals, &f.e)
+	f.replace, f.cut = c.readRemoteMany(ctx, f.keys, full, f.toks, f.vals, &f.e)
 	if f.cut {
 		return
 	}

@@ -41,28 +41,51 @@ func (c *Cache[V]) GetOrCreate(ctx context.Context, key string, load func(ctx co
 			return zero, err
 		}
 	}
-	if skip&SkipL1Read != 0 {
-		return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
-	}
-	if it, hit, ok := c.local.GetCounted(key); ok && !c.closed.Load() {
-		if c.held(it) {
-			if it, ok = c.checkHeld(ctx, key, it); !ok {
-				return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+	if skip&SkipL1Read == 0 {
+		if it, hit, ok := c.local.GetCounted(key); ok {
+			if it.t == nil && !it.absent && c.plainHits() {
+				c.sampleL1Age(hit, nil, it.stored)
+				return it.v, nil
 			}
+			return c.getOrCreateFound(ctx, key, load, opts, it, hit)
 		}
-		if it.t != nil && c.local.Now() >= it.t.due {
-			return c.out(c.getOrCreateDue(ctx, key, it, load, opts))
-		}
-		if it.absent {
-			return it.v, ErrNotFound
-		}
-		c.sampleL1Age(hit, it.t, it.stored)
-		if c.copy != nil {
-			return c.copy(it.v)
-		}
-		return it.v, nil
 	}
 	return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+}
+
+// plainHits reports whether a hit on an entry without a timing that holds
+// a value may return it as it is: the cache is open, the bus has lost
+// nothing (see held) and values are not copied. It reads three words, so
+// that GetOrCreate's hit stays small and calls nothing else.
+func (c *Cache[V]) plainHits() bool {
+	return !c.closed.Load() && !c.loss.lost.Load() && c.copy == nil
+}
+
+// getOrCreateFound is GetOrCreate for an entry L1 returned (it, counted as
+// hit hit) when plainHits or the entry asks for a closer look: the cache
+// is closed, the entry is held through a bus loss, due, or an absence, or
+// the value is copied.
+func (c *Cache[V]) getOrCreateFound(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption, it item[V], hit uint64) (V, error) {
+	if c.closed.Load() {
+		return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+	}
+	if c.held(it) {
+		var ok bool
+		if it, ok = c.checkHeld(ctx, key, it); !ok {
+			return c.out(c.getOrCreateSlow(ctx, key, load, opts, nil))
+		}
+	}
+	if it.t != nil && c.local.Now() >= it.t.due {
+		return c.out(c.getOrCreateDue(ctx, key, it, load, opts))
+	}
+	if it.absent {
+		return it.v, ErrNotFound
+	}
+	c.sampleL1Age(hit, it.t, it.stored)
+	if c.copy != nil {
+		return c.copy(it.v)
+	}
+	return it.v, nil
 }
 
 func (c *Cache[V]) getOrCreateSlow(ctx context.Context, key string, load func(ctx context.Context, key string) (V, error), opts []EntryOption, stale *item[V]) (V, error) {

@@ -198,7 +198,7 @@ func (r *leaseRun[V]) check(ctx context.Context, unsure []int, news []leaseNews)
 func (r *leaseRun[V]) readChanged(ctx context.Context, idx []int) bool {
 	ask := pick(r.keys, idx)
 	res := make([]found[V], len(ask))
-	_, cut := r.c.readRemoteMany(ctx, ask, r.c.tokens(ask), res, r.e)
+	_, cut := r.c.readRemoteMany(ctx, ask, nil, r.c.tokens(ask), res, r.e)
 	if cut {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hybridcache/hybridcache/codec"
 	"github.com/maypok86/otter/v2"
 	"github.com/redis/go-redis/v9"
 )
@@ -100,7 +101,7 @@ func BenchmarkPaired_L2HitCancelableHandoff(b *testing.B) {
 // gone by its lifetime rather than deleted, the usual L1 miss: the read
 // finds the expired entry, which otter still holds.
 func BenchmarkPaired_L2HitExpired(b *testing.B) {
-	pairedL2HitExpired(b, context.Background(), benchClient(b))
+	pairedL2HitExpired(b, context.Background(), benchClient(b), nil)
 }
 
 // BenchmarkPaired_L2HitExpiredCancelable is BenchmarkPaired_L2HitExpired
@@ -108,7 +109,66 @@ func BenchmarkPaired_L2HitExpired(b *testing.B) {
 func BenchmarkPaired_L2HitExpiredCancelable(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pairedL2HitExpired(b, ctx, benchClient(b))
+	pairedL2HitExpired(b, ctx, benchClient(b), nil)
+}
+
+// BenchmarkPaired_L2HitExpiredCancelableHandoff is
+// BenchmarkPaired_L2HitExpiredCancelable on go-redis's default client (see
+// BenchmarkPaired_L2HitCancelableHandoff).
+func BenchmarkPaired_L2HitExpiredCancelableHandoff(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pairedL2HitExpired(b, ctx, srv.Client(b), nil)
+}
+
+// BenchmarkPaired_L2HitExpiredFloor is BenchmarkPaired_L2HitExpiredCancelable
+// against the raw GET and decode followed by an otter Set of the value into
+// an otter cache configured as L1 configures it (see newPageOtter): the
+// least that an L1 miss which fills L1 can cost.
+func BenchmarkPaired_L2HitExpiredFloor(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	oc, stop := newRecordOtter()
+	defer stop()
+	pairedL2HitExpired(b, ctx, benchClient(b), func(rdb *redis.Client, key string) error {
+		p, err := rdb.Get(context.Background(), key).Bytes()
+		if err != nil {
+			return err
+		}
+		var r Record
+		if err := (codec.Msgpack{}).Unmarshal(p, &r); err != nil {
+			return err
+		}
+		oc.Set(key, r)
+		return nil
+	})
+}
+
+// BenchmarkPaired_GetToBuffer is go-redis's zero-copy read (GetToBuffer,
+// into a buffer kept from one read to the next) and a decode, against
+// BenchmarkRedis_GetDecode's GET and decode, of the same records: what
+// reading into a buffer saves at the size of a record.
+func BenchmarkPaired_GetToBuffer(b *testing.B) {
+	const n = 200
+	rdb := benchClient(b)
+	rawKeys := storeRawRecords(b, n)
+	buf := make([]byte, 4096)
+	ctx := context.Background()
+	b.ReportAllocs()
+	paired(b, nil, func(i int) {
+		p, err := rdb.GetToBuffer(ctx, rawKeys[i%n], buf).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var r Record
+		if err := (codec.Msgpack{}).Unmarshal(buf[:p], &r); err != nil {
+			b.Fatal(err)
+		}
+	}, func(i int) {
+		if err := getRawRecord(rdb, rawKeys[i%n]); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 func pairedL2Hit(b *testing.B, ctx context.Context, rdb *redis.Client) {
@@ -141,7 +201,12 @@ func pairedL2Hit(b *testing.B, ctx context.Context, rdb *redis.Client) {
 	}
 }
 
-func pairedL2HitExpired(b *testing.B, ctx context.Context, rdb *redis.Client) {
+// pairedL2HitExpired times GetOrCreate after expiry against base (nil:
+// getRawRecord) reading the same record as stored raw.
+func pairedL2HitExpired(b *testing.B, ctx context.Context, rdb *redis.Client, base func(rdb *redis.Client, key string) error) {
+	if base == nil {
+		base = getRawRecord
+	}
 	// Otter removes an expired entry when its timer wheel reaches it, about
 	// once a second; a read in between finds it. Few keys, so that a key is
 	// read again soon after it expires, and a lifetime of 1ms, which the L1
@@ -171,7 +236,7 @@ func pairedL2HitExpired(b *testing.B, ctx context.Context, rdb *redis.Client) {
 			b.Fatal(err)
 		}
 	}, func(i int) {
-		if err := getRawRecord(rdb, rawKeys[i%n]); err != nil {
+		if err := base(rdb, rawKeys[i%n]); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -307,5 +372,73 @@ func BenchmarkPaired_ClusterColdPage(b *testing.B) {
 	full := ps.stored()
 	pairedColdPage(b, rdb, ps, nil, func(p int) {
 		pipelinedPage(b, rdb, full[p%pageCount], make([]Item, pageLen))
+	})
+}
+
+// BenchmarkPaired_L1HitFloor times, against BenchmarkOtter_GetIfPresent's
+// bare otter, two otter caches that L1 cannot do better than, in blocks of
+// 1,000 reads as BenchmarkPaired_L1HitBare:
+//
+//   - expiry: otter holding what L1 holds (a four-word cell, see l1.cell)
+//     with what L1 asks of it (a weigher, a lifetime per entry set on
+//     writes, a coarse clock), its upkeep never run, so that a read finds
+//     the read buffer full and records nothing: the least a read of otter
+//     with expiry costs. L1 adds its hit counter (one atomic add) to it.
+//   - half-full: the bare otter at half its bound, as a cache in use is.
+//     The bare baseline holds a tenth of its bound, and below half otter
+//     leaves its frequency sketch unmade and a read skips the read buffer;
+//     with expiry a read never skips it.
+func BenchmarkPaired_L1HitFloor(b *testing.B) {
+	keys := benchKeyNames()
+	b.Run("expiry", func(b *testing.B) {
+		clock := otter.NewCoarseClock(10 * time.Millisecond)
+		oc := otter.Must(&otter.Options[string, floorCell]{
+			MaximumWeight: 64 << 20,
+			Weigher:       func(_ string, c floorCell) uint32 { return uint32(c.meta) },
+			ExpiryCalculator: otter.ExpiryWritingFunc(func(e otter.Entry[string, floorCell]) time.Duration {
+				return time.Duration(e.Value.meta>>32) * time.Millisecond
+			}),
+			Clock:    clock,
+			Executor: func(func()) {}, // upkeep never runs
+		})
+		defer func() {
+			oc.StopAllGoroutines()
+			clock.Stop()
+		}()
+		for _, k := range keys {
+			oc.Set(k, floorCell{v: &User{ID: k}, meta: 100 | uint64(time.Hour/time.Millisecond)<<32})
+		}
+		pairedOtterHits(b, keys, oc, newBenchOtter(b, keys))
+	})
+	b.Run("half-full", func(b *testing.B) {
+		oc := otter.Must(&otter.Options[string, *User]{MaximumSize: 2 * benchKeys})
+		defer oc.StopAllGoroutines()
+		for _, k := range keys {
+			oc.Set(k, &User{ID: k, Name: "Ada"})
+		}
+		pairedOtterHits(b, keys, oc, newBenchOtter(b, keys))
+	})
+}
+
+// floorCell has the shape of an L1 cell of a Cache[*User]: the item (a
+// value, a flag, a stamp, a timing) and the word of weight and lifetime.
+type floorCell struct {
+	v      *User
+	absent bool
+	stored uint32
+	t      *int64
+	meta   uint64
+}
+
+func pairedOtterHits[V any](b *testing.B, keys []string, oc *otter.Cache[string, V], bare *otter.Cache[string, *User]) {
+	b.ReportAllocs()
+	pairedBlocks(b, 1000, nil, func(i int) {
+		if _, ok := oc.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
+			b.Fatal("miss")
+		}
+	}, func(i int) {
+		if _, ok := bare.GetIfPresent(keys[i&(benchKeys-1)]); !ok {
+			b.Fatal("miss")
+		}
 	})
 }

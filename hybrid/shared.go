@@ -178,7 +178,7 @@ func (c *Cache[V]) writeFeed(ctx context.Context, op Op, name string, ws []tier.
 // readRemote is readRemoteMany for one key.
 func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *policy) (item[V], readState) {
 	var res [1]found[V]
-	if _, cut := c.readRemoteMany(ctx, []string{key}, []token{tok}, res[:], p); cut {
+	if _, cut := c.readRemoteMany(ctx, []string{key}, nil, []token{tok}, res[:], p); cut {
 		return item[V]{}, readCut
 	}
 	return res[0].it, res[0].st
@@ -256,11 +256,12 @@ type found[V any] struct {
 
 // readRemoteMany reads keys from the shared tier in one call, storing hits
 // in L1 under their tokens, and puts what it found in res (zero, one per
-// key). replace holds, by key, the stored bytes a fill is to replace: a
+// key). full is keys as the shared tier stores them (see prefixed), or nil
+// to have them made here. replace holds, by key, the stored bytes a fill is to replace: a
 // value that did not decode, is stale, or is a tombstone. cut reports that
 // the caller's ctx ended before the shared tier answered; then nothing was
 // found.
-func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
+func (c *Cache[V]) readRemoteMany(ctx context.Context, keys, full []string, toks []token, res []found[V], p *policy) (replace map[string][]byte, cut bool) {
 	if c.remote == nil {
 		return nil, false
 	}
@@ -269,7 +270,10 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys []string, toks []tok
 		return nil, false // each a miss
 	}
 	op, name := readOp(keys)
-	vals, err := c.get(ctx, op, name, c.prefixed(keys))
+	if full == nil {
+		full = c.prefixed(keys)
+	}
+	vals, err := c.get(ctx, op, name, full)
 	if errors.Is(err, errCallerDone) {
 		return nil, true
 	}

@@ -83,7 +83,7 @@ func (c *Cache[V]) warmPage(ctx context.Context, keys []string) (n int, refused,
 		}
 	}
 	res := make([]found[V], len(keys))
-	if _, cut := c.readRemoteMany(ctx, keys, c.tokens(keys), res, p); cut {
+	if _, cut := c.readRemoteMany(ctx, keys, nil, c.tokens(keys), res, p); cut {
 		return 0, refused, ctx.Err()
 	}
 	for i := range res {
