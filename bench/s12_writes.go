@@ -33,6 +33,24 @@ type writeMode struct {
 var writeModes = []writeMode{
 	{"swap (values in messages)", 0},
 	{"drop (keys only)", -1},
+	{"swap up to 1 KiB, drop above", 1024},
+}
+
+// modesFor returns the modes that differ on t: a threshold above t's
+// largest value is swap.
+func modesFor(t *trace) []writeMode {
+	largest := uint32(0)
+	for _, s := range t.sizes {
+		largest = max(largest, s)
+	}
+	var out []writeMode
+	for _, m := range writeModes {
+		if m.inline > 0 && int(largest) < m.inline {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // synthValueBytes is the payload of every value of the synthetic workload.
@@ -336,8 +354,10 @@ func scenarioWrites(ctx context.Context, e *env) (*section, error) {
 		"invalidate.Bus, `Options.Secret` set (a message carries a value only when signed), msgpack. The first "+
 		"quarter of each replay warms the fleet; the figures are the rest's.\n\n"+
 		"Rows: **swap** (the default: a Set's message carries the value, up to `InlineMaxBytes`, and each peer that "+
-		"holds the key replaces its copy without a round trip) and **drop** (`InlineMaxBytes: -1`: the message names "+
-		"the key, each peer drops its copy and reads Redis at its next read of the key).\n\n"+
+		"holds the key replaces its copy without a round trip), **drop** (`InlineMaxBytes: -1`: the message names "+
+		"the key, each peer drops its copy and reads Redis at its next read of the key) and, on the traces, whose "+
+		"values vary, **swap up to 1 KiB** (`InlineMaxBytes: 1024`: values of up to 1 KiB encoded are swapped, larger "+
+		"ones dropped).\n\n"+
 		"Columns: L1 hit %% of reads; stale reads per 10,000 reads (a version older than the last write that had "+
 		"returned: a peer read the key before the message reached it); Redis round trips per request (the counting "+
 		"wrapper); Redis `GET`s per read (`INFO commandstats`); bus bytes per write, summed over the N instances that "+
@@ -363,8 +383,9 @@ func scenarioWrites(ctx context.Context, e *env) (*section, error) {
 				results[ck] = map[string][]*writeResult{}
 			}
 			// The modes take turns; which goes first alternates by run.
-			for j := range writeModes {
-				m := writeModes[(j+rep)%len(writeModes)]
+			modes := modesFor(t)
+			for j := range modes {
+				m := modes[(j+rep)%len(modes)]
 				e.progressf("    %s, N=%d, writes %s: %s (run %d of %d)", t.name, ck.n, fmtRate(ck.rate), m.name, rep+1, plan.reps)
 				settle()
 				r, err := runWriteCell(ctx, e, c, m)
@@ -394,9 +415,9 @@ func scenarioWrites(ctx context.Context, e *env) (*section, error) {
 		Align: []byte{'l', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'},
 	}
 	ratio := table{
-		Header: []string{"workload", "writes", "N", "L1 hit % swap, drop", "stale reads / 10k swap, drop", "Redis round trips / request",
-			"bus bytes / write", "Redis CPU", "Redis CPU per write, drop − swap", "client CPU", "p99"},
-		Align: []byte{'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'},
+		Header: []string{"workload", "writes", "N", "mode", "L1 hit % swap, mode", "stale reads / 10k swap, mode", "Redis round trips / request",
+			"bus bytes / write", "Redis CPU", "Redis CPU per write, mode − swap", "client CPU", "p99"},
+		Align: []byte{'l', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'},
 	}
 	diffs := func(rs, base []*writeResult, f func(*writeResult) float64) []float64 {
 		var xs []float64
@@ -413,7 +434,7 @@ func scenarioWrites(ctx context.Context, e *env) (*section, error) {
 		return fmtSpread(summarize(xs), "×")
 	}
 	for _, ck := range cells {
-		for _, m := range writeModes {
+		for _, m := range modesFor(byName[ck.trace]) {
 			rs := results[ck][m.name]
 			tb.Rows = append(tb.Rows, []string{ck.trace, fmtRate(ck.rate), strconv.Itoa(ck.n), m.name,
 				fmtSpread2(field(rs, (*writeResult).hitPct)),
@@ -429,20 +450,23 @@ func scenarioWrites(ctx context.Context, e *env) (*section, error) {
 				fmtSpread(field(rs, func(r *writeResult) float64 { return r.allocs }), ""),
 			})
 		}
-		sw, dr := results[ck][writeModes[0].name], results[ck][writeModes[1].name]
-		ratio.Rows = append(ratio.Rows, []string{ck.trace, fmtRate(ck.rate), strconv.Itoa(ck.n),
-			fmt.Sprintf("%.1f, %.1f", field(sw, (*writeResult).hitPct).Median, field(dr, (*writeResult).hitPct).Median),
-			fmt.Sprintf("%s, %s", sig3(field(sw, (*writeResult).stalePer10k).Median), sig3(field(dr, (*writeResult).stalePer10k).Median)),
-			within(dr, sw, (*writeResult).tripsPerReq),
-			within(dr, sw, (*writeResult).busBytesPerWrite),
-			within(dr, sw, func(r *writeResult) float64 { return r.redisCPUPerReq(own) }),
-			fmtSpreadDur(summarize(diffs(dr, sw, func(r *writeResult) float64 { return r.redisCPUPerWrite(own) }))),
-			within(dr, sw, (*writeResult).clientCPUPerReq),
-			within(dr, sw, func(r *writeResult) float64 { return r.p99 }),
-		})
+		sw := results[ck][writeModes[0].name]
+		for _, m := range modesFor(byName[ck.trace])[1:] {
+			dr := results[ck][m.name]
+			ratio.Rows = append(ratio.Rows, []string{ck.trace, fmtRate(ck.rate), strconv.Itoa(ck.n), m.name,
+				fmt.Sprintf("%.1f, %.1f", field(sw, (*writeResult).hitPct).Median, field(dr, (*writeResult).hitPct).Median),
+				fmt.Sprintf("%s, %s", sig3(field(sw, (*writeResult).stalePer10k).Median), sig3(field(dr, (*writeResult).stalePer10k).Median)),
+				within(dr, sw, (*writeResult).tripsPerReq),
+				within(dr, sw, (*writeResult).busBytesPerWrite),
+				within(dr, sw, func(r *writeResult) float64 { return r.redisCPUPerReq(own) }),
+				fmtSpreadDur(summarize(diffs(dr, sw, func(r *writeResult) float64 { return r.redisCPUPerWrite(own) }))),
+				within(dr, sw, (*writeResult).clientCPUPerReq),
+				within(dr, sw, func(r *writeResult) float64 { return r.p99 }),
+			})
+		}
 	}
 	sec.addTable(tb)
-	sec.add("**Drop ÷ swap**, per cell, ratios taken within a run (below 1: drop costs less); Redis CPU and client CPU per request, and Redis CPU per write as what drop adds to each write (negative: it saves):")
+	sec.add("**Each mode ÷ swap**, per cell, ratios taken within a run (below 1: the mode costs less than swap); Redis CPU and client CPU per request, and Redis CPU per write as what the mode adds to each write (negative: it saves):")
 	sec.addTable(ratio)
 
 	// The headline: the synthetic workload at the highest rate and the
