@@ -229,6 +229,13 @@ func (b *countingBus) Publish(ctx context.Context, channel string, msg []byte) e
 	return b.b.Publish(ctx, channel, msg)
 }
 
+// Sharded passes on the bus's answer, if it gives one, so that a check of
+// the Remote against the Bus sees through the wrapper.
+func (b *countingBus) Sharded() bool {
+	s, ok := any(b.b).(interface{ Sharded() bool })
+	return ok && s.Sharded()
+}
+
 func (b *countingBus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (func(), error) {
 	return b.b.Subscribe(ctx, channel, func(msg []byte) {
 		b.msgs.Add(1)
