@@ -40,3 +40,6 @@ func (c *Cache[V]) RecordHotSet(ctx context.Context) error { return c.recordHot(
 // HotSetRecord returns the namespace's hot set as recorded in the shared
 // tier, as WarmHot reads it.
 func (c *Cache[V]) HotSetRecord(ctx context.Context) ([]HotKey, error) { return c.hotSet(ctx) }
+
+// LeaseKey is leaseKey, for tests that look at a lease in Redis.
+func (c *Cache[V]) LeaseKey(key string) string { return c.leaseKey(key) }

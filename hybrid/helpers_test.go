@@ -607,7 +607,7 @@ func newInstanceWrapped(t testing.TB, name string, rdb redis.UniversalClient, o 
 	if o.Namespace == "" {
 		t.Fatal("newInstance: empty namespace")
 	}
-	in := &instance{name: name, rdb: rdb, remote: &countingRemote{s: l2.New(rdb, l2.Options{})}}
+	in := &instance{name: name, rdb: rdb, remote: &countingRemote{s: l2.New(rdb, l2.Options{Classic: bo.Classic})}}
 	if bo.Logger == nil {
 		bo.Logger = quiet
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/internal/message"
 )
 
@@ -66,9 +67,20 @@ func (h *heldLease) part(keys []string) *heldLease {
 	return &heldLease{keys: keys, token: h.token, life: h.life}
 }
 
-// leaseKey is the shared-tier key of key's lease: Namespace:\x00lease:<key>
-// (see tagKey for why the NUL byte).
-func (c *Cache[V]) leaseKey(key string) string { return c.prefix + "\x00lease:" + key }
+// leaseKey is the shared-tier key of key's lease:
+// Namespace:\x00lease:{tag}<key>, where tag hashes to key's Redis Cluster
+// slot (keyslot.Tag), so that on Cluster a lease is in its key's slot and
+// one script takes it and reads the key, or writes the key and releases
+// it. Where a prefix's braces make that impossible, the tag is left out.
+// (See tagKey for why the NUL byte.)
+func (c *Cache[V]) leaseKey(key string) string {
+	slot := keyslot.Of(c.o.info.Prefix + c.prefix + key)
+	l := c.prefix + "\x00lease:{" + keyslot.Tag(slot) + "}" + key
+	if keyslot.Of(c.o.info.Prefix+l) != slot {
+		return c.prefix + "\x00lease:" + key
+	}
+	return l
+}
 
 func (c *Cache[V]) leaseKeys(keys []string) []string {
 	full := make([]string, len(keys))

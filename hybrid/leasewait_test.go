@@ -59,7 +59,7 @@ func TestLeaseHungHolderTakenOver(t *testing.T) {
 	}, func() string { got, _ := redisValue(t, rdb, ns, "k"); return fmt.Sprintf("Redis holds %q", got) })
 	// Someone else holds the lease when A comes back: A's release must
 	// leave it.
-	lk := ns + ":\x00lease:k"
+	lk := a.c.LeaseKey("k")
 	if err := rdb.Set(context.Background(), lk, "someone-else", 10*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestLeaseForgedFailure(t *testing.T) {
 				r := waiterAfter(t, a, b, ns, func() [][]byte {
 					m := message.Message{Op: op, Namespace: ns, Keys: []string{"k"}}
 					if named {
-						tok, err := a.rdb.Get(context.Background(), ns+":\x00lease:k").Result()
+						tok, err := a.rdb.Get(context.Background(), a.c.LeaseKey("k")).Result()
 						if err != nil {
 							t.Fatalf("the holder's lease: %v", err)
 						}

@@ -3,12 +3,13 @@ package hybrid
 import (
 	"errors"
 	"fmt"
-	"github.com/hybridcache/hybridcache/tier"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/hybridcache/hybridcache/codec"
+	"github.com/hybridcache/hybridcache/internal/keyslot"
+	"github.com/hybridcache/hybridcache/tier"
 )
 
 // Options configures a Cache. The zero value is an L1-only cache with the
@@ -392,6 +393,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Channel == "" {
 		o.Channel = "hybridcache:" + o.scope()
 	}
+	if err := o.checkSharded(); err != nil {
+		return o, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -399,4 +403,29 @@ func (o Options) withDefaults() (Options, error) {
 		o.LogEvery = defaultLogEvery
 	}
 	return o, nil
+}
+
+// checkSharded returns an error when the Remote and the Bus disagree on
+// sharded pub/sub (a Bus that says which it uses: invalidate.Bus does),
+// which would lose every message, or when the Remote announces over
+// sharded pub/sub on a Channel whose hash tag puts its one shard channel
+// in another slot than the namespace's keys, where a write's script
+// cannot publish.
+func (o *Options) checkSharded() error {
+	if o.Remote == nil || o.Bus == nil {
+		return nil
+	}
+	if b, ok := o.Bus.(interface{ Sharded() bool }); ok && b.Sharded() != o.info.Sharded {
+		mode := func(sharded bool) string {
+			if sharded {
+				return "sharded pub/sub (SPUBLISH)"
+			}
+			return "classic pub/sub (PUBLISH)"
+		}
+		return fmt.Errorf("hybrid: Options.Remote announces over %s and Options.Bus listens over %s, so no message would arrive: build both on the same client, or set Classic in both l2.Options and invalidate.Options", mode(o.info.Sharded), mode(b.Sharded()))
+	}
+	if o.info.Sharded && keyslot.Tagged(o.Channel) && keyslot.Of(o.Channel) != keyslot.Of(o.info.Prefix+o.Namespace+":") {
+		return fmt.Errorf("hybrid: Options.Channel %q has a hash tag that puts it in another Redis Cluster slot than the namespace's keys; over sharded pub/sub a write announces in its key's slot: leave Channel to its default, or give it the keys' hash tag", o.Channel)
+	}
+	return nil
 }

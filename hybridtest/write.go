@@ -46,7 +46,8 @@ import (
 //     (see message.Positioned). Positions are "<n>-0", n counting up from
 //     1 across all the logs of r, so that a log dropped with DropLog and
 //     created again gets newer positions, as a Redis stream does after a
-//     restart.
+//     restart. Without Log, a write with Seq sends its message sequenced
+//     at the counter's value after the write (see message.Sequenced).
 //   - Lease, if set, is then deleted if it is still held under Token,
 //     whether or not the write stored.
 //
@@ -246,12 +247,23 @@ func (r *Remote) writeLocked(ctx context.Context, w tier.Write, f tier.Feed) (bo
 	if found || (w.Lease != "" && !r.waitedLocked(w.Lease, w.Token, now)) {
 		msg = nil
 	}
+	// The counter is bumped first: an unlogged message goes out sequenced
+	// at its value after the write.
+	if write && w.Seq != "" && w.If != tier.IfSeq {
+		r.bumpLocked(w.Seq, now)
+	}
 	if msg != nil && f.Channel != "" {
 		if r.Bus == nil {
 			return false, ErrNoBus
 		}
 		if w.Log != nil {
 			msg = message.Positioned(pos(r.journal.seq+1), msg)
+		} else if w.Seq != "" {
+			if cur, ok := r.getLocked(w.Seq, now); ok {
+				if n, err := strconv.ParseUint(string(cur), 10, 64); err == nil && n > 0 {
+					msg = message.Sequenced(n, msg)
+				}
+			}
 		}
 		if err := r.Bus.Publish(ctx, f.Channel, msg); err != nil {
 			return false, err
@@ -280,9 +292,6 @@ func (r *Remote) writeLocked(ctx context.Context, w tier.Write, f tier.Feed) (bo
 		r.items[w.Key] = it
 	case write:
 		r.setLocked(w.Key, w.Value, w.TTL, now)
-	}
-	if write && w.Seq != "" && w.If != tier.IfSeq {
-		r.bumpLocked(w.Seq, now)
 	}
 	if w.Lease != "" {
 		if v, ok := r.getLocked(w.Lease, now); ok && heldBy(v, w.Token) {

@@ -51,6 +51,13 @@ type Options struct {
 	// connection that stops answering without being closed goes unnoticed
 	// until the operating system gives up on it.
 	HealthInterval time.Duration
+
+	// Classic keeps classic pub/sub (PUBLISH, SUBSCRIBE) on a Redis
+	// Cluster client, where the Bus otherwise uses sharded pub/sub (see
+	// the package documentation, "Redis Cluster"). A Bus and the Stores
+	// that publish on its channels must agree: l2.Options.Classic is the
+	// same choice for a Store. No effect on other clients.
+	Classic bool
 }
 
 // Stats are counters since New, read with Bus.Stats.
@@ -68,6 +75,11 @@ type Stats struct {
 	Losses uint64
 	// Panics counts callbacks that panicked.
 	Panics uint64
+	// Moved counts, over sharded pub/sub, the subscriptions of a slot that
+	// Redis Cluster ended because the slot moved to another master (a
+	// migration or a failover); each is a loss, and the Bus subscribes
+	// the slot again where it went.
+	Moved uint64
 }
 
 // Bus is a message bus over Redis pub/sub: it publishes messages on
@@ -77,8 +89,8 @@ type Stats struct {
 // Its goroutines (one that receives and calls the callbacks, one that runs
 // the health check) start with the first Subscribe and stop in Close.
 type Bus struct {
+	hub
 	rdb    redis.UniversalClient
-	log    *slog.Logger
 	min    time.Duration
 	max    time.Duration
 	health time.Duration
@@ -112,7 +124,7 @@ type Bus struct {
 
 	scratch []*sub // reused by the receive goroutine
 
-	received, delivered, disconnects, reconnects, losses, panics atomic.Uint64
+	sh *sharded // nil: classic pub/sub
 }
 
 // chanState is one subscribed channel.
@@ -137,7 +149,9 @@ func (cs *chanState) appendActive(subs []*sub) []*sub {
 
 // sub is one subscription.
 type sub struct {
-	cs        *chanState
+	name      string     // the channel subscribed, for logs
+	cs        *chanState // of a Bus over classic pub/sub
+	base      *shardBase // of a Bus over sharded pub/sub
 	onMessage func([]byte)
 	onLoss    func(restored bool)
 	active    bool // Subscribe returned it; under Bus.mu
@@ -155,8 +169,8 @@ func New(rdb redis.UniversalClient, o Options) *Bus {
 		panic("invalidate: New: nil redis client")
 	}
 	b := &Bus{
+		hub:    hub{log: o.Logger},
 		rdb:    rdb,
-		log:    o.Logger,
 		min:    o.ReconnectMin,
 		max:    o.ReconnectMax,
 		health: o.HealthInterval,
@@ -180,6 +194,9 @@ func New(rdb redis.UniversalClient, o Options) *Bus {
 	if b.health == 0 {
 		b.health = defaultHealthInterval
 	}
+	if c, ok := rdb.(clusterClient); ok && !o.Classic {
+		b.sh = newSharded(c)
+	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	return b
 }
@@ -190,6 +207,9 @@ func New(rdb redis.UniversalClient, o Options) *Bus {
 func (b *Bus) Publish(ctx context.Context, channel string, msg []byte) error {
 	if b.shut.Load() {
 		return ErrClosed
+	}
+	if b.sh != nil {
+		return b.publishSharded(ctx, channel, msg)
 	}
 	if err := b.rdb.Publish(ctx, channel, msg).Err(); err != nil {
 		return fmt.Errorf("invalidate: publish %q: %w", channel, err)
@@ -219,7 +239,10 @@ func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg 
 	case onLoss == nil:
 		return nil, fmt.Errorf("invalidate: subscribe %q: nil onLoss", channel)
 	}
-	s := &sub{onMessage: onMessage, onLoss: onLoss}
+	s := &sub{name: channel, onMessage: onMessage, onLoss: onLoss}
+	if b.sh != nil {
+		return b.subscribeSharded(ctx, channel, s)
+	}
 
 	b.wmu.Lock()
 	b.mu.Lock()
@@ -327,16 +350,7 @@ func (b *Bus) unsubscribe(s *sub) {
 }
 
 // Stats returns the Bus's counters.
-func (b *Bus) Stats() Stats {
-	return Stats{
-		Received:    b.received.Load(),
-		Delivered:   b.delivered.Load(),
-		Disconnects: b.disconnects.Load(),
-		Reconnects:  b.reconnects.Load(),
-		Losses:      b.losses.Load(),
-		Panics:      b.panics.Load(),
-	}
-}
+func (b *Bus) Stats() Stats { return b.stats() }
 
 // Close closes the pub/sub connection and stops the Bus's goroutines,
 // waiting for them (and so for a callback in progress). Subscribers are not
@@ -358,6 +372,9 @@ func (b *Bus) Close() error {
 
 	close(b.done)
 	b.cancel()
+	if b.sh != nil {
+		b.closeSharded()
+	}
 	if ps != nil {
 		_ = ps.Close() // unblocks Receive
 	}

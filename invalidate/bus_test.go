@@ -134,6 +134,9 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	goleak.VerifyNone(t, ignore)
 }
 
+// TestCluster: with Options.Classic, a Bus on Redis Cluster uses classic
+// pub/sub, which every node broadcasts (sharded pub/sub is the default:
+// sharded_test.go).
 func TestCluster(t *testing.T) {
 	addrs := redistest.ClusterAddrs(t)
 	ch := redistest.Prefix(t)
@@ -142,8 +145,8 @@ func TestCluster(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	pub := newBus(t, newCluster(), invalidate.Options{})
-	b := newBus(t, newCluster(), invalidate.Options{})
+	pub := newBus(t, newCluster(), invalidate.Options{Classic: true})
+	b := newBus(t, newCluster(), invalidate.Options{Classic: true})
 	r := newRecorder()
 	subscribe(t, b, ch, r)
 

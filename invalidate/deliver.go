@@ -1,6 +1,31 @@
 package invalidate
 
-import "github.com/redis/go-redis/v9"
+import (
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// hub is what a Bus shares over classic and sharded pub/sub: its logger,
+// its counters, and the calls of its subscribers' callbacks.
+type hub struct {
+	log *slog.Logger
+
+	received, delivered, disconnects, reconnects, losses, panics, moved atomic.Uint64
+}
+
+func (h *hub) stats() Stats {
+	return Stats{
+		Received:    h.received.Load(),
+		Delivered:   h.delivered.Load(),
+		Disconnects: h.disconnects.Load(),
+		Reconnects:  h.reconnects.Load(),
+		Losses:      h.losses.Load(),
+		Panics:      h.panics.Load(),
+		Moved:       h.moved.Load(),
+	}
+}
 
 // dispatch hands m to every active subscriber of its channel.
 func (b *Bus) dispatch(m *redis.Message) {
@@ -20,7 +45,7 @@ func (b *Bus) dispatch(m *redis.Message) {
 
 // deliver calls s.onMessage unless s was removed. If it panics, s is told
 // of a loss: it missed a message.
-func (b *Bus) deliver(s *sub, msg []byte) {
+func (b *hub) deliver(s *sub, msg []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.removed {
@@ -35,7 +60,7 @@ func (b *Bus) deliver(s *sub, msg []byte) {
 }
 
 // lose calls s.onLoss(restored) unless s was removed.
-func (b *Bus) lose(s *sub, restored bool) {
+func (b *hub) lose(s *sub, restored bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.removed {
@@ -45,7 +70,7 @@ func (b *Bus) lose(s *sub, restored bool) {
 	b.callLoss(s, restored)
 }
 
-func (b *Bus) callMessage(s *sub, msg []byte) (ok bool) {
+func (b *hub) callMessage(s *sub, msg []byte) (ok bool) {
 	defer func() {
 		if !ok {
 			b.recovered("onMessage", s, recover())
@@ -55,7 +80,7 @@ func (b *Bus) callMessage(s *sub, msg []byte) (ok bool) {
 	return true
 }
 
-func (b *Bus) callLoss(s *sub, restored bool) {
+func (b *hub) callLoss(s *sub, restored bool) {
 	ok := false
 	defer func() {
 		if !ok {
@@ -66,7 +91,7 @@ func (b *Bus) callLoss(s *sub, restored bool) {
 	ok = true
 }
 
-func (b *Bus) recovered(callback string, s *sub, v any) {
+func (b *hub) recovered(callback string, s *sub, v any) {
 	b.panics.Add(1)
-	b.log.Error("invalidate: subscriber callback panicked", "callback", callback, "channel", s.cs.name, "panic", v)
+	b.log.Error("invalidate: subscriber callback panicked", "callback", callback, "channel", s.name, "panic", v)
 }

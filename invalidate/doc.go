@@ -3,9 +3,10 @@
 // (L1) copy. It carries bytes over Redis pub/sub and says when messages may
 // have been lost; the cache owns the message format.
 //
-// A [Bus] implements hybrid.Bus. One Bus holds one pub/sub connection, shared
-// by every subscription and so by every cache built on it; Publish goes
-// through the client's ordinary connection pool.
+// A [Bus] implements hybrid.Bus. One Bus holds one pub/sub connection (on
+// Redis Cluster, one per master), shared by every subscription and so by
+// every cache built on it; Publish goes through the client's ordinary
+// connection pool.
 //
 // # Delivery
 //
@@ -23,8 +24,9 @@
 // # Ordering
 //
 // Messages on one channel are delivered to each subscriber in the order Redis
-// published them. Callbacks of all subscriptions run one at a time, on the
-// Bus's goroutine, in arrival order. Messages published by one client
+// published them (on Redis Cluster, per slot: see below). Callbacks of all
+// subscriptions run one at a time, on the Bus's goroutine, in arrival
+// order (on Redis Cluster, one at a time per subscriber). Messages published by one client
 // arrive in the order that client published them; messages from different
 // clients arrive in the order Redis executed the PUBLISH commands, which is
 // the order of the writes only when each write and its PUBLISH are one
@@ -52,14 +54,53 @@
 //
 // # Redis Cluster
 //
-// The Bus uses classic PUBLISH and SUBSCRIBE in Redis Cluster too, not the
-// sharded SPUBLISH and SSUBSCRIBE. A classic PUBLISH sent to any node is
-// broadcast to every node over the cluster bus, so a subscriber connected to
-// any node receives it. The cost: every node carries every message. The
-// benefit: a script that writes a key and publishes in one atomic step works
-// whatever node owns the key, which sharded pub/sub cannot promise, as a
-// sharded channel lives on the node that owns the channel's slot, not the
-// key's. Invalidation traffic is small, so the cost is usually small too.
+// On a Redis Cluster client (*redis.ClusterClient, or a type that embeds
+// one) the Bus uses sharded pub/sub, SPUBLISH and SSUBSCRIBE, unless
+// [Options.Classic] is set. A subscription to a channel is then a
+// subscription to its shard channel in every hash slot ([ShardChannel]:
+// the channel followed by a short tag in braces that hashes to the slot),
+// or to the channel alone when its name has a hash tag of its own. Each
+// shard channel lives on the master that owns its slot, so a script that
+// writes a key announces it with SPUBLISH on the shard channel in the
+// key's slot, from the key's own node, in the same atomic step; each
+// master carries only the messages of its own slots, instead of every
+// node carrying every message as a classic PUBLISH makes it; and a
+// message goes from the writer's master straight to its subscribers,
+// without crossing the cluster bus. Publish sends on the shard channel in
+// the slot of the channel's name.
+//
+// The Bus owns one pub/sub connection per master (go-redis's own sharded
+// PubSub re-sends every channel in one SSUBSCRIBE after a reconnect, which
+// Redis refuses across slots, and it ignores a slot that moves). A manager
+// goroutine reads the slot map (CLUSTER SLOTS) and sends each slot's
+// SSUBSCRIBE to the connection to the slot's master: at the first
+// Subscribe, whenever a subscription is lost, and every HealthInterval,
+// which finds a slot that moved without notice. A subscription is lost
+// when its connection fails (a master killed or failed over, a network
+// cut, CLIENT KILL), when its master ends it because the slot left it (a
+// migration or a failover: the SUNSUBSCRIBE Redis sends; counted in
+// [Stats.Moved]), or when an SSUBSCRIBE meets MOVED. Any lost slot is a
+// loss for the whole subscription: onLoss(false) once, and onLoss(true)
+// once every slot is subscribed again on its current master. A slot with
+// no master keeps the subscription lost, and the manager retries with
+// backoff. A master that refuses connections is retried with backoff too.
+//
+// Messages of one slot arrive in the order its master published them.
+// Messages of different slots come over different connections, each read
+// by a goroutine of its own: a subscriber's callbacks still run one at a
+// time, but in no order across slots.
+//
+// Redis keeps a subscription per shard channel: about 16384 per
+// subscribed channel per instance (see docs/operations.md for what that
+// costs Redis), and the first Subscribe sends 16384 SSUBSCRIBE commands,
+// a fraction of a second on a LAN. A channel with a hash tag costs one.
+//
+// With [Options.Classic], or on any other client, the Bus uses classic
+// pub/sub: a PUBLISH sent to any node of a cluster is broadcast to every
+// node over the cluster bus, so a subscriber connected to any node
+// receives it, at the cost of every node carrying every message. A Bus
+// and the stores that publish on its channels must agree on the mode
+// (l2.Options.Classic is the Store's side).
 //
 // # Callbacks
 //

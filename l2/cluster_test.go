@@ -68,7 +68,7 @@ func TestClusterGetWriteIfAbsentBatch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix, Classic: true})
 			const n = 100
 			var keys []string
 			var values [][]byte
@@ -163,7 +163,7 @@ func TestClusterWriteAnnouncedOrder(t *testing.T) {
 	for run := range 3 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(rdb, l2.Options{Prefix: prefix})
+			s := l2.New(rdb, l2.Options{Prefix: prefix, Classic: true})
 			// Subscribe on a node that is not the key's master, so
 			// messages cross the cluster bus.
 			master, err := rdb.MasterForKey(t.Context(), prefix+"k")
@@ -195,7 +195,7 @@ func TestClusterWriteAnnounced(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	ctx := t.Context()
 	prefix := redistest.Prefix(t) + ":"
-	s := l2.New(rdb, l2.Options{Prefix: prefix})
+	s := l2.New(rdb, l2.Options{Prefix: prefix, Classic: true})
 	// One subscriber per node: every one gets every message.
 	var all []*messages
 	for _, a := range addrs {
@@ -260,7 +260,7 @@ func TestClusterLeases(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix, Classic: true})
 			const n = 50
 			var keys, guarded, others []string
 			masters := make(map[string]bool)
@@ -470,7 +470,7 @@ func TestClusterLeasesScriptReloaded(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 	ctx := t.Context()
 	prefix := redistest.Prefix(t) + ":"
-	s := l2.New(rdb, l2.Options{Prefix: prefix})
+	s := l2.New(rdb, l2.Options{Prefix: prefix, Classic: true})
 	var keys []string
 	for i := range 30 {
 		keys = append(keys, fmt.Sprint("lease:", i))
@@ -545,7 +545,7 @@ func TestClusterTakeLeasesValues(t *testing.T) {
 	for _, c := range clusterClients(t) {
 		t.Run(c.name, func(t *testing.T) {
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix, Classic: true})
 			checkTakeLeasesValues(t, s, c.rdb, prefix)
 			checkTakeSeesFill(t, s, 30)
 		})
@@ -583,7 +583,7 @@ func TestClusterWriteReleasing(t *testing.T) {
 					break
 				}
 			}
-			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix, Classic: true})
 			channel := prefix + "ch"
 			sub := redis.NewClient(&redis.Options{Addr: addrs[len(addrs)-1]})
 			t.Cleanup(func() { sub.Close() })
@@ -633,7 +633,7 @@ func TestClusterWriteReleasingAnnouncesAfter(t *testing.T) {
 	for _, a := range addrs {
 		t.Run(a, func(t *testing.T) {
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(rdb, l2.Options{Prefix: prefix})
+			s := l2.New(rdb, l2.Options{Prefix: prefix, Classic: true})
 			sub := redis.NewClient(&redis.Options{Addr: a})
 			t.Cleanup(func() { sub.Close() })
 			channel := prefix + "ch"
@@ -673,7 +673,7 @@ func TestClusterWriteBatch(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := t.Context()
 			prefix := redistest.Prefix(t) + ":"
-			s := l2.New(c.rdb, l2.Options{Prefix: prefix})
+			s := l2.New(c.rdb, l2.Options{Prefix: prefix, Classic: true})
 			if s.Info().Log {
 				t.Error("Info().Log on Redis Cluster: true, want false")
 			}

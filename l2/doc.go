@@ -25,7 +25,9 @@
 //  2. XADD <log> MAXLEN ~ <LogLen> * m <Log>, if a message goes out;
 //  3. SET <key> <value> [PX <ttl> | KEEPTTL], if the condition held;
 //  4. DEL <lease>, if it is held under the token (marked or not);
-//  5. PUBLISH <channel> <msg>, positioned at the log entry if one was added.
+//  5. PUBLISH <channel> <msg>, positioned at the log entry if one was
+//     added, else sequenced at the key's sequence counter if it names one
+//     (SPUBLISH on Redis Cluster: see below).
 //
 // So a failing XADD (the log key holds another type) writes nothing, and
 // for any key (and any keys that share a master) the order of messages on
@@ -55,18 +57,32 @@
 // redis.UniversalClient or embedded in another type. A multi-key command
 // must keep to one hash slot, so Get groups keys by slot (CRC16 of the key
 // or its {hash tag}, modulo 16384): one MGET per slot, in one pipeline that
-// go-redis splits by node. A script's keys must share a slot too, and a
-// lease is generally in another than its key: a write with a lease is
-// made first, then the lease is released by a script on its own master,
-// which publishes; a take reads the guarded keys in a second round trip.
-// A PUBLISH from a script reaches every node over the cluster bus. With a
+// go-redis splits by node. A script's keys must share a slot too: a lease
+// in its key's slot (package hybrid names leases with their key's hash
+// tag) is taken with the read of its key, and released by the write's own
+// script, as on one server; a lease in another slot costs a second round
+// trip: a write with it is made first, then the lease is released by a
+// script on its own master, which publishes, and a take reads the guarded
+// keys after it.
+//
+// On Redis Cluster messages go over sharded pub/sub (Info().Sharded),
+// unless Options.Classic: a script SPUBLISHes on the channel's shard
+// channel in the slot of its first key (invalidate.ShardChannel), from
+// that key's master, and a message sent on its own (a batch's, a
+// ReleaseLeases') goes on the shard channel in the slot of the channel's
+// name. A subscriber must subscribe every slot's shard channel, as
+// invalidate.Bus does on the same client. With Options.Classic, a PUBLISH
+// from a script reaches every node over the cluster bus. With a
 // Ring, which shards by key on the client side, each key of a batch gets
 // its own command, a lease's message is a PUBLISH of its own (to the
 // channel's shard), and a write's other messages reach its key's shard only.
 //
 // NOTE: message order holds between writes on one server: for one key, and
-// for keys that share a master. While a slot migrates, or after a
-// failover, two writes of one key may run on different masters.
+// for keys that share a master (over sharded pub/sub, a slot). While a
+// slot migrates, or after a failover, two writes of one key may run on
+// different masters; over sharded pub/sub the slot's subscriptions end
+// then (Redis ends them when the slot leaves a master), which a Bus
+// reports as a loss.
 //
 // # Invalidation log
 //

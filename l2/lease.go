@@ -42,12 +42,12 @@ func leaseMillis(ttl time.Duration) (int64, error) {
 // ttl is rounded down to whole milliseconds and must be at least one. Each
 // key gets takeScript (the take and the PTTL in one atomic step), and the
 // scripts go in one pipeline. On one server (or a Sentinel-managed
-// primary) each script also reads its guarded key right after its take:
-// one round trip in all. In Redis Cluster, where a lease and the key it
-// guards are generally in different slots, and with a Ring, the scripts
-// take one round trip per node, and the guarded keys of the leases taken
-// are read once they are done, as Get reads them: a second round trip,
-// made only if a lease was taken. Either way a guarded key is read after
+// primary), and in Redis Cluster for a lease in the slot of its guarded
+// key, each script also reads its guarded key right after its take: one
+// round trip in all (per node). For a lease in another slot, and with a
+// Ring, the guarded keys of the leases taken are read once the scripts are
+// done, as Get reads them: a second round trip, made only if a lease was
+// taken. Either way a guarded key is read after
 // its lease was set. With no keys it returns at once.
 //
 // NOTE: the takes are not atomic together: when an error is returned (with
@@ -78,13 +78,12 @@ func (s *Store) TakeLeases(ctx context.Context, keys, guards []string, token str
 
 // take is TakeLeases without its checks, bound and wrapping.
 func (s *Store) take(ctx context.Context, keys, guards []string, token string, ms int64) ([]tier.Lease, error) {
-	// A script may name its guarded key only where one server holds every
-	// key: a Ring would send it to the lease's shard, Redis Cluster refuse
-	// it across slots.
-	inScript := s.topo == single
+	// A script may name its guarded key only where one server holds both
+	// (see together): a Ring would send it to the lease's shard, Redis
+	// Cluster refuse it across slots.
 	args := []any{token, ms}
 	cmds, err := s.evalEach(ctx, takeScript, len(keys), func(i int) []string {
-		if inScript {
+		if s.together(keys[i], guards[i]) {
 			return []string{s.prefix + keys[i], s.prefix + guards[i]}
 		}
 		return []string{s.prefix + keys[i]}
@@ -108,7 +107,7 @@ func (s *Store) take(ctx context.Context, keys, guards []string, token string, m
 				return nil, fmt.Errorf("script reply for %q: %v", keys[i], r)
 			}
 			out[i] = tier.Lease{Left: time.Duration(max(ms, 1)) * time.Millisecond, Holder: holder}
-		case flag == 1 && !inScript:
+		case flag == 1 && !s.together(keys[i], guards[i]):
 			out[i].Taken = true
 			read = append(read, i)
 		case flag == 1 && len(r) == 2:
@@ -206,11 +205,11 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		if s.topo == single {
 			// One script for every lease: the release and, if any was
 			// waited for, the message, in one atomic step.
-			return releaseScript.Run(ctx, s.rdb, s.fullKeys(keys), token, f.Channel, msg).Err()
+			return releaseScript.Run(ctx, s.rdb, s.fullKeys(keys), token, f.Channel, msg, "").Err()
 		}
 		// Elsewhere the scripts run on several nodes at once, and the
 		// PUBLISH must wait for all of them.
-		args := []any{token, "", ""}
+		args := []any{token, "", "", ""}
 		cmds, err := s.evalEach(ctx, releaseScript, len(keys),
 			func(i int) []string { return []string{s.prefix + keys[i]} },
 			func(int) []any { return args })
@@ -220,7 +219,7 @@ func (s *Store) ReleaseLeases(ctx context.Context, keys []string, token string, 
 		if f.Channel == "" || !slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { n, _ := c.Int64(); return n == 1 }) {
 			return nil
 		}
-		if err := s.rdb.Publish(ctx, f.Channel, msg).Err(); err != nil {
+		if err := s.publish(ctx, f.Channel, [][]byte{msg}); err != nil {
 			return fmt.Errorf("publish: %w", err)
 		}
 		return nil

@@ -135,7 +135,11 @@ end
 //     held under the token;
 //  5. PUBLISHes the message on channel ARGV[13] unless it is empty,
 //     positioned at the log entry's id if one was added: byte 2, the id's
-//     length, the id, the message.
+//     length, the id, the message; else, if the write names a counter
+//     that holds a number, sequenced at the counter's value after step 4:
+//     byte 3, the number's length, the number, the message (see
+//     message.Sequenced); by SPUBLISH if ARGV[17] is 's' (sharded pub/sub:
+//     the channel is then in KEYS[1]'s slot).
 //
 // It returns stored. A step that fails (a key of the wrong type) fails
 // the script; step 3 is the first that writes, so a log that is not a
@@ -201,8 +205,18 @@ end
 if mine then
 	redis.call('DEL', KEYS[2])
 end
+if msg and seq and ARGV[11] == '0' then
+	local n = redis.call('GET', seq)
+	if n and string.match(n, '^[1-9][0-9]*$') and #n <= 20 then
+		msg = string.char(3, #n) .. n .. msg
+	end
+end
 if msg and ARGV[13] ~= '' then
-	redis.call('PUBLISH', ARGV[13], msg)
+	if ARGV[17] == 's' then
+		redis.call('SPUBLISH', ARGV[13], msg)
+	else
+		redis.call('PUBLISH', ARGV[13], msg)
+	end
 end
 return stored
 `)
@@ -260,7 +274,8 @@ return 0
 
 // releaseScript releases every lease of KEYS held under token ARGV[1]
 // (see release); then, if someone may wait for any of them and channel
-// ARGV[2] is not empty, it publishes ARGV[3] on it. It returns 1 if
+// ARGV[2] is not empty, it publishes ARGV[3] on it (by SPUBLISH if ARGV[4]
+// is 's': the channel is then in the slot of KEYS). It returns 1 if
 // someone may wait, else 0. KEYS must be distinct: a second release of
 // one would find it gone and announce.
 var releaseScript = redis.NewScript(releaseFragment + `
@@ -269,7 +284,11 @@ for _, k in ipairs(KEYS) do
 	waited = math.max(waited, release(k, ARGV[1]))
 end
 if waited == 1 and ARGV[2] ~= '' then
-	redis.call('PUBLISH', ARGV[2], ARGV[3])
+	if ARGV[4] == 's' then
+		redis.call('SPUBLISH', ARGV[2], ARGV[3])
+	else
+		redis.call('PUBLISH', ARGV[2], ARGV[3])
+	end
 end
 return waited
 `)

@@ -56,6 +56,14 @@ type Options struct {
 	// take two round trips (EVALSHA, then EVAL after NOSCRIPT) and a batch
 	// carries many values. Negative: no bound of the Store's own.
 	WriteTimeout time.Duration
+
+	// Classic keeps classic pub/sub (PUBLISH) on a Redis Cluster client,
+	// where a Store otherwise announces writes over sharded pub/sub
+	// (SPUBLISH, on the channel's shard channel in the slot of the key
+	// written: see the package doc). The Store and the bus that carries
+	// its channels must agree: invalidate.Options.Classic is the same
+	// choice for a Bus. No effect on other clients.
+	Classic bool
 }
 
 // Defaults of Options.ReadTimeout and Options.WriteTimeout.
@@ -91,7 +99,10 @@ type Store struct {
 	read   *timeout // bound of a read
 	write  *timeout // bound of any other call
 	topo   topology
-	info   tier.Info
+	// sharded: messages go by SPUBLISH, each on its shard channel
+	// (keyslot.Channel), on Redis Cluster unless Options.Classic.
+	sharded bool
+	info    tier.Info
 	// evict is read once, at the first Info (see evictionAdvice).
 	evict     sync.Once
 	evictions []string
@@ -112,7 +123,8 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 		write:  newTimeout(bound(o.WriteTimeout, defaultWriteTimeout)),
 		topo:   topologyOf(rdb),
 	}
-	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single}
+	s.sharded = s.topo == cluster && !o.Classic
+	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single, Sharded: s.sharded}
 	s.info.ReadBound, s.info.Advice = readBound(rdb, s.read.d)
 	return s
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/tier"
 )
 
@@ -32,9 +33,10 @@ import (
 // A ttl is rounded down to whole milliseconds, and up to one when it is
 // shorter; zero or less is no expiry.
 //
-// In Redis Cluster a write's KEYS must share a slot, and a lease is
-// generally in another than the key it guards: a write with a Lease is
-// made first without it, and once every write of the batch is done the
+// In Redis Cluster a write's KEYS must share a slot. A lease in the slot
+// of the key it guards (a hash tag: package hybrid names leases so) is
+// released by the write's own script, as on one server. A lease in
+// another slot is not: that write is made first without it, and once every write of the batch is done the
 // leases are released by releaseScript, each on its own master, which
 // publishes the write's message (cluster-wide, as every PUBLISH from a
 // script): two round trips, so that whoever hears the message finds the
@@ -135,7 +137,10 @@ func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stor
 		return s.writeAtomic(ctx, ws, f, stored)
 	}
 	scripted := s.scripted(ws, f)
-	leaseLater := s.topo != single
+	later := false // a lease to release after the batch
+	for i := range ws {
+		later = later || (ws[i].Lease != "" && !s.together(ws[i].Lease, ws[i].Key))
+	}
 	cmds, err := s.run(ctx, len(ws), func(c redis.Cmdable) ([]redis.Cmder, []func(redis.Cmdable) *redis.Cmd) {
 		cmds := make([]redis.Cmder, len(ws))
 		again := make([]func(redis.Cmdable) *redis.Cmd, len(ws))
@@ -143,7 +148,7 @@ func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stor
 			w := &ws[i]
 			switch {
 			case scripted[i]:
-				keys, args := s.scriptArgs(w, f, leaseLater)
+				keys, args := s.scriptArgs(w, f, !s.together(w.Lease, w.Key))
 				cmds[i] = writeScript.EvalSha(ctx, c, keys, args...)
 				again[i] = func(c redis.Cmdable) *redis.Cmd { return writeScript.Eval(ctx, c, keys, args...) }
 			case w.If == tier.IfAbsent:
@@ -168,13 +173,27 @@ func (s *Store) writeAll(ctx context.Context, ws []tier.Write, f tier.Feed, stor
 		}
 		results[i], stored[i] = n, n != 0
 	}
-	if leaseLater {
+	if later {
 		first = firstErr(first, s.releaseAfter(ctx, ws, f, results))
 	}
 	if announced(f) {
 		first = firstErr(first, s.announceAfter(ctx, f))
 	}
 	return first
+}
+
+// together reports whether the keys a and b can be named by one script:
+// on one server, any; on Redis Cluster, keys in one hash slot (a lease
+// named with its key's hash tag, as package hybrid names it). A Ring sends
+// a script to its first key's shard only: never.
+func (s *Store) together(a, b string) bool {
+	switch s.topo {
+	case single:
+		return true
+	case cluster:
+		return slot(s.prefix+a) == slot(s.prefix+b)
+	}
+	return false
 }
 
 // firstErr returns a if it is not nil, else b.
@@ -211,8 +230,9 @@ func (s *Store) scripted(ws []tier.Write, f tier.Feed) []bool {
 	n := 0
 	for i := range ws {
 		w := &ws[i]
-		announced := f.Channel != "" && (w.Msg != nil || w.Else != nil) && (w.Lease == "" || s.topo == single)
-		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Touch || w.Log != nil || w.Seq != "" || announced || (w.Lease != "" && s.topo == single)
+		inScript := w.Lease != "" && s.together(w.Lease, w.Key)
+		announced := f.Channel != "" && (w.Msg != nil || w.Else != nil) && (w.Lease == "" || inScript)
+		out[i] = w.If >= tier.IfEqual || w.KeepTTL || w.Touch || w.Log != nil || w.Seq != "" || announced || inScript
 		if out[i] {
 			n++
 		}
@@ -249,12 +269,15 @@ func (s *Store) scriptArgs(w *tier.Write, f tier.Feed, leaseLater bool) ([]strin
 	if w.Touch {
 		cond, at = "touch", strconv.Itoa(w.TouchAt)
 	}
-	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at, "0", w.SeqWas}
+	args := []any{w.Value, cond, old, ttl, "", nil, "", nil, "", "", "0", nil, "", at, "0", w.SeqWas, ""}
 	if w.Lease != "" && leaseLater {
 		return s.seqArgs(w, keys, args), args
 	}
 	args[4], args[5], args[6], args[7] = flag(w.Msg != nil), w.Msg, flag(w.Else != nil), w.Else
 	args[12] = f.Channel
+	if s.sharded && f.Channel != "" {
+		args[12], args[16] = keyslot.Channel(f.Channel, slot(keys[0])), "s"
+	}
 	if w.Lease != "" {
 		keys = append(keys, s.prefix+w.Lease)
 		args[8], args[9] = "1", w.Token
@@ -292,8 +315,8 @@ func (s *Store) releaseAfter(ctx context.Context, ws []tier.Write, f tier.Feed, 
 	var idx []int
 	var msgs [][]byte // of idx
 	for i := range ws {
-		if ws[i].Lease == "" || results[i] < 0 {
-			continue
+		if ws[i].Lease == "" || results[i] < 0 || s.together(ws[i].Lease, ws[i].Key) {
+			continue // no lease, a failed write, or released by its script
 		}
 		var msg []byte
 		switch results[i] {
@@ -320,10 +343,13 @@ func (s *Store) releaseAfter(ctx context.Context, ws []tier.Write, f tier.Feed, 
 	cmds, err := s.evalEach(ctx, releaseScript, len(idx),
 		func(j int) []string { return []string{s.prefix + leases[j]} },
 		func(j int) []any {
-			if !inScript || msgs[j] == nil {
-				return []any{ws[idx[j]].Token, "", ""}
+			switch {
+			case !inScript || msgs[j] == nil:
+				return []any{ws[idx[j]].Token, "", "", ""}
+			case s.sharded:
+				return []any{ws[idx[j]].Token, keyslot.Channel(f.Channel, slot(s.prefix+leases[j])), msgs[j], "s"}
 			}
-			return []any{ws[idx[j]].Token, f.Channel, msgs[j]}
+			return []any{ws[idx[j]].Token, f.Channel, msgs[j], ""}
 		})
 	if err != nil {
 		return about("release", "leases", leases).fail(err)
@@ -343,16 +369,24 @@ func (s *Store) releaseAfter(ctx context.Context, ws []tier.Write, f tier.Feed, 
 	return nil
 }
 
-// publish publishes each of msgs on channel, in order, through a Ring:
-// on the channel's shard, where Ring.Publish and Ring.Subscribe go (in a
-// Ring's pipeline a PUBLISH, which names no key, goes to any shard).
+// publish publishes each of msgs on channel, in order: through a Ring, on
+// the channel's shard, where Ring.Publish and Ring.Subscribe go (in a
+// Ring's pipeline a PUBLISH, which names no key, goes to any shard); over
+// sharded pub/sub, on the channel's shard channel in the slot of its name
+// (as invalidate.Bus's Publish does).
 func (s *Store) publish(ctx context.Context, channel string, msgs [][]byte) error {
 	r, ok := s.rdb.(interface {
 		GetShardClientForKey(string) (*redis.Client, error)
 	})
 	if len(msgs) < 2 || !ok {
 		for _, m := range msgs {
-			if err := s.rdb.Publish(ctx, channel, m).Err(); err != nil {
+			var err error
+			if s.sharded {
+				err = s.rdb.SPublish(ctx, keyslot.Channel(channel, keyslot.Of(channel)), m).Err()
+			} else {
+				err = s.rdb.Publish(ctx, channel, m).Err()
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/l2"
 	"github.com/hybridcache/hybridcache/tier"
@@ -280,5 +281,50 @@ func TestWriteAnnouncedBatch(t *testing.T) {
 	}
 	if info := s.Info(); !info.AtomicBatch {
 		t.Error("Info().AtomicBatch is false on one server")
+	}
+}
+
+// TestWriteSequencedMessage: a message of a write with a counter and no
+// log goes out sequenced at the counter's value after the write; one with
+// a log goes out positioned instead, and one whose counter is missing
+// goes out as it is.
+func TestWriteSequencedMessage(t *testing.T) {
+	s, rdb, prefix := newJournal(t)
+	ctx := t.Context()
+	channel := prefix + "ch"
+	msgs := receive(subscribe(t, srv.Client(t), channel), 5)
+	f := tier.Feed{Channel: channel, Log: "log", LogLen: 100}
+	write := func(w tier.Write) {
+		t.Helper()
+		if _, err := s.Write(ctx, []tier.Write{w}, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(tier.Write{Key: "a", Value: []byte("1"), Seq: "seq", Msg: []byte("m1")}) // counter made from the clock
+	made, err := rdb.Get(ctx, prefix+"seq").Uint64()
+	if err != nil || made < 1e15 {
+		t.Fatalf("counter after the first write: %d, %v; want a value from the clock", made, err)
+	}
+	write(tier.Write{Key: "a", Value: []byte("2"), Seq: "seq", Msg: []byte("m2")})                                       // bumped by one
+	write(tier.Write{Key: "a", Value: []byte("3"), If: tier.IfSeq, Seq: "seq", SeqWas: []byte("x"), Else: []byte("e3")}) // not stored, not bumped
+	write(tier.Write{Key: "b", Value: []byte("4"), Seq: "seq", Msg: []byte("m4"), Log: []byte("e4")})                    // logged: positioned
+	rdb.Del(ctx, prefix+"seq")
+	write(tier.Write{Key: "c", Value: []byte("5"), If: tier.IfSeq, Seq: "seq", SeqWas: []byte("x"), Else: []byte("e5")}) // no counter: as it is
+	want := []string{
+		string(message.Sequenced(made, []byte("m1"))),
+		string(message.Sequenced(made+1, []byte("m2"))),
+		string(message.Sequenced(made+1, []byte("e3"))),
+	}
+	for i, w := range want {
+		got, err := msgs.next()
+		if err != nil || got != w {
+			t.Fatalf("message %d: %q, %v; want %q", i, got, err, w)
+		}
+	}
+	if got, err := msgs.next(); err != nil || len(got) == 0 || got[0] != message.VersionPositioned || !strings.HasSuffix(got, "m4") {
+		t.Fatalf("logged message: %q, %v; want it positioned", got, err)
+	}
+	if got, err := msgs.next(); err != nil || got != "e5" {
+		t.Fatalf("message of a write whose counter is missing: %q, %v; want it as it is", got, err)
 	}
 }

@@ -148,7 +148,12 @@ type Write struct {
 	// Log, when a message goes out, is appended to the log Feed.Log in the
 	// same step, and the message is published positioned at the new
 	// entry: byte 2, one byte holding the length of the position, the
-	// position, then the message.
+	// position, then the message. A message that goes out without Log, of
+	// a write with Seq, is published sequenced at the counter's value
+	// after the write (where the counter holds one): byte 3, one byte
+	// holding the length of the value in decimal, the value, then the
+	// message. A receiver that tracks a slot's counter from the messages
+	// of its keys learns from a step in it that it missed a write.
 	Log []byte
 
 	// Lease, if not empty, is a lease (see Remote.TakeLeases) that the
@@ -221,6 +226,14 @@ type Info struct {
 	// is made as one atomic step with its message (see Feed.Msg), so that
 	// the message may carry the values written.
 	AtomicBatch bool
+	// Sharded reports that messages go over sharded pub/sub (Redis
+	// Cluster's SPUBLISH): a message about a key on Feed.Channel's shard
+	// channel in the key's slot, others in the slot of the channel's name
+	// (named as invalidate.ShardChannel names them), so the bus that
+	// carries them must subscribe every slot's shard channel
+	// (invalidate.Bus does on Redis Cluster, unless told to keep classic
+	// pub/sub).
+	Sharded bool
 	// Advice lists settings of the Remote that cost its user, for the
 	// cache to log once at start.
 	Advice []string

@@ -73,3 +73,29 @@ func Tag(slot uint16) string {
 	})
 	return tags[slot%Count]
 }
+
+// Channel returns the name of base's sharded pub/sub channel in slot: base
+// followed by slot's Tag in braces, or, when base has a hash tag of its
+// own (see Tagged), base itself, whose one channel is in slot Of(base),
+// whatever slot asks. Braces in a base without a hash tag are turned into
+// parentheses first, so that the Tag decides the slot.
+func Channel(base string, slot uint16) string {
+	if Tagged(base) {
+		return base
+	}
+	if strings.ContainsAny(base, "{}") {
+		base = strings.NewReplacer("{", "(", "}", ")").Replace(base)
+	}
+	return base + "{" + Tag(slot) + "}"
+}
+
+// Tagged reports whether s has a hash tag: a '{' followed, later, by a '}'
+// with something in between, so that Of hashes only that part of s.
+func Tagged(s string) bool {
+	i := strings.IndexByte(s, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(s[i+1:], '}')
+	return j > 0
+}

@@ -54,6 +54,18 @@
 // even then it may have been moved by whoever can publish on the channel
 // (an authentic message can be replayed under another position).
 //
+// Layout of version 3, a sequenced message (a version 1 message and the
+// value of the sequence counter of its key's hash slot right after the
+// write it announces, see Sequenced):
+//
+//	[0]       version, 3
+//	[1]       length n of the sequence, 1 to 20
+//	[2:2+n]   the sequence, in decimal digits, no leading zero, above 0
+//	[2+n:]    a version 1 message
+//
+// Like a position, the sequence is outside the signature: the script that
+// writes learns it after the message was signed.
+//
 // Decode never trusts a length: every one is checked against the bytes that
 // remain, so hostile input costs at most its own size.
 package message
@@ -64,6 +76,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // Version is the message version this package writes.
@@ -71,6 +84,9 @@ const Version = 1
 
 // VersionPositioned is the version byte of a positioned message.
 const VersionPositioned = 2
+
+// VersionSequenced is the version byte of a sequenced message.
+const VersionSequenced = 3
 
 // MaxPositionLen bounds the length of a position; a Redis stream id takes
 // at most 41 bytes.
@@ -176,6 +192,14 @@ type Message struct {
 	//
 	// NOTE: the signature does not cover Position; see the package doc.
 	Position string
+	// Seq is, after Decode of a sequenced message, the sequence counter of
+	// its key's hash slot right after the write it announces (a counter
+	// the shared tier bumps with every Set and Delete of a key in that
+	// slot; see tier.Write.Seq); 0 for none. Encode ignores it (see
+	// Sequenced).
+	//
+	// NOTE: the signature does not cover Seq, as it does not Position.
+	Seq uint64
 	// Token is the lease token of the holder that sent a filled,
 	// load_failed, not_found or not_stored message, "" for none (and for
 	// every other op). It is covered by the signature: it is only to be
@@ -259,19 +283,39 @@ func Positioned(pos string, msg []byte) []byte {
 	return append(b, msg...)
 }
 
-// OpOf returns the op of b, a version 1 message, without decoding or
-// verifying it: 0 for anything else (a positioned message included). It
-// lets a receiver skip a message it has no use for cheaply; what it
-// returns is not to be trusted.
+// Sequenced returns msg, a version 1 message, wrapped as a version 3
+// message with sequence seq, which must be above 0.
+//
+// l2.Store's write script builds the same bytes in Lua:
+// string.char(3, #s) .. s .. msg, where s is the counter's value.
+func Sequenced(seq uint64, msg []byte) []byte {
+	if seq == 0 {
+		panic("message: Sequenced: sequence 0")
+	}
+	d := strconv.AppendUint(nil, seq, 10)
+	b := make([]byte, 0, 2+len(d)+len(msg))
+	b = append(b, VersionSequenced, byte(len(d)))
+	b = append(b, d...)
+	return append(b, msg...)
+}
+
+// OpOf returns the op of b, a message of any version (a positioned or
+// sequenced one: of the message inside), without decoding or verifying
+// it: 0 for anything else. It lets a receiver skip a message it has no
+// use for cheaply; what it returns is not to be trusted.
 func OpOf(b []byte) Op {
+	if len(b) >= 2 && (b[0] == VersionPositioned || b[0] == VersionSequenced) {
+		b = b[min(len(b), 2+int(b[1])):]
+	}
 	if len(b) < 2 || b[0] != Version {
 		return 0
 	}
 	return Op(b[1])
 }
 
-// Decode parses b, a version 1 message or a positioned one (version 2),
-// whose Position it sets. A signed message whose signature does not verify
+// Decode parses b, a version 1 message, a positioned one (version 2),
+// whose Position it sets, or a sequenced one (version 3), whose Seq it
+// sets. A signed message whose signature does not verify
 // with secret (or any signed message when secret is empty) decodes with
 // Authentic false and no Value, so the caller can still drop its keys.
 // Value aliases b.
@@ -291,7 +335,38 @@ func Decode(b []byte, secret []byte) (Message, error) {
 		m.Position = pos
 		return m, nil
 	}
+	if len(b) > 0 && b[0] == VersionSequenced {
+		if len(b) < 2 || len(b) < 2+int(b[1]) {
+			return Message{}, fmt.Errorf("%w: sequenced message of %d bytes", ErrInvalid, len(b))
+		}
+		d := b[2 : 2+int(b[1])]
+		seq, ok := parseSeq(d)
+		if !ok {
+			return Message{}, fmt.Errorf("%w: bad sequence %q", ErrInvalid, d)
+		}
+		m, err := decode(b[2+len(d):], secret)
+		if err != nil {
+			return Message{}, err
+		}
+		m.Seq = seq
+		return m, nil
+	}
 	return decode(b, secret)
+}
+
+// parseSeq parses a sequence as Sequenced writes it: 1 to 20 decimal
+// digits, no leading zero, a value above 0 that fits in 64 bits.
+func parseSeq(d []byte) (uint64, bool) {
+	if len(d) == 0 || len(d) > 20 || d[0] == '0' {
+		return 0, false
+	}
+	for _, c := range d {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	seq, err := strconv.ParseUint(string(d), 10, 64)
+	return seq, err == nil
 }
 
 // decode parses a version 1 message.

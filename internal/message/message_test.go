@@ -161,6 +161,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(message.Positioned("1700000000000-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
 	f.Add(message.Positioned("18446744073709551615-18446744073709551615", message.Encode(message.Message{Op: message.OpTag, Namespace: "ns", Keys: []string{"t"}}, nil)))
 	f.Add(message.Positioned("1-0", message.Positioned("2-0", message.Encode(message.Message{Op: message.OpClear}, nil))))
+	f.Add(message.Sequenced(1733000000000000123, message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}, Value: []byte("v")}, secret)))
+	f.Add(message.Sequenced(1, message.Sequenced(2, message.Encode(message.Message{Op: message.OpDelete, Namespace: "ns", Keys: []string{"k"}}, nil))))
+	f.Add([]byte{3, 1, '0'})
+	f.Add([]byte{3, 20, '9'})
 	f.Add([]byte{2, 3, '1', '-', '0'})
 	f.Add([]byte{2, 200, '1', '-', '0'})
 	f.Add([]byte{2})
@@ -263,9 +267,14 @@ func TestOpOf(t *testing.T) {
 		if got := message.OpOf(b); got != op {
 			t.Errorf("OpOf(%v message) = %v", op, got)
 		}
+		if got := message.OpOf(message.Positioned("1-0", b)); got != op {
+			t.Errorf("OpOf(positioned %v message) = %v", op, got)
+		}
+		if got := message.OpOf(message.Sequenced(12, b)); got != op {
+			t.Errorf("OpOf(sequenced %v message) = %v", op, got)
+		}
 	}
-	positioned := message.Positioned("1-0", message.Encode(message.Message{Op: message.OpSet, Namespace: "ns", Keys: []string{"k"}}, nil))
-	for name, b := range map[string][]byte{"empty": nil, "one byte": {1}, "positioned": positioned} {
+	for name, b := range map[string][]byte{"empty": nil, "one byte": {1}, "positioned, nothing inside": {2, 3, '1', '-', '0'}, "sequenced, cut": {3, 9, '1'}, "sequenced twice": {3, 1, '1', 3, 1, '2', 1, 1}} {
 		if got := message.OpOf(b); got != 0 {
 			t.Errorf("OpOf(%s) = %v, want 0", name, got)
 		}

@@ -1,0 +1,225 @@
+package invalidate_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hybridcache/hybridcache/internal/keyslot"
+	"github.com/hybridcache/hybridcache/internal/redistest"
+	"github.com/hybridcache/hybridcache/invalidate"
+)
+
+// newClusterClient returns a client of the test cluster, closed when t
+// ends.
+func newClusterClient(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.ClusterAddrs(t)})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestShardedCluster: on Redis Cluster a Bus subscribes a channel's shard
+// channel in every slot, each on its slot's master; a message published
+// on any of them (by a script's SPUBLISH on the node of its key, or by
+// Publish) reaches every subscriber, and a classic PUBLISH does not.
+func TestShardedCluster(t *testing.T) {
+	ch := redistest.Prefix(t)
+	rdb := newClusterClient(t)
+	pub := newBus(t, newClusterClient(t), invalidate.Options{})
+	b := newBus(t, newClusterClient(t), invalidate.Options{})
+	r1, r2 := newRecorder(), newRecorder()
+	subscribe(t, b, ch, r1)
+	subscribe(t, b, ch, r2)
+
+	publish(t, pub, ch, "through Publish")
+	r1.expect(t, "through Publish")
+	r2.expect(t, "through Publish")
+
+	ctx := t.Context()
+	slots := []uint16{0, 1, 5000, 5461, 5462, 10922, 10923, 16383}
+	for _, s := range slots {
+		if err := rdb.SPublish(ctx, keyslot.Channel(ch, s), fmt.Sprintf("slot %d", s)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range slots {
+		r1.expect(t, fmt.Sprintf("slot %d", s))
+		r2.expect(t, fmt.Sprintf("slot %d", s))
+	}
+	// A script on the node of a key publishes in its key's slot.
+	key := ch + ":k"
+	script := redis.NewScript(`redis.call('SET', KEYS[1], ARGV[2]) redis.call('SPUBLISH', ARGV[1], ARGV[2]) return 1`)
+	if err := script.Run(ctx, rdb, []string{key}, keyslot.Channel(ch, keyslot.Of(key)), "from a script").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r1.expect(t, "from a script")
+	if err := rdb.Publish(ctx, ch, "classic").Err(); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, pub, ch, "after")
+	r1.expect(t, "after") // the classic message never came
+	if st := b.Stats(); st.Losses != 0 || st.Disconnects != 0 || st.Moved != 0 {
+		t.Errorf("Stats %+v: want no loss", st)
+	}
+	if st := pub.Stats(); st.Received != 0 {
+		t.Errorf("publisher's Stats %+v: it subscribed nothing", st)
+	}
+}
+
+// TestShardedTagged: a channel with a hash tag is one shard channel, in
+// its tag's slot, which Publish and a script in that slot both reach.
+func TestShardedTagged(t *testing.T) {
+	ch := "{" + redistest.Prefix(t) + "}:ch"
+	rdb := newClusterClient(t)
+	b := newBus(t, newClusterClient(t), invalidate.Options{})
+	r := newRecorder()
+	subscribe(t, b, ch, r)
+	publish(t, b, ch, "one")
+	r.expect(t, "one")
+	if err := rdb.SPublish(t.Context(), ch, "two").Err(); err != nil {
+		t.Fatal(err)
+	}
+	r.expect(t, "two")
+	if n, err := rdb.Do(t.Context(), "PUBSUB", "SHARDNUMSUB", ch).Slice(); err != nil || len(n) != 2 {
+		t.Fatalf("PUBSUB SHARDNUMSUB: %v, %v", n, err)
+	}
+}
+
+// TestShardedConnectionKilled: when Redis closes a master's pub/sub
+// connection, the Bus reports a loss, subscribes that master's slots on a
+// new connection, reports the restore, and messages flow again in every
+// slot.
+func TestShardedConnectionKilled(t *testing.T) {
+	ch := redistest.Prefix(t)
+	rdb := newClusterClient(t)
+	b := newBus(t, newClusterClient(t), invalidate.Options{ReconnectMin: 10 * time.Millisecond})
+	r := newRecorder()
+	subscribe(t, b, ch, r)
+	ctx := t.Context()
+	var mu sync.Mutex
+	var victim string
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if victim == "" {
+			victim = node.Options().Addr
+			return node.ClientKillByFilter(ctx, "TYPE", "pubsub").Err()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.waitLoss(t, "the connection killed")
+	r.waitLoss(t, "the restore")
+	if n := r.losses.Load(); n != 2 {
+		t.Fatalf("onLoss calls: %d, want 2 (lost, restored)", n)
+	}
+	for s := range uint16(keyslot.Count) {
+		if s%1024 != 7 {
+			continue
+		}
+		if err := rdb.SPublish(ctx, keyslot.Channel(ch, s), fmt.Sprint(s)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		r.expect(t, fmt.Sprint(s))
+	}
+	if st := b.Stats(); st.Disconnects != 1 || st.Reconnects != 1 {
+		t.Errorf("Stats %+v: want 1 disconnect, 1 reconnect", st)
+	}
+}
+
+// TestShardedSlotMigrates: when a slot moves to another master, the old
+// one ends its subscriptions there (SUNSUBSCRIBE); the Bus reports a loss,
+// subscribes the slot on its new master, reports the restore, and the
+// slot's messages come from there.
+func TestShardedSlotMigrates(t *testing.T) {
+	ch := redistest.Prefix(t)
+	rdb := newClusterClient(t)
+	b := newBus(t, newClusterClient(t), invalidate.Options{})
+	r := newRecorder()
+	subscribe(t, b, ch, r)
+	ctx := t.Context()
+	slot := keyslot.Of(ch + "{mig}")
+	from, to := masterOf(t, rdb, slot), ""
+	ids := map[string]string{}
+	var mu sync.Mutex
+	err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		id, err := node.ClusterMyID(ctx).Result()
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		ids[node.Options().Addr] = id
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for addr := range ids {
+		if addr != from {
+			to = addr
+			break
+		}
+	}
+	moveSlot(t, slot, from, to, ids)
+	t.Cleanup(func() { moveSlot(t, slot, to, from, ids) })
+	r.waitLoss(t, "the slot moved")
+	r.waitLoss(t, "the restore")
+	if err := rdb.SPublish(ctx, keyslot.Channel(ch, slot), "moved").Err(); err != nil {
+		// The client's map may lag: publish on the new owner itself.
+		node := redis.NewClient(&redis.Options{Addr: to})
+		defer node.Close()
+		if err := node.SPublish(ctx, keyslot.Channel(ch, slot), "moved").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.expect(t, "moved")
+	if st := b.Stats(); st.Moved == 0 {
+		t.Errorf("Stats %+v: want Moved > 0", st)
+	}
+}
+
+// masterOf returns the address of slot's master.
+func masterOf(t *testing.T, rdb *redis.ClusterClient, slot uint16) string {
+	t.Helper()
+	ranges, err := rdb.ClusterSlots(t.Context()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range ranges {
+		if int(slot) >= r.Start && int(slot) <= r.End {
+			return r.Nodes[0].Addr
+		}
+	}
+	t.Fatalf("slot %d has no master", slot)
+	return ""
+}
+
+// moveSlot moves an empty slot from one master to another (ids: node ids
+// by address): SETSLOT NODE on the new owner, then on the old one, then on
+// the others.
+func moveSlot(t *testing.T, slot uint16, from, to string, ids map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	order := []string{to, from}
+	for addr := range ids {
+		if addr != to && addr != from {
+			order = append(order, addr)
+		}
+	}
+	for _, addr := range order {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		err := c.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", ids[to]).Err()
+		c.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER SETSLOT %d NODE on %s: %v", slot, addr, err)
+		}
+	}
+}
