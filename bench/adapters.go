@@ -214,6 +214,36 @@ func (r *countingRemote) ReadLog(ctx context.Context, log, after string, max int
 	return r.s.ReadLog(ctx, log, after, max)
 }
 
+// countingBus wraps an invalidate.Bus and counts the messages it delivers
+// to this instance and their bytes (the payload, without Redis's framing
+// and the channel's name), passing every call on.
+type countingBus struct {
+	b     *invalidate.Bus
+	msgs  atomic.Int64
+	bytes atomic.Int64
+}
+
+var _ hybrid.Bus = (*countingBus)(nil)
+
+func (b *countingBus) Publish(ctx context.Context, channel string, msg []byte) error {
+	return b.b.Publish(ctx, channel, msg)
+}
+
+// Sharded passes on the bus's answer, if it gives one, so that a check of
+// the Remote against the Bus sees through the wrapper.
+func (b *countingBus) Sharded() bool {
+	s, ok := any(b.b).(interface{ Sharded() bool })
+	return ok && s.Sharded()
+}
+
+func (b *countingBus) Subscribe(ctx context.Context, channel string, onMessage func(msg []byte), onLoss func(restored bool)) (func(), error) {
+	return b.b.Subscribe(ctx, channel, func(msg []byte) {
+		b.msgs.Add(1)
+		b.bytes.Add(int64(len(msg)))
+		onMessage(msg)
+	}, onLoss)
+}
+
 // --- go-redis/cache ---
 
 // goCache is github.com/go-redis/cache: a TinyLFU of encoded bytes (msgpack,

@@ -56,6 +56,7 @@ var scenarios = []scenario{
 	{9, "fleet cold start", scenarioFleet},
 	{10, "production traces", scenarioTrace},
 	{11, "stampede at expiry (XFetch)", scenarioXFetch},
+	{12, "write-heavy traffic: swap against drop", scenarioWrites},
 }
 
 func main() { os.Exit(run()) }
@@ -69,7 +70,7 @@ func run() (code int) {
 	only := flag.String("only", "", "comma-separated scenario numbers to run (default: all)")
 	retries := flag.Int("retry", 0, "run a scenario that failed again up to this many times; each failure is kept in the report's notes")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
-	traces := flag.String("traces", "traces/orm-busy.trace.xz,traces/web07.trace.xz", "comma-separated trace files for scenario 10 (format: traces/README.md)")
+	traces := flag.String("traces", "traces/orm-busy.trace.xz,traces/web07.trace.xz", "comma-separated trace files for scenarios 10 and 12 (format: traces/README.md)")
 	flag.Parse()
 
 	start := time.Now()

@@ -255,12 +255,32 @@ func commandCalls(m map[string]string) map[string]int64 {
 	return out
 }
 
+// commandUsec parses INFO commandstats into command -> microseconds spent
+// in it (a script's commands count in the script's time and in their own).
+func commandUsec(m map[string]string) map[string]int64 {
+	out := make(map[string]int64)
+	for k, v := range m {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(v, ",") {
+			if n, ok := strings.CutPrefix(f, "usec="); ok {
+				c, _ := strconv.ParseInt(n, 10, 64)
+				out[name] = c
+			}
+		}
+	}
+	return out
+}
+
 // serverCounters is a snapshot of what the harness reads from INFO to
 // attribute work to one measured phase.
 type serverCounters struct {
 	calls     map[string]int64
-	netOut    int64   // total_net_output_bytes
-	cpu       float64 // used_cpu_user + used_cpu_sys, seconds
+	usec      map[string]int64 // time in each command, µs
+	netOut    int64            // total_net_output_bytes
+	cpu       float64          // used_cpu_user + used_cpu_sys, seconds
 	available bool
 }
 
@@ -278,7 +298,7 @@ func readServerCountersSized(ctx context.Context, rdb *redis.Client) (serverCoun
 		return serverCounters{}, 0
 	}
 	m := parseInfo(all)
-	sc := serverCounters{calls: commandCalls(m), available: true}
+	sc := serverCounters{calls: commandCalls(m), usec: commandUsec(m), available: true}
 	sc.netOut, _ = strconv.ParseInt(m["total_net_output_bytes"], 10, 64)
 	u, _ := strconv.ParseFloat(m["used_cpu_user"], 64)
 	s, _ := strconv.ParseFloat(m["used_cpu_sys"], 64)
@@ -291,6 +311,7 @@ func readServerCountersSized(ctx context.Context, rdb *redis.Client) (serverCoun
 type serverDelta struct {
 	commands  int64
 	byCommand map[string]int64
+	usec      map[string]int64 // µs in each command
 	netOut    int64
 	cpu       float64
 	available bool
@@ -300,7 +321,7 @@ func (a serverCounters) delta(b serverCounters) serverDelta {
 	if !a.available || !b.available {
 		return serverDelta{}
 	}
-	d := serverDelta{byCommand: make(map[string]int64), netOut: b.netOut - a.netOut, cpu: b.cpu - a.cpu, available: true}
+	d := serverDelta{byCommand: make(map[string]int64), usec: make(map[string]int64), netOut: b.netOut - a.netOut, cpu: b.cpu - a.cpu, available: true}
 	for k, v := range b.calls {
 		if k == "info" {
 			continue
@@ -308,6 +329,11 @@ func (a serverCounters) delta(b serverCounters) serverDelta {
 		if n := v - a.calls[k]; n > 0 {
 			d.byCommand[k] = n
 			d.commands += n
+		}
+	}
+	for k, v := range b.usec {
+		if n := v - a.usec[k]; n > 0 && k != "info" {
+			d.usec[k] = n
 		}
 	}
 	return d

@@ -146,8 +146,16 @@ type Options struct {
 	// Channel is the bus channel. Default: "hybridcache:" + the Remote's
 	// key prefix + Namespace.
 	Channel string
-	// InlineMaxBytes is the largest value a message carries. Default: 64
-	// KiB. Negative: never carry values.
+	// InlineMaxBytes is the largest encoded value a message carries
+	// (signed, with Secret): the peers that hold the key swap it in. A
+	// larger value's message names the key only, and the peers drop their
+	// copy and read the shared tier at their next read of it. It is the
+	// switch between swap and drop: negative drops always. Swap keeps the
+	// peers' hits when they read again what is written; drop's message
+	// names the key only (about 130 bytes in bench/ scenario 12), and pays
+	// when values run to kilobytes, instances are many and the bus's bytes
+	// or the peers' decoding cost more than a read of the shared tier
+	// after each write (docs/usage.md, "Swap or drop"). Default: 64 KiB.
 	InlineMaxBytes int
 	// NoSendTime leaves the send time out of the messages this instance
 	// sends, for a rolling upgrade from a version that predates send
