@@ -1,12 +1,14 @@
 package redistest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -281,6 +283,26 @@ func (n *clusterNode) kill() {
 	if n.cmd != nil {
 		_ = n.cmd.Process.Signal(syscall.SIGKILL)
 		<-n.gone
+	}
+}
+
+// WaitRedials waits up to d until no go-redis connection pool is retrying
+// a dial in the background. A pool that failed to dial (a killed node)
+// retries once a second on a goroutine of its own, which sees the pool
+// closed only when it wakes: a test that killed a node calls this after
+// closing its clients, before a goroutine leak check.
+func WaitRedials(d time.Duration) error {
+	deadline := time.Now().Add(d)
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if !bytes.Contains(buf[:n], []byte("pool.(*ConnPool).tryDial")) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redistest: a go-redis pool still retries a dial after %v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

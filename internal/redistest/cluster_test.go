@@ -164,5 +164,8 @@ func TestCluster(t *testing.T) {
 			t.Errorf("the cluster's directory %s after the test: stat says %v, want it gone", dir, err)
 		}
 	}
+	if err := redistest.WaitRedials(3 * time.Second); err != nil {
+		t.Error(err)
+	}
 	goleak.VerifyNone(t, ignore)
 }
