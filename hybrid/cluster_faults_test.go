@@ -255,7 +255,7 @@ const clusterFaultBound = 2 * clusterPropagation
 
 // gapPropagation is why Cluster misses the single server's bound.
 const gapPropagation = "classic PUBLISH crosses the cluster bus to the subscribers' master; " +
-	"measured under -race on 2 cores: smallest passing Δ 50-100 ms in most runs, 200 ms in 2 of 17, the late reads applying no message meanwhile"
+	"measured under -race on 2 cores: smallest passing Δ 20-100 ms in 15 runs of 16, 200 ms in one, its late reads applying no message meanwhile"
 
 // TestClusterFaults runs the scenarios on one private cluster per mode, in
 // order: healthy, cut, migrate, failover, kill (the last leaves the
