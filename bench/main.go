@@ -3,7 +3,7 @@
 // (go-redis/cache, rueidis, go-redis's client-side cache), and writes a
 // Markdown report with SVG charts.
 //
-//	cd bench && go run .                 # full run, about 10 minutes
+//	cd bench && go run .                 # full run, about 90 minutes on 2 cores (scenario 10 about 45, scenario 12 about 26)
 //	cd bench && go run . -quick          # under 2 minutes
 //	go run . -redis 127.0.0.1:6379       # use this Redis instead of starting one
 //
