@@ -108,7 +108,7 @@ func (c *Cache[V]) slotSeqKey(slot uint16) string {
 
 // seqChunk is how many counters one read asks for: a read of all 16384 in
 // one call may outlast the Remote's read bound on a busy node.
-const seqChunk = 4096
+const seqChunk = 1024
 
 // readCounters reads every slot's sequence counter, 0 for one missing or
 // not a number, in a few calls (OpCatchUp).
