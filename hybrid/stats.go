@@ -129,10 +129,10 @@ type BusStats struct {
 	Losses  uint64 // times the bus reported possible message loss
 	Replays uint64 // losses caught up on by reading the log of missed messages
 	// Flushed counts losses that ended with all of L1 flushed: the log
-	// could not cover them, or, where no log is kept, the sequence
-	// counters or tag records could not be read (or no counters are kept:
-	// a Remote without Info.Log and a cache whose counters cannot be
-	// named), and, with Options.StrictLoss, every restore.
+	// could not cover them; where no log is kept, the sequence counters or
+	// tag records could not be read, there is no Remote, or no counters
+	// can be named (a Remote prefix whose hash tag puts them in other
+	// slots than the keys); and, with Options.StrictLoss, every restore.
 	Flushed  uint64
 	Replayed uint64 // messages applied from the log
 	// CaughtUp counts losses caught up on by the slots' sequence counters
