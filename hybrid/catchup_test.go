@@ -266,3 +266,33 @@ func TestSeqRegression(t *testing.T) {
 		t.Errorf("B: %s, in another slot, read from Redis: want an L1 hit", k3)
 	}
 }
+
+// TestLossCatchUpSigned: with a Secret, sequences (outside the signature)
+// move nothing an instance knows, so a catch-up drops every slot written
+// since the counters were last read: more is read again than unsigned,
+// nothing old is served, and L1 is not flushed.
+func TestLossCatchUpSigned(t *testing.T) {
+	noLogTopologies(t, func(t *testing.T, newClient clientFactory, o hybrid.Options, kill func(*testing.T, ...*instance)) {
+		const n, changed = 100, 5
+		o.Secret = []byte("s")
+		agedClear(t, newClient(t), o.Namespace)
+		a := newInstance(t, "A", newClient, o, invalidate.Options{})
+		b := newInstance(t, "B", newClient, o, slowReconnect)
+		warm(t, a, []*instance{b}, n, "v1")
+		kill(t, a, b)
+		for i := range changed {
+			setStr(t, a, lossKey(i), "v2")
+		}
+		waitFor(t, 20*time.Second, "B: Bus.CaughtUp >= 1", func() bool { return b.c.Stats().Bus.CaughtUp >= 1 }, nil)
+		for i := range n {
+			want := "v1"
+			if i < changed {
+				want = "v2"
+			}
+			fill(t, b, lossKey(i), want)
+		}
+		if st := b.c.Stats(); st.Bus.Flushed != 0 {
+			t.Errorf("B: Bus.Flushed %d, want 0", st.Bus.Flushed)
+		}
+	})
+}
