@@ -41,11 +41,11 @@ func advice(o, set *Options) []string {
 			add("Options.Bus without Options.Secret: messages are unsigned and carry no values, so other instances drop a changed key and read it again rather than swap the new value in, and anyone who can publish on the channel can make every instance drop keys or flush its L1 (never plant a value); set the same Secret on every instance")
 		}
 		if set.ReplayLogLen > 0 && !o.info.Log {
-			keeper := "the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster)"
 			if o.Remote == nil {
-				keeper = "there is no Remote to keep the log"
+				add("Options.ReplayLogLen is set but there is no Remote to keep the log: after a bus loss L1 is flushed, not caught up by replay")
+			} else {
+				add("Options.ReplayLogLen is set but the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster): after a bus loss L1 is caught up per hash slot by its sequence counters (entries of slots written meanwhile dropped), not by replay")
 			}
-			add("Options.ReplayLogLen is set but %s: after a bus loss L1 is flushed, not caught up by replay", keeper)
 		}
 	}
 

@@ -65,7 +65,7 @@ func TestAdvice(t *testing.T) {
 			o := production()
 			o.Remote, o.ReplayLogLen = cluster, 1000
 			return o
-		}, "hybrid: Options.ReplayLogLen is set but the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster): after a bus loss L1 is flushed, not caught up by replay"},
+		}, "hybrid: Options.ReplayLogLen is set but the Remote keeps no log (tier.Info.Log is false, as on Redis Cluster): after a bus loss L1 is caught up per hash slot by its sequence counters (entries of slots written meanwhile dropped), not by replay"},
 		{"ReplayLogLen without Remote", func() Options {
 			return Options{Namespace: "n", Bus: quietBus{}, Secret: secret, ReplayLogLen: 1000}
 		}, "hybrid: Options.ReplayLogLen is set but there is no Remote to keep the log: after a bus loss L1 is flushed, not caught up by replay"},

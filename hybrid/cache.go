@@ -94,6 +94,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	loss    lossState
+	seqs    *seqState           // where no log is kept: catch-up by counters; nil: none
 	unver   unverifiedSet       // fills whose write-back failed (see unverified.go)
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded
 	batch   *coalescer[V]       // RefreshBatch; nil: refreshes load alone
@@ -184,6 +185,7 @@ func New[V any](o Options, batch ...RefreshBatch[V]) (*Cache[V], error) {
 			c.loss.noteTrusted(pos)
 		}
 	}
+	c.seqs = c.newSeqState()
 	if c.bus != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -192,6 +194,9 @@ func New[V any](o Options, batch ...RefreshBatch[V]) (*Cache[V], error) {
 			c.cancel()
 			c.local.Close()
 			return nil, fmt.Errorf("hybrid: subscribe to %q: %w", o.Channel, err)
+		}
+		if c.seqs != nil {
+			c.seqBaseline()
 		}
 	}
 	c.startHotSet()

@@ -55,8 +55,10 @@
 // When Redis is slow or down, reads fall back to L1 and load within the
 // store's time bound, and writes return the error. When the bus is lost, L1
 // is served for Options.LossGrace and then read again (Options.StrictLoss
-// reads through at once); missed writes are replayed from a log in Redis
-// or L1 is flushed. Fail-safe, soft and hard timeouts, eager and
+// reads through at once); missed writes are replayed from a log in Redis,
+// or, where none is kept (Redis Cluster), caught up per hash slot by
+// sequence counters (only the entries of slots written meanwhile leave
+// L1), or L1 is flushed. Fail-safe, soft and hard timeouts, eager and
 // probabilistic early refresh (XFetchBeta), refreshes batched into one load
 // (RefreshBatch), negative caching, tags, a circuit breaker, queued writes
 // and one load per key across a fleet (LoadLease) are options, off by

@@ -92,6 +92,9 @@ func (c *Cache[V]) onMessage(b []byte) {
 		return
 	}
 	if !c.admit(m) {
+		if m.Origin == c.origin {
+			c.noteSeq(&m) // our own write: L1 reflects it
+		}
 		return
 	}
 	if leaseNewsOp(m.Op) {
@@ -108,6 +111,7 @@ func (c *Cache[V]) onMessage(b []byte) {
 	defer c.invalidated(op, keys)
 	c.apply(m)
 	c.noteApplied(m)
+	c.noteSeq(&m)
 	c.recordLag(&m)
 }
 

@@ -18,8 +18,10 @@ import (
 // the shared tier, and served as it is only when that cannot be reached),
 // and once the bus is back it replays the messages it missed from the
 // shared tier's log (Remote.ReadLog), flushing L1 only when the log cannot cover
-// the gap. Options.StrictLoss flushes L1 on every loss instead, and reads
-// through to the shared tier while the bus is down.
+// the gap. Where no log is kept, it catches up by the sequence counters
+// of the hash slots instead (see catchup.go), and flushes L1 only when
+// they cannot be read. Options.StrictLoss flushes L1 on every loss
+// instead, and reads through to the shared tier while the bus is down.
 
 // lossState is what an instance knows of lost messages.
 type lossState struct {
@@ -297,8 +299,9 @@ func (c *Cache[V]) probe() error {
 
 // onLoss runs when the bus may have lost messages: restored false when its
 // connection dropped, true when it is back (or a message was lost on the
-// way). It runs on the bus's goroutine, so a replay runs on a worker. Each
-// call is counted (Stats.Bus.Losses) once L1 reflects it.
+// way). It runs on the bus's goroutine, so a replay or a catch-up runs on
+// a worker. Each call is counted (Stats.Bus.Losses) once L1 reflects it,
+// and each flush that ends a loss in Stats.Bus.Flushed.
 func (c *Cache[V]) onLoss(restored bool) {
 	if restored && c.queue != nil {
 		c.queue.nudge() // Redis may be back: replay queued writes now
@@ -314,12 +317,16 @@ func (c *Cache[V]) onLoss(restored bool) {
 		}
 		c.flush()
 		if restored {
+			c.n.lossFlushes.Add(1)
 			c.loss.lost.Store(false)
 		}
 		c.n.busLosses.Add(1)
 		return
 	}
 	c.loss.begin(c.local.Now())
+	if c.seqs != nil {
+		c.seqs.unmark() // a slot's first message may be lost
+	}
 	// A fill in flight may have read a value whose change we missed.
 	c.tags.clear()
 	c.vers.bumpAllLoss()
@@ -328,11 +335,21 @@ func (c *Cache[V]) onLoss(restored bool) {
 		c.n.busLosses.Add(1)
 		return
 	}
-	if !c.logged() || !c.run(c.replay) {
-		c.flush()
-		c.loss.lost.Store(false)
-		c.n.busLosses.Add(1)
+	switch {
+	case c.logged():
+		if c.run(c.replay) {
+			return
+		}
+	case c.seqs != nil:
+		if c.run(c.catchUp) {
+			return
+		}
 	}
+	// No log and no counters to catch up by (or the cache is closing).
+	c.n.lossFlushes.Add(1)
+	c.flush()
+	c.loss.lost.Store(false)
+	c.n.busLosses.Add(1)
 }
 
 // flush drops all of L1, and what is known of tag records, but for this
@@ -418,7 +435,7 @@ func (c *Cache[V]) replay() {
 		ok = err == nil && complete
 		more = len(entries) == replayBatch
 	}
-	c.n.replayFlushes.Add(1)
+	c.n.lossFlushes.Add(1)
 	c.log.log(logBus, "hybrid: missed invalidations could not be replayed; L1 flushed", "namespace", c.o.Namespace)
 	c.flush()
 }

@@ -41,6 +41,7 @@ const (
 	OpOpenLog Op = "open_log" // New's opening of the log of announced writes
 	OpReadLog Op = "read_log" // a read of that log after a bus loss, to replay what was missed
 	OpProbe   Op = "probe"    // a read of whether the shared tier answers again, while held entries are served during a bus loss, or values whose write-back failed are kept
+	OpCatchUp Op = "catch_up" // a read of every slot's sequence counter where no log is kept (New's, and after a bus loss, with the records of the tags L1 holds), to drop from L1 only what changed
 
 	OpReplaySet       Op = "replay_set"        // the replay of a queued Set (Options.QueueWrites)
 	OpReplayDelete    Op = "replay_delete"     // the replay of a queued Delete

@@ -165,15 +165,17 @@ type Options struct {
 	NoSendTime bool
 	// LossGrace is how long, while the bus is down, an L1 entry is served
 	// as it is; past it the entry is read again from the shared tier.
-	// Missed messages are replayed from the log when the bus is back, else
-	// L1 is flushed. Default: 1 second.
+	// Missed messages are replayed from the log when the bus is back, or,
+	// where no log is kept, L1 is caught up per hash slot (see
+	// BusStats.CaughtUp); else L1 is flushed. Default: 1 second.
 	LossGrace time.Duration
 	// StrictLoss reads every L1 miss and hit from the shared tier while the
 	// bus is down, and flushes L1 when it drops and when it is back.
 	// Default: false.
 	StrictLoss bool
 	// ReplayLogLen is about how many announced writes the log keeps for
-	// replay after a bus loss. Default: 10,000. Negative: no log.
+	// replay after a bus loss. Default: 10,000. Negative: no log (a loss is
+	// then caught up per hash slot, as on Redis Cluster).
 	ReplayLogLen int
 
 	// --- Background refresh: reloads before expiry, serving meanwhile ---

@@ -126,10 +126,27 @@ type InvalidationStats struct {
 
 // BusStats counts the losses of the bus and how each ended.
 type BusStats struct {
-	Losses   uint64 // times the bus reported possible message loss
-	Replays  uint64 // losses caught up on by reading the log of missed messages
-	Flushed  uint64 // losses the log could not cover: L1 flushed instead
+	Losses  uint64 // times the bus reported possible message loss
+	Replays uint64 // losses caught up on by reading the log of missed messages
+	// Flushed counts losses that ended with all of L1 flushed: the log
+	// could not cover them; where no log is kept, the sequence counters or
+	// tag records could not be read, there is no Remote, or no counters
+	// can be named (a Remote prefix whose hash tag puts them in other
+	// slots than the keys); and, with Options.StrictLoss, every restore.
+	Flushed  uint64
 	Replayed uint64 // messages applied from the log
+	// CaughtUp counts losses caught up on by the slots' sequence counters
+	// where no log is kept (Redis Cluster, a Ring, ReplayLogLen < 0): only
+	// the entries of slots written meanwhile, and those a missed
+	// DeleteByTag or Clear covers, were dropped, CatchUpDropped of them in
+	// all.
+	CaughtUp       uint64
+	CatchUpDropped uint64
+	// SeqRegressions counts messages whose sequence was lower than one
+	// already seen in their slot (Redis failed over to a replica that was
+	// behind, or restarted from an older snapshot): the slot's entries were
+	// dropped from L1.
+	SeqRegressions uint64
 	// HeldServed counts entries from before a loss served because the
 	// shared tier could not be reached.
 	HeldServed uint64
@@ -177,7 +194,8 @@ type counters struct {
 	// pastLife counts L1 lookups that found an entry past its lifetime,
 	// kept only for fail-safe: L1 counted them as hits, Stats as misses.
 	pastLife                                                  atomic.Uint64
-	replays, replayed, replayFlushes, heldServed              atomic.Uint64
+	replays, replayed, lossFlushes, heldServed                atomic.Uint64
+	caughtUp, catchUpDropped, seqRegressions                  atomic.Uint64
 	writesQueued, queueFull, queueReplayed, queueDroppedStale atomic.Uint64
 	queueDroppedOnClose                                       atomic.Uint64
 	leasesTaken, leasesWaited, leasesAnswered                 atomic.Uint64
@@ -254,9 +272,13 @@ func (c *Cache[V]) Stats() Stats {
 		Bus: BusStats{
 			Losses:     c.n.busLosses.Load(),
 			Replays:    c.n.replays.Load(),
-			Flushed:    c.n.replayFlushes.Load(),
+			Flushed:    c.n.lossFlushes.Load(),
 			Replayed:   c.n.replayed.Load(),
 			HeldServed: c.n.heldServed.Load(),
+
+			CaughtUp:       c.n.caughtUp.Load(),
+			CatchUpDropped: c.n.catchUpDropped.Load(),
+			SeqRegressions: c.n.seqRegressions.Load(),
 		},
 		Queue: QueueStats{
 			Queued:         c.n.writesQueued.Load(),

@@ -48,7 +48,10 @@
 //	invalidations.swapped     counter  {entry}    Invalidations.Swapped
 //	invalidations.extended    counter  {entry}    Invalidations.Extended
 //	bus.losses                counter  {loss}     Bus.Losses
-//	bus.replays               counter  {replay}   result replayed: Bus.Replays, flushed: Bus.Flushed
+//	bus.replays               counter  {replay}   result replayed: Bus.Replays, caught_up: .CaughtUp,
+//	                                              flushed: .Flushed
+//	bus.catchup.dropped       counter  {entry}    Bus.CatchUpDropped
+//	bus.seq_regressions       counter  {message}  Bus.SeqRegressions
 //	bus.replayed              counter  {message}  Bus.Replayed
 //	held.served               counter  {value}    Bus.HeldServed
 //	queue.writes              counter  {write}    result queued: Queue.Queued, refused: .Refused,

@@ -213,10 +213,15 @@ func catalogue() []instrument {
 			series: only(func(s *hybrid.Stats) uint64 { return s.Invalidations.Extended })},
 		{name: "bus.losses", unit: "{loss}", desc: "Times the bus reported possible message loss (a drop or a restore).",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Bus.Losses })},
-		{name: "bus.replays", unit: "{replay}", desc: "Bus losses ended by replaying the missed messages from the shared tier's log, or by flushing L1 when the log could not cover them.", series: []series{
+		{name: "bus.replays", unit: "{replay}", desc: "Bus losses ended by replaying the missed messages from the shared tier's log, by catching up per hash slot where no log is kept, or by flushing L1 when neither could cover them.", series: []series{
 			by(keyResult, "replayed", func(s *hybrid.Stats) uint64 { return s.Bus.Replays }),
+			by(keyResult, "caught_up", func(s *hybrid.Stats) uint64 { return s.Bus.CaughtUp }),
 			by(keyResult, "flushed", func(s *hybrid.Stats) uint64 { return s.Bus.Flushed }),
 		}},
+		{name: "bus.catchup.dropped", unit: "{entry}", desc: "L1 entries dropped by catch-ups after bus losses: of hash slots written meanwhile, or covered by a missed tag delete or Clear.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Bus.CatchUpDropped })},
+		{name: "bus.seq_regressions", unit: "{message}", desc: "Messages whose sequence was lower than one already seen in their hash slot (Redis went back to an older state): the slot's L1 entries were dropped.",
+			series: only(func(s *hybrid.Stats) uint64 { return s.Bus.SeqRegressions })},
 		{name: "bus.replayed", unit: "{message}", desc: "Messages applied from the shared tier's log after a bus loss.",
 			series: only(func(s *hybrid.Stats) uint64 { return s.Bus.Replayed })},
 		{name: "held.served", unit: "{value}", desc: "L1 entries from before a bus loss served because the shared tier could not be reached.",
