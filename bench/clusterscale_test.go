@@ -58,9 +58,10 @@ func (tp csTopo) String() string {
 }
 
 const (
-	csKeys    = 10_000 // the keys writers pick from
-	csWriters = 4      // writing goroutines, spread over the instances
-	csBlipSet = 10     // keys written while the blip's bus is cut
+	csKeys    = 10_000      // the keys writers pick from
+	csWriters = 4           // writing goroutines, spread over the instances
+	csBlipSet = 10          // keys written while the blip's bus is cut
+	csIdle    = time.Second // the idle stretch before the writers
 )
 
 // csCell is one measured cell: a cluster shape, a number of instances, a
@@ -80,12 +81,14 @@ type csCell struct {
 	deliverWall time.Duration // from the writers' start to the last message read
 	disconnects uint64        // pub/sub connections lost under load
 
-	cpu       []float64 // per node, seconds
-	netOut    int64     // total_net_output_bytes, all nodes
-	busMsgs   int64     // cluster bus messages sent, all nodes
-	busPubs   int64     // of them, publish and publishshard messages
-	busBytes  int64     // cluster bus bytes (kernel TCP counters); -1: unknown
-	publishes int64     // PUBLISH and SPUBLISH calls
+	cpu       []float64     // per node, seconds, less its idle rate over the stretch
+	idle      []float64     // per node, CPU seconds per second with the instances subscribed and no writes
+	procCPU   time.Duration // this process's CPU over the stretch (instances and writers)
+	netOut    int64         // total_net_output_bytes, all nodes
+	busMsgs   int64         // cluster bus messages sent, all nodes
+	busPubs   int64         // of them, publish and publishshard messages
+	busBytes  int64         // cluster bus bytes (kernel TCP counters); -1: unknown
+	publishes int64         // PUBLISH and SPUBLISH calls
 	commands  map[string]int64
 
 	blip *csBlip // measured in the cells with 4 instances (2 in the smoke run)
@@ -150,45 +153,98 @@ var errCsLoad = errors.New("bench: load called in the cluster scenario")
 
 func csNoLoad(context.Context, string) (*Record, error) { return nil, errCsLoad }
 
-// runCsCell opens n instances on tc, drives writers for dur, and, when
-// blipKeys > 0, measures a blip with that many keys held.
-func runCsCell(t *testing.T, tc *testCluster, topo csTopo, n int, sharded bool, dur time.Duration, blipKeys int, secret []byte, seq int) csCell {
+// runCsPair opens n classic and n sharded instances on tc (which first
+// takes turns by first), measures the nodes' idle CPU with both sets
+// subscribed, then drives writers through one set at a time in slices of
+// slice, the sets taking turns, so that both see the same machine, and
+// finally, when blipKeys > 0, measures a blip on each set.
+func runCsPair(t *testing.T, tc *testCluster, topo csTopo, n int, slices int, slice time.Duration, blipKeys int, secret []byte, seq int, first bool) (classic, sharded *csCell) {
 	ctx := t.Context()
-	cell := csCell{topo: topo, n: n, sharded: sharded, channels: 1, busBytes: -1, commands: map[string]int64{}}
-	if sharded {
-		cell.channels = 16384
+	cells := [2]*csCell{}
+	sets := [2][]*csInst{}
+	defer func() {
+		for _, insts := range sets {
+			for _, in := range insts {
+				in.close()
+			}
+		}
+	}()
+	for k := range 2 {
+		m := k
+		if first {
+			m = 1 - k
+		}
+		cell := &csCell{topo: topo, n: n, sharded: m == 1, channels: 1, busBytes: -1, commands: map[string]int64{}, cpu: make([]float64, len(tc.nodes))}
+		if cell.sharded {
+			cell.channels = 16384
+		}
+		cells[m] = cell
+		c0, err := tc.counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns := fmt.Sprintf("cs%d.%d", seq, m)
+		for i := range n {
+			in, d, err := openCsInst(ctx, tc, i, ns, secret, cell.sharded)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sets[m] = append(sets[m], in)
+			cell.subscribe = append(cell.subscribe, d)
+		}
+		c1, err := tc.counters(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c0 {
+			cell.memory += c1[i].memory - c0[i].memory
+		}
 	}
-	ns := fmt.Sprintf("cs%d", seq)
+
+	// What the nodes spend with both sets subscribed and idle.
 	c0, err := tc.counters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	insts := make([]*csInst, 0, n)
-	defer func() {
-		for _, in := range insts {
-			in.close()
-		}
-	}()
-	for i := range n {
-		in, d, err := openCsInst(ctx, tc, i, ns, secret, sharded)
-		if err != nil {
-			t.Fatal(err)
-		}
-		insts = append(insts, in)
-		cell.subscribe = append(cell.subscribe, d)
-	}
+	time.Sleep(csIdle)
 	c1, err := tc.counters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	idle := make([]float64, len(c0))
 	for i := range c0 {
-		cell.memory += c1[i].memory - c0[i].memory
+		idle[i] = (c1[i].cpu - c0[i].cpu) / csIdle.Seconds()
 	}
+	cells[0].idle, cells[1].idle = idle, idle
 
-	// Writers at saturation.
+	for s := range slices {
+		m := s % 2
+		if first {
+			m = 1 - m
+		}
+		csSlice(t, tc, sets[m], cells[m], slice, uint64(seq*100+s))
+	}
+	if blipKeys > 0 && n >= 2 {
+		for m, insts := range sets {
+			b := csRunBlip(t, tc, insts[0], insts[1], blipKeys)
+			cells[m].blip = &b
+		}
+	}
+	return cells[0], cells[1]
+}
+
+// csSlice drives csWriters writers through insts for dur, waits for their
+// messages to reach every instance, and adds what it measured to cell.
+func csSlice(t *testing.T, tc *testCluster, insts []*csInst, cell *csCell, dur time.Duration, seed uint64) {
+	ctx := t.Context()
+	n := len(insts)
+	c0, err := tc.counters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	recv0, disc0 := csReceived(insts)
 	bb0, bbOK := tc.busBytes()
-	c0 = c1
+	proc0 := cpuTime()
 	var writes atomic.Int64
 	var failed atomic.Value
 	start := time.Now()
@@ -196,7 +252,7 @@ func runCsCell(t *testing.T, tc *testCluster, topo csTopo, n int, sharded bool, 
 	var wg sync.WaitGroup
 	for w := range csWriters {
 		wg.Go(func() {
-			rng := mrand.New(mrand.NewPCG(uint64(seq), uint64(w)))
+			rng := mrand.New(mrand.NewPCG(seed, uint64(w)))
 			for k := 0; time.Now().Before(stop); k++ {
 				in := insts[(w+k)%n]
 				i := rng.IntN(csKeys)
@@ -211,13 +267,13 @@ func runCsCell(t *testing.T, tc *testCluster, topo csTopo, n int, sharded bool, 
 		})
 	}
 	wg.Wait()
-	cell.wall = time.Since(start)
+	wall := time.Since(start)
 	if err, _ := failed.Load().(error); err != nil {
 		t.Fatal(err)
 	}
-	cell.writes = writes.Load()
-	// Wait for the last message to arrive (or for 10 s without progress).
-	want := uint64(cell.writes) * uint64(n)
+	nw := writes.Load()
+	// Wait for the last message to arrive (or for 2 s without progress).
+	want := uint64(nw) * uint64(n)
 	last, lastAt := recv0, time.Now()
 	for {
 		got, _ := csReceived(insts)
@@ -227,20 +283,25 @@ func runCsCell(t *testing.T, tc *testCluster, topo csTopo, n int, sharded bool, 
 		if got-recv0 >= want || time.Since(lastAt) > 2*time.Second {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 	recv1, disc1 := csReceived(insts)
-	cell.received, cell.disconnects = recv1-recv0, disc1-disc0
-	cell.deliverWall = max(lastAt.Sub(start), cell.wall)
-	c1, err = tc.counters(ctx)
+	deliverWall := max(lastAt.Sub(start), wall)
+	cell.procCPU += cpuTime() - proc0
+	c1, err := tc.counters(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if bb1, ok := tc.busBytes(); ok && bbOK {
-		cell.busBytes = bb1 - bb0
+		cell.busBytes = max(cell.busBytes, 0) + bb1 - bb0
 	}
+	cell.writes += nw
+	cell.wall += wall
+	cell.received += recv1 - recv0
+	cell.disconnects += disc1 - disc0
+	cell.deliverWall += deliverWall
 	for i := range c0 {
-		cell.cpu = append(cell.cpu, c1[i].cpu-c0[i].cpu)
+		cell.cpu[i] += max(c1[i].cpu-c0[i].cpu-cell.idle[i]*deliverWall.Seconds(), 0)
 		cell.netOut += c1[i].netOut - c0[i].netOut
 		cell.busMsgs += c1[i].busMsgs - c0[i].busMsgs
 		cell.busPubs += c1[i].busPubs - c0[i].busPubs
@@ -251,11 +312,6 @@ func runCsCell(t *testing.T, tc *testCluster, topo csTopo, n int, sharded bool, 
 			}
 		}
 	}
-	if blipKeys > 0 && n >= 2 {
-		b := csRunBlip(t, tc, insts[0], insts[1], blipKeys)
-		cell.blip = &b
-	}
-	return cell
 }
 
 // csReceived sums the messages the instances' buses read and the pub/sub
@@ -333,12 +389,13 @@ func TestFigureClusterScale(t *testing.T) {
 	full := os.Getenv("HYBRID_BENCH_CLUSTER") == "1"
 	topos := []csTopo{{3, 0}}
 	ns := []int{2}
-	rounds, dur, blipKeys, blipN := 1, 500*time.Millisecond, 500, 2
+	rounds, slices, slice, blipKeys, blipN := 1, 2, 250*time.Millisecond, 500, 2
 	if full {
 		topos = []csTopo{{1, 0}, {3, 0}, {3, 1}}
 		ns = []int{1, 4, 16}
-		rounds, dur, blipKeys, blipN = 3, 2*time.Second, 10_000, 4
+		rounds, slices, slice, blipKeys, blipN = 3, 6, 500*time.Millisecond, 10_000, 4
 	}
+	dur := time.Duration(slices/2) * slice
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	var cells []csCell
@@ -347,29 +404,25 @@ func TestFigureClusterScale(t *testing.T) {
 		tc := startCluster(t, topo.masters, topo.replicas)
 		for round := range rounds {
 			for _, n := range ns {
-				modes := []bool{false, true}
-				if (round+len(cells)/2)%2 == 1 { // alternate which mode goes first
-					modes = []bool{true, false}
+				seq++
+				bk := 0
+				if n == blipN {
+					bk = blipKeys
 				}
-				for _, sharded := range modes {
-					seq++
-					bk := 0
-					if n == blipN {
-						bk = blipKeys
-					}
-					c := runCsCell(t, tc, topo, n, sharded, dur, bk, secret, seq)
+				cl, sh := runCsPair(t, tc, topo, n, slices, slice, bk, secret, seq, seq%2 == 0)
+				for _, c := range []*csCell{cl, sh} {
 					t.Logf("round %d: %s", round, c.describe())
 					if c.received != uint64(c.writes)*uint64(n) && c.disconnects == 0 {
 						t.Errorf("%s: %d messages read for %d writes to %d instances, with no disconnect", c.name(), c.received, c.writes, n)
 					}
-					cells = append(cells, c)
+					cells = append(cells, *c)
 				}
 			}
 		}
 		tc.stop()
 	}
-	fmt.Printf("\nRedis %s, %d writers, %v of writes per cell, %d rounds (medians; ratios sharded/classic of the same round), values ~100 B, %s\n\n",
-		redisVersion(), csWriters, dur, rounds, time.Now().UTC().Format(time.DateOnly))
+	fmt.Printf("\nRedis %s, %d writers, %v of writes per cell in %d slices taking turns with the other mode, %d rounds (medians; ratios sharded/classic of the same round), values ~100 B, %s\n\n",
+		redisVersion(), csWriters, dur, slices/2, rounds, time.Now().UTC().Format(time.DateOnly))
 	groups := csGroups(cells)
 	fmt.Print(csTable(groups))
 	if full {
@@ -435,13 +488,23 @@ func (c csCell) writesPerSec() float64        { return float64(c.writes) / c.wal
 func (c csCell) cpuPerWrite() float64         { return 1e6 * c.cpuTotal() / float64(c.writes) }
 func (c csCell) perWrite(x int64) float64     { return float64(x) / float64(c.writes) }
 func (c csCell) memPerInstance() float64      { return float64(c.memory) / float64(c.n) }
+func (c csCell) procPerMessage() float64 {
+	return float64(c.procCPU.Microseconds()) / float64(c.received)
+}
+func (c csCell) idleTotal() float64 {
+	var s float64
+	for _, x := range c.idle {
+		s += x
+	}
+	return s
+}
 
 // csTable is the markdown table: a row per cluster shape and N, classic
 // and sharded side by side, and their ratio.
 func csTable(groups []*csGroup) string {
 	var b strings.Builder
-	b.WriteString("| cluster | N | invalidations/s classic, sharded (×) | writes/s classic, sharded (×) | Redis CPU µs/write classic, sharded (×) | net out B/write classic, sharded | cluster bus B/write classic, sharded (msgs/write) | busiest node's CPU share classic, sharded | Redis memory per instance classic, sharded (per shard channel) | Subscribe classic, sharded | pub/sub disconnects classic, sharded | keys read after a blip (of held) classic, sharded |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| cluster | N | invalidations/s classic, sharded (×) | writes/s classic, sharded (×) | Redis CPU µs/write classic, sharded (×) | net out B/write classic, sharded | cluster bus B/write classic, sharded (msgs/write) | busiest node's CPU share classic, sharded | Redis idle CPU, % of a core, classic, sharded | client CPU µs per message read classic, sharded (×) | Redis memory per instance classic, sharded (per shard channel) | Subscribe classic, sharded | pub/sub disconnects classic, sharded | keys read after a blip (of held) classic, sharded |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range groups {
 		bus := func(cs []csCell) string {
 			msgs := med(cs, func(c csCell) float64 { return c.perWrite(c.busMsgs) })
@@ -457,7 +520,7 @@ func csTable(groups []*csGroup) string {
 		}
 		sub := func(c csCell) float64 { return float64(medianDur(c.subscribe)) }
 		disc := func(c csCell) float64 { return float64(c.disconnects) }
-		fmt.Fprintf(&b, "| %v | %d | %.0f, %.0f (%.2f×) | %.0f, %.0f (%.2f×) | %.1f, %.1f (%.2f×) | %.0f, %.0f | %s, %s | %.0f%%, %.0f%% | %s, %s (%.0f B) | %v, %v | %.0f, %.0f | %s |\n",
+		fmt.Fprintf(&b, "| %v | %d | %.0f, %.0f (%.2f×) | %.0f, %.0f (%.2f×) | %.1f, %.1f (%.2f×) | %.0f, %.0f | %s, %s | %.0f%%, %.0f%% | %.1f, %.1f | %.1f, %.1f (%.2f×) | %s, %s (%.0f B) | %v, %v | %.0f, %.0f | %s |\n",
 			g.topo, g.n,
 			med(g.cl, csCell.invalidationsPerSec), med(g.sh, csCell.invalidationsPerSec), g.ratio(csCell.invalidationsPerSec),
 			med(g.cl, csCell.writesPerSec), med(g.sh, csCell.writesPerSec), g.ratio(csCell.writesPerSec),
@@ -465,6 +528,8 @@ func csTable(groups []*csGroup) string {
 			med(g.cl, func(c csCell) float64 { return c.perWrite(c.netOut) }), med(g.sh, func(c csCell) float64 { return c.perWrite(c.netOut) }),
 			bus(g.cl), bus(g.sh),
 			100*med(g.cl, csCell.busiest), 100*med(g.sh, csCell.busiest),
+			100*med(g.cl, csCell.idleTotal), 100*med(g.sh, csCell.idleTotal),
+			med(g.cl, csCell.procPerMessage), med(g.sh, csCell.procPerMessage), g.ratio(csCell.procPerMessage),
 			kb(med(g.cl, csCell.memPerInstance)), kb(med(g.sh, csCell.memPerInstance)), med(g.sh, csCell.memPerInstance)/float64(g.sh[0].channels),
 			roundDur(time.Duration(med(g.cl, sub))), roundDur(time.Duration(med(g.sh, sub))),
 			med(g.cl, disc), med(g.sh, disc),
@@ -513,10 +578,10 @@ func (c csCell) busiest() float64 {
 
 func (c csCell) describe() string {
 	w := float64(c.writes)
-	s := fmt.Sprintf("%s: subscribe median %v max %v; memory %.0f B per instance; %d writes in %v (%.0f/s), %d messages read in %v (%.0f/s), %d disconnects; Redis CPU %.1f µs/write, busiest node %.0f%% %v; net out %.0f B/write; cluster bus %.2f msgs (%.2f publish) %.0f B /write; %d publishes",
+	s := fmt.Sprintf("%s: subscribe median %v max %v; memory %.0f B per instance; %d writes in %v (%.0f/s), %d messages read in %v (%.0f/s), %d disconnects; Redis CPU %.1f µs/write (idle %.1f%% of a core over the nodes, taken out), busiest node %.0f%% %v; process CPU %.1f µs per message read; net out %.0f B/write; cluster bus %.2f msgs (%.2f publish) %.0f B /write; %d publishes",
 		c.name(), medianDur(c.subscribe), slices.Max(c.subscribe), float64(c.memory)/float64(c.n),
 		c.writes, c.wall.Round(time.Millisecond), w/c.wall.Seconds(), c.received, c.deliverWall.Round(time.Millisecond), float64(c.received)/c.deliverWall.Seconds(), c.disconnects,
-		1e6*c.cpuTotal()/w, 100*c.busiest(), c.cpu, float64(c.netOut)/w, float64(c.busMsgs)/w, float64(c.busPubs)/w, float64(c.busBytes)/w, c.publishes)
+		1e6*c.cpuTotal()/w, 100*c.idleTotal(), 100*c.busiest(), c.cpu, c.procPerMessage(), float64(c.netOut)/w, float64(c.busMsgs)/w, float64(c.busPubs)/w, float64(c.busBytes)/w, c.publishes)
 	s += fmt.Sprintf("; commands: %v", c.commands)
 	if b := c.blip; b != nil {
 		s += fmt.Sprintf("; blip: %d pub/sub connections cut, back in %v, %d of %d held keys read from Redis, flushed %d", b.killed, b.down.Round(time.Millisecond), b.reads, b.held, b.flushed)
