@@ -516,7 +516,9 @@ func csTable(groups []*csGroup) string {
 		blip := "–"
 		if g.cl[0].blip != nil && g.sh[0].blip != nil {
 			reads := func(c csCell) float64 { return float64(c.blip.reads) }
-			blip = fmt.Sprintf("%.0f, %.0f (of %d)", med(g.cl, reads), med(g.sh, reads), g.cl[0].blip.held)
+			down := func(c csCell) float64 { return float64(c.blip.down) }
+			blip = fmt.Sprintf("%.0f, %.0f (of %d; bus back after %v, %v)", med(g.cl, reads), med(g.sh, reads), g.cl[0].blip.held,
+				roundDur(time.Duration(med(g.cl, down))), roundDur(time.Duration(med(g.sh, down))))
 		}
 		sub := func(c csCell) float64 { return float64(medianDur(c.subscribe)) }
 		disc := func(c csCell) float64 { return float64(c.disconnects) }
