@@ -158,7 +158,7 @@ func csNoLoad(context.Context, string) (*Record, error) { return nil, errCsLoad 
 // subscribed, then drives writers through one set at a time in slices of
 // slice, the sets taking turns, so that both see the same machine, and
 // finally, when blipKeys > 0, measures a blip on each set.
-func runCsPair(t *testing.T, tc *testCluster, topo csTopo, n int, slices int, slice time.Duration, blipKeys int, secret []byte, seq int, first bool) (classic, sharded *csCell) {
+func runCsPair(t *testing.T, tc *testCluster, topo csTopo, n, nslices int, slice time.Duration, blipKeys int, secret []byte, seq int, first bool) (classic, sharded *csCell) {
 	ctx := t.Context()
 	cells := [2]*csCell{}
 	sets := [2][]*csInst{}
@@ -217,7 +217,7 @@ func runCsPair(t *testing.T, tc *testCluster, topo csTopo, n int, slices int, sl
 	}
 	cells[0].idle, cells[1].idle = idle, idle
 
-	for s := range slices {
+	for s := range nslices {
 		m := s % 2
 		if first {
 			m = 1 - m
@@ -226,11 +226,29 @@ func runCsPair(t *testing.T, tc *testCluster, topo csTopo, n int, slices int, sl
 	}
 	if blipKeys > 0 && n >= 2 {
 		for m, insts := range sets {
+			// The other set's blip cut these connections too: start
+			// from a bus that is back.
+			csWaitRestored(t, slices.Concat(sets[0], sets[1]))
 			b := csRunBlip(t, tc, insts[0], insts[1], blipKeys)
 			cells[m].blip = &b
 		}
 	}
 	return cells[0], cells[1]
+}
+
+// csWaitRestored waits until no instance's bus has a loss in progress
+// (the bus reports each loss twice: lost, then restored).
+func csWaitRestored(t *testing.T, insts []*csInst) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, in := range insts {
+		for in.bus.Stats().Losses%2 != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("an instance's bus not back after 20 s: %+v", in.bus.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 }
 
 // csSlice drives csWriters writers through insts for dur, waits for their
@@ -389,13 +407,13 @@ func TestFigureClusterScale(t *testing.T) {
 	full := os.Getenv("HYBRID_BENCH_CLUSTER") == "1"
 	topos := []csTopo{{3, 0}}
 	ns := []int{2}
-	rounds, slices, slice, blipKeys, blipN := 1, 2, 250*time.Millisecond, 500, 2
+	rounds, nslices, slice, blipKeys, blipN := 1, 2, 250*time.Millisecond, 500, 2
 	if full {
 		topos = []csTopo{{1, 0}, {3, 0}, {3, 1}}
 		ns = []int{1, 4, 16}
-		rounds, slices, slice, blipKeys, blipN = 3, 6, 500*time.Millisecond, 10_000, 4
+		rounds, nslices, slice, blipKeys, blipN = 3, 6, 500*time.Millisecond, 10_000, 4
 	}
-	dur := time.Duration(slices/2) * slice
+	dur := time.Duration(nslices/2) * slice
 	secret := make([]byte, 32)
 	rand.Read(secret)
 	var cells []csCell
@@ -409,7 +427,7 @@ func TestFigureClusterScale(t *testing.T) {
 				if n == blipN {
 					bk = blipKeys
 				}
-				cl, sh := runCsPair(t, tc, topo, n, slices, slice, bk, secret, seq, seq%2 == 0)
+				cl, sh := runCsPair(t, tc, topo, n, nslices, slice, bk, secret, seq, seq%2 == 0)
 				for _, c := range []*csCell{cl, sh} {
 					t.Logf("round %d: %s", round, c.describe())
 					if c.received != uint64(c.writes)*uint64(n) && c.disconnects == 0 {
@@ -422,7 +440,7 @@ func TestFigureClusterScale(t *testing.T) {
 		tc.stop()
 	}
 	fmt.Printf("\nRedis %s, %d writers, %v of writes per cell in %d slices taking turns with the other mode, %d rounds (medians; ratios sharded/classic of the same round), values ~100 B, %s\n\n",
-		redisVersion(), csWriters, dur, slices/2, rounds, time.Now().UTC().Format(time.DateOnly))
+		redisVersion(), csWriters, dur, nslices/2, rounds, time.Now().UTC().Format(time.DateOnly))
 	groups := csGroups(cells)
 	fmt.Print(csTable(groups))
 	if full {
@@ -503,7 +521,7 @@ func (c csCell) idleTotal() float64 {
 // and sharded side by side, and their ratio.
 func csTable(groups []*csGroup) string {
 	var b strings.Builder
-	b.WriteString("| cluster | N | invalidations/s classic, sharded (×) | writes/s classic, sharded (×) | Redis CPU µs/write classic, sharded (×) | net out B/write classic, sharded | cluster bus B/write classic, sharded (msgs/write) | busiest node's CPU share classic, sharded | Redis idle CPU, % of a core, classic, sharded | client CPU µs per message read classic, sharded (×) | Redis memory per instance classic, sharded (per shard channel) | Subscribe classic, sharded | pub/sub disconnects classic, sharded | keys read after a blip (of held) classic, sharded |\n")
+	b.WriteString("| cluster | N | invalidations/s classic, sharded (×) | writes/s classic, sharded (×) | Redis CPU µs/write classic, sharded (×) | net out B/write classic, sharded | cluster bus B/write classic, sharded (msgs/write) | busiest node's CPU share classic, sharded | Redis idle CPU, % of a core | client CPU µs per message read classic, sharded (×) | Redis memory per instance classic, sharded (per shard channel) | Subscribe classic, sharded | pub/sub disconnects classic, sharded | keys read after a blip (of held) classic, sharded |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range groups {
 		bus := func(cs []csCell) string {
@@ -522,7 +540,7 @@ func csTable(groups []*csGroup) string {
 		}
 		sub := func(c csCell) float64 { return float64(medianDur(c.subscribe)) }
 		disc := func(c csCell) float64 { return float64(c.disconnects) }
-		fmt.Fprintf(&b, "| %v | %d | %.0f, %.0f (%.2f×) | %.0f, %.0f (%.2f×) | %.1f, %.1f (%.2f×) | %.0f, %.0f | %s, %s | %.0f%%, %.0f%% | %.1f, %.1f | %.1f, %.1f (%.2f×) | %s, %s (%.0f B) | %v, %v | %.0f, %.0f | %s |\n",
+		fmt.Fprintf(&b, "| %v | %d | %.0f, %.0f (%.2f×) | %.0f, %.0f (%.2f×) | %.1f, %.1f (%.2f×) | %.0f, %.0f | %s, %s | %.0f%%, %.0f%% | %.1f | %.1f, %.1f (%.2f×) | %s, %s (%.0f B) | %v, %v | %.0f, %.0f | %s |\n",
 			g.topo, g.n,
 			med(g.cl, csCell.invalidationsPerSec), med(g.sh, csCell.invalidationsPerSec), g.ratio(csCell.invalidationsPerSec),
 			med(g.cl, csCell.writesPerSec), med(g.sh, csCell.writesPerSec), g.ratio(csCell.writesPerSec),
@@ -530,7 +548,7 @@ func csTable(groups []*csGroup) string {
 			med(g.cl, func(c csCell) float64 { return c.perWrite(c.netOut) }), med(g.sh, func(c csCell) float64 { return c.perWrite(c.netOut) }),
 			bus(g.cl), bus(g.sh),
 			100*med(g.cl, csCell.busiest), 100*med(g.sh, csCell.busiest),
-			100*med(g.cl, csCell.idleTotal), 100*med(g.sh, csCell.idleTotal),
+			100*med(g.cl, csCell.idleTotal), // both sets subscribed: one figure for the pair
 			med(g.cl, csCell.procPerMessage), med(g.sh, csCell.procPerMessage), g.ratio(csCell.procPerMessage),
 			kb(med(g.cl, csCell.memPerInstance)), kb(med(g.sh, csCell.memPerInstance)), med(g.sh, csCell.memPerInstance)/float64(g.sh[0].channels),
 			roundDur(time.Duration(med(g.cl, sub))), roundDur(time.Duration(med(g.sh, sub))),
