@@ -33,8 +33,8 @@ import (
 // second with writers at saturation, Redis CPU, bytes and cluster bus
 // traffic per write, the busiest node's share of the CPU, and, after a bus
 // blip, how many keys an instance reads again from Redis. The default run
-// is a smoke version (3 masters, 2 instances, half a second of writes, a
-// blip over 500 keys) that checks that every write reached every
+// is a smoke version (3 masters, 2 instances per mode, a quarter second
+// of writes per mode, a blip over 500 keys) that checks that every write reached every
 // instance and that the blip's writes are served fresh afterwards;
 // HYBRID_BENCH_CLUSTER=1 runs the figures and writes the chart to
 // results/12-cluster-scale.svg:
