@@ -37,7 +37,7 @@ import (
 // of writes per mode, a blip over 500 keys) that checks that every write reached every
 // instance and that the blip's writes are served fresh afterwards;
 // HYBRID_BENCH_CLUSTER=1 runs the figures and writes the chart to
-// results/12-cluster-scale.svg:
+// results/cluster-scale.svg:
 //
 //	HYBRID_BENCH_CLUSTER=1 go test -count=1 -v -timeout 30m -run TestFigureClusterScale .
 
@@ -444,7 +444,7 @@ func TestFigureClusterScale(t *testing.T) {
 	groups := csGroups(cells)
 	fmt.Print(csTable(groups))
 	if full {
-		path := filepath.Join("results", "12-cluster-scale.svg")
+		path := filepath.Join("results", "cluster-scale.svg")
 		if err := os.WriteFile(path, []byte(csChart(groups).svg()), 0o644); err != nil {
 			t.Fatal(err)
 		}
