@@ -175,7 +175,7 @@ func (c *Cache[V]) localMany(keys []string, distinct, noL1 bool, due *pastDue[V]
 			continue
 		}
 		if it, ok := c.lookup(key, noL1); ok {
-			if c.live(it) && (!c.held(it) || c.heldServable() || c.queued(key)) {
+			if c.live(it) && (!c.held(it) || c.heldServable(key) || c.queued(key)) {
 				if now := c.local.Now(); due != nil && it.t != nil && !it.absent && now >= it.t.due && refreshNow(it.t, now) {
 					due.refresh, due.held = append(due.refresh, key), append(due.held, it)
 				}

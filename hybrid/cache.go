@@ -94,6 +94,7 @@ type Cache[V any] struct {
 
 	flights flight.Group[V]
 	loss    lossState
+	down    downState
 	seqs    *seqState           // where no log is kept: catch-up by counters; nil: none
 	unver   unverifiedSet       // fills whose write-back failed (see unverified.go)
 	slots   *semaphore.Weighted // MaxConcurrentLoads; nil: unbounded

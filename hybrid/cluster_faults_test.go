@@ -81,6 +81,11 @@ const (
 	// this long after, so that writes meet both halves.
 	clusterMigratePause = 200 * time.Millisecond
 
+	// clusterHeldRecheck is how long after a read of a slot failed held
+	// entries of the slot may be served as they are, without a look
+	// (package hybrid's heldRecheck).
+	clusterHeldRecheck = time.Second
+
 	// clusterClients is the number of clients per instance.
 	clusterClients = 2
 )
@@ -192,12 +197,27 @@ func (f *failedGets) Get(ctx context.Context, keys []string) ([][]byte, error) {
 	return v, err
 }
 
-// during reports whether a Get of key failed within [from, to].
-func (f *failedGets) during(key string, from, to time.Time) bool {
+// slotDuring reports whether a Get of a key in slot (of a key as the
+// shared tier stores it) failed within [from, to].
+func (f *failedGets) slotDuring(slot uint16, from, to time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, g := range f.gets {
-		if !g.to.Before(from) && !g.from.After(to) && slices.ContainsFunc(g.keys, func(k string) bool { return strings.HasSuffix(k, ":"+key) }) {
+		if !g.to.Before(from) && !g.from.After(to) && slices.ContainsFunc(g.keys, func(k string) bool { return keyslot.Of(k) == slot }) {
+			return true
+		}
+	}
+	return false
+}
+
+// during reports whether a Get failed within [from, to]: of any key, as a
+// read of a value also reads records of other slots (its tags', the Clear
+// record), and a value whose records cannot be read is a miss.
+func (f *failedGets) during(from, to time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, g := range f.gets {
+		if !g.to.Before(from) && !g.from.After(to) {
 			return true
 		}
 	}
@@ -258,6 +278,12 @@ const clusterFaultBound = 2 * clusterPropagation
 const gapPropagation = "classic PUBLISH crosses the cluster bus to the subscribers' master; " +
 	"measured under -race on 2 cores: smallest passing Δ 20-100 ms in 15 runs of 16, 200 ms in one, its late reads applying no message meanwhile"
 
+// gapShardedFault is why a fault misses the single server's bound over
+// sharded pub/sub.
+const gapShardedFault = "a slot that moves or fails over unsubscribes the instances from its master: " +
+	"held entries are served for LossGrace until they resubscribe and catch up by the slot's counter; " +
+	"measured under -race on 2 cores: reads 100-280 ms behind a write around the move's end"
+
 // TestClusterFaults runs the scenarios on one private cluster per mode, in
 // order: healthy, cut, migrate, failover, kill (the last leaves the
 // killed master down).
@@ -298,16 +324,19 @@ func testClusterFaults(t *testing.T, m clusterMode) {
 		}, bound: clusterFaultBound, goal: histPropagation, gap: gapPropagation},
 		{name: "kill", fault: killMaster, lossy: true, bound: clusterFaultBound, goal: histPropagation, gap: gapPropagation},
 		// The bus's master killed too: a loss for as long as the election
-		// takes, which LossGrace is meant to bound.
-		{name: "kill-bus", fault: killMaster, busOnTarget: true, lossy: true, goal: histCutBound,
-			gap: "a read that fails on the killed master marks the whole shared tier down (one flag for all keys), " +
-				"so held entries of keys on the healthy masters are served without a look at Redis until the bus is back, 1-3 s stale"},
+		// takes, which LossGrace bounds. A read that fails on the killed
+		// master takes only its slot as down: held entries of keys on
+		// the masters that answer are read again past LossGrace.
+		{name: "kill-bus", fault: killMaster, busOnTarget: true, lossy: true, bound: histCutBound},
 	} {
 		if sc.busOnTarget && !m.bus.Classic {
 			// Over sharded pub/sub each master carries its own slots'
 			// messages: there is no one bus master, and "kill" kills
 			// the bus of the keys it faults already.
 			continue
+		}
+		if sc.fault != nil && !m.bus.Classic {
+			sc.gap = gapShardedFault
 		}
 		t.Run(sc.name, func(t *testing.T) { runClusterScenario(t, cl, m, sc) })
 	}
@@ -532,7 +561,7 @@ func runClusterScenario(t *testing.T, cl *redistest.Cluster, m clusterMode, sc c
 			return false
 		}
 		from, to := rec.start.Add(time.Duration(o.call)), rec.start.Add(time.Duration(o.ret))
-		if ins[o.inst].failed.during(o.key, from, to) {
+		if ins[o.inst].failed.during(from, to) {
 			degraded++
 			return true
 		}
@@ -590,9 +619,25 @@ func runClusterScenario(t *testing.T, cl *redistest.Cluster, m clusterMode, sc c
 	}
 
 	// Promise 4: the bound, then the goal.
+	// With a fault or cuts, a read's staleness is measured against the
+	// Sets and Deletes that returned nil (staleBehindAcks); a read served
+	// from L1 while reads of its slot were failing is the documented
+	// degradation (held entries served as they are while their part of
+	// the shared tier does not answer: on Cluster, while a master is
+	// down, and while the cluster as a whole refuses calls, CLUSTERDOWN,
+	// until a replica takes its place), counted apart.
+	acked := sc.fault != nil || sc.cut
+	outage := 0
 	over := func(bound time.Duration) []stale {
-		if sc.fault != nil {
-			return staleBehindAcks(h.ops, bound, func(key string) bool { return !sc.lossy || keyMaster[key] != master })
+		if acked {
+			bad := staleBehindAcks(h.ops, bound, func(key string) bool { return !sc.lossy || keyMaster[key] != master })
+			n := len(bad)
+			bad = slices.DeleteFunc(bad, func(st stale) bool {
+				from, to := rec.start.Add(time.Duration(st.read.call)-clusterHeldRecheck), rec.start.Add(time.Duration(st.read.ret))
+				return ins[st.read.inst].failed.slotDuring(keyslot.Of(ns+":"+st.read.key), from, to)
+			})
+			outage = n - len(bad)
+			return bad
 		}
 		if ds.found && ds.delta <= bound {
 			return nil
@@ -613,7 +658,7 @@ func runClusterScenario(t *testing.T, cl *redistest.Cluster, m clusterMode, sc c
 		if len(bad) == 0 {
 			return
 		}
-		if sc.fault == nil {
+		if !acked {
 			report("%s: %s, want one of at most %v (promise 4)", sc.name, got, bound)
 		} else {
 			report("%s: %d reads more than %v older than a Set or Delete that returned nil, want none (promise 4; keys on the faulted master left out: %v)", sc.name, len(bad), bound, sc.lossy)
@@ -627,6 +672,9 @@ func runClusterScenario(t *testing.T, cl *redistest.Cluster, m clusterMode, sc c
 	}
 	if sc.bound > 0 {
 		check(sc.bound, t.Errorf)
+		if outage > 0 {
+			t.Logf("%s: %d reads more than %v older than a Set or Delete that returned nil were served while reads of their slot failed (held entries served as they are)", sc.name, outage, sc.bound)
+		}
 	}
 	if sc.goal > 0 && len(over(sc.goal)) > 0 {
 		if clusterKnownGaps() {

@@ -32,12 +32,6 @@ type lossState struct {
 	// epoch counts the bus's loss reports: a replay ends the loss only if
 	// none came while it ran.
 	epoch atomic.Uint64
-	// downUntil is until when (UnixNano) the shared tier is taken as
-	// unreachable, after a read of a held entry failed: held entries are
-	// served without trying it again meanwhile.
-	downUntil atomic.Int64
-	// checking is set while a held entry is being checked (see checkHeld).
-	checking atomic.Bool
 	// probing is set while the probe of an unreachable shared tier runs
 	// (see watchShared).
 	probing atomic.Bool
@@ -173,17 +167,12 @@ func (c *Cache[V]) storedAge(s uint32) time.Duration {
 	return time.Duration(c.storedNow()-s) * time.Millisecond
 }
 
-// sharedDown reports whether a read of the shared tier failed within the
-// last heldRecheck.
-func (c *Cache[V]) sharedDown() bool {
-	return time.Now().UnixNano() < c.loss.downUntil.Load()
-}
-
-// heldServable reports whether an entry that held reports may be served
-// without a look at the shared tier, which was just found unreachable (a
-// batch serves such entries, and reads the others).
-func (c *Cache[V]) heldServable() bool {
-	if !c.sharedDown() {
+// heldServable reports whether an entry of key that held reports may be
+// served without a look at the shared tier, whose part holding key was
+// just found unreachable (a batch serves such entries, and reads the
+// others).
+func (c *Cache[V]) heldServable(key string) bool {
+	if !c.sharedDown(key) {
 		return false
 	}
 	c.n.heldServed.Add(1)
@@ -195,22 +184,40 @@ func (c *Cache[V]) heldServable() bool {
 // when it is an own write still queued for the shared tier, else by the
 // shared tier's value. ok is false when the shared tier does not hold a
 // live value: the caller then fills as for a miss. Without StrictLoss, one
-// check runs at a time: while it does, held entries are served as they are,
-// so that a shared tier that stopped answering keeps one read waiting, not
-// all; with it, every read looks.
+// check of a key runs at a time, and the other reads of the key wait for
+// it (until their ctx ends, or heldRecheck passes: then they are served
+// the held entry) and take what it stored; a check that fails marks its part of the shared tier
+// down (see down.go), so that a shared tier that stopped answering keeps
+// the reads of a key waiting once, for one read's timeout, not each. With
+// StrictLoss, every read looks.
 func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got item[V], ok bool) {
 	if c.queued(key) {
 		return it, true // our own write, not yet in the shared tier
 	}
-	if c.heldServable() {
-		return it, true
-	}
-	if !c.o.StrictLoss {
-		if !c.loss.checking.CompareAndSwap(false, true) {
+	for !c.o.StrictLoss {
+		if c.heldServable(key) {
+			return it, true
+		}
+		done, mine := c.beginCheck(key)
+		if mine {
+			defer c.endCheck(key)
+			break
+		}
+		if !c.awaitCheck(ctx, done) {
 			c.n.heldServed.Add(1)
 			return it, true
 		}
-		defer c.loss.checking.Store(false)
+		// The check stored what the shared tier holds, if it could read
+		// it; else the slot is down, or the entry is still held: again.
+		if cur, ok := c.local.Get(key); ok && c.live(cur) {
+			if !c.held(cur) {
+				return cur, true
+			}
+			it = cur
+		}
+	}
+	if c.o.StrictLoss && c.heldServable(key) {
+		return it, true
 	}
 	got, st := c.readRemote(ctx, key, c.vers.token(key), c.keyDefaults(key))
 	switch st {
@@ -226,6 +233,21 @@ func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got i
 	// Deleted, stale or undecodable in the shared tier: readRemoteMany
 	// dropped the held entry (see dropIfHeld).
 	return got, false
+}
+
+// awaitCheck waits until done is closed, and reports whether it was, unless
+// ctx ends or heldRecheck passes first: a check that a Remote without a
+// bound of its own keeps waiting holds the other reads that long at most.
+func (c *Cache[V]) awaitCheck(ctx context.Context, done <-chan struct{}) bool {
+	t := time.NewTimer(heldRecheck)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
 }
 
 // dropHeld drops key's L1 entry if it is still it, the held entry that a
@@ -245,8 +267,8 @@ func (c *Cache[V]) dropIfHeld(key string) {
 }
 
 // heldRecheck is how long held entries are served without trying the
-// shared tier again after it failed, unless the probe (see watchShared)
-// finds it answering sooner.
+// part of the shared tier that failed again (see down.go), unless the
+// probe (see watchShared) finds it answering sooner.
 const heldRecheck = time.Second
 
 // heldProbe is how often the probe tries the shared tier while it is taken
@@ -266,33 +288,35 @@ func (c *Cache[V]) watchShared() {
 	}
 }
 
-// probeShared reads the Clear record every heldProbe while the shared
-// tier is taken as unreachable during a bus loss: a failure keeps it so
-// for heldRecheck more, and the first answer ends it.
+// probeShared reads, every heldProbe while parts of the shared tier are
+// taken as unreachable during a bus loss, a key of each (the Clear record
+// on a single server, a key whose read failed on Cluster): a failure keeps
+// the part so for heldRecheck more, and the first answer ends it.
 func (c *Cache[V]) probeShared() {
 	defer c.loss.probing.Store(false)
-	for c.loss.lost.Load() && c.sharedDown() {
-		if !pause(c.stop, heldProbe) {
+	for c.loss.lost.Load() {
+		down := c.downProbes()
+		if len(down) == 0 || !pause(c.stop, heldProbe) {
 			return
 		}
-		err := c.probe()
-		switch {
-		case err == nil:
-			c.loss.downUntil.Store(0)
-			return
-		case failed(err):
-			c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+		for slot, key := range down {
+			switch err := c.probe(key); {
+			case err == nil:
+				c.answered(slot, true)
+			case failed(err):
+				c.answered(slot, false)
+			}
 		}
 	}
 }
 
-// probe reads the Clear record once, bounded by heldRecheck, to learn
-// whether the shared tier answers (OpProbe).
-func (c *Cache[V]) probe() error {
+// probe reads key, as the shared tier stores it, once, bounded by
+// heldRecheck, to learn whether the shared tier answers there (OpProbe).
+func (c *Cache[V]) probe(key string) error {
 	ctx, cancel := context.WithTimeout(c.stop, heldRecheck)
 	defer cancel()
 	return c.do(ctx, OpProbe, "", func(ctx context.Context) error {
-		_, err := c.remote.Get(ctx, []string{c.tagKey(clearTag)})
+		_, err := c.remote.Get(ctx, []string{key})
 		return err
 	})
 }

@@ -184,11 +184,11 @@ func (c *Cache[V]) readRemote(ctx context.Context, key string, tok token, p *pol
 	return res[0].it, res[0].st
 }
 
-// readFailed notes a failed read, which the caller answers from L1 and
-// load: logged, and the shared tier taken as unreachable for entries held
-// through a bus loss (see checkHeld).
-func (c *Cache[V]) readFailed(err error) {
-	c.loss.downUntil.Store(time.Now().Add(heldRecheck).UnixNano())
+// readFailed notes a failed read of keys, which the caller answers from L1
+// and load: logged, and the shared tier taken as unreachable where keys
+// are for entries held through a bus loss (see checkHeld, down.go).
+func (c *Cache[V]) readFailed(keys []string, err error) {
+	c.markDown(keys)
 	c.watchShared()
 	if failed(err) {
 		c.log.log(logL2, "hybrid: shared tier read failed; serving from L1 and load", "namespace", c.o.Namespace, "err", err)
@@ -278,7 +278,7 @@ func (c *Cache[V]) readRemoteMany(ctx context.Context, keys, full []string, toks
 		return nil, true
 	}
 	if err != nil {
-		c.readFailed(err)
+		c.readFailed(keys, err)
 		for i := range res {
 			res[i].st, res[i].err = readDown, err
 		}

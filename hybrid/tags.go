@@ -360,7 +360,7 @@ func recordOp(tag string) Op {
 // Redis is down waits for one call, not two. A record it cannot read or
 // extend costs the value a miss later, nothing more.
 func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
-	if c.remote == nil || time.Now().UnixNano() < c.loss.downUntil.Load()-int64(heldRecheck-knowPause) {
+	if c.remote == nil || time.Now().UnixNano() < c.down.last.Load()+int64(knowPause) {
 		return
 	}
 	c.knowTag(ctx, clearTag)

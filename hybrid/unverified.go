@@ -61,7 +61,7 @@ func (c *Cache[V]) verifyUnverified() {
 		if !pause(c.stop, heldProbe) {
 			return
 		}
-		err := c.probe()
+		err := c.probe(c.tagKey(clearTag))
 		if err != nil {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hybridcache/hybridcache/internal/keyslot"
 	"github.com/hybridcache/hybridcache/internal/message"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
@@ -255,5 +256,97 @@ func TestClusterSlotBatchAtomic(t *testing.T) {
 			t.Errorf("classic %v: {s}a = %q, %v", classic, v, err)
 		}
 		unsub()
+	}
+}
+
+// TestClusterAskedWriteAnnounced: while a slot migrates, a write of a key
+// that has moved to the importing master is asked there (ASK), and its
+// script's SPUBLISH reaches that master's shard only, while the
+// instances listen on the slot's owner until the move ends. The Store
+// announces such a write again on the owner: a subscriber hears it.
+func TestClusterAskedWriteAnnounced(t *testing.T) {
+	cl := redistest.StartCluster(t, redistest.ClusterOptions{Masters: 2})
+	ctx := t.Context()
+	prefix := redistest.Prefix(t) + ":"
+	// A client that reached every node before New: the Store hooks the
+	// node clients it has already, not only those it makes later.
+	rdb := cl.Client(t)
+	if err := rdb.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	s := l2.New(rdb, l2.Options{Prefix: prefix})
+	channel := prefix + "ch"
+	bus := invalidate.New(cl.Client(t), invalidate.Options{})
+	t.Cleanup(func() { bus.Close() })
+	h := &heardLog{more: make(chan struct{}, 1)}
+	unsub, err := bus.Subscribe(ctx, channel, h.add, func(bool) { h.add([]byte("loss")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unsub()
+
+	key, seq := "{m}k", "{m}seq"
+	write := func(v, msg string) {
+		t.Helper()
+		if _, err := s.Write(ctx, []tier.Write{{Key: key, Value: []byte(v), Seq: seq, Msg: []byte(msg)}}, tier.Feed{Channel: channel}); err != nil {
+			t.Fatalf("Write(%s): %v", msg, err)
+		}
+	}
+	write("a", "before the move")
+	h.waitFor(t, "before the move")
+
+	// Half a move: the slot MIGRATING on its master, IMPORTING on the
+	// other, the key and its counter moved there; the slot still served by
+	// its master, where the bus listens.
+	slot := int(keyslot.Of(prefix + key))
+	srcAddr, err := cl.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := cl.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstAddr := masters[0]
+	if dstAddr == srcAddr {
+		dstAddr = masters[1]
+	}
+	src, err := cl.Admin(srcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst, err := cl.Admin(dstAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcID, err := src.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dstID, err := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err(); err != nil {
+		t.Fatal(err)
+	}
+	port := dstAddr[strings.LastIndex(dstAddr, ":")+1:]
+	if err := src.Do(ctx, "MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", prefix+key, prefix+seq).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	write("b", "during the move")
+	pipe := dst.Pipeline()
+	pipe.Do(ctx, "ASKING")
+	held := pipe.Get(ctx, prefix+key)
+	if _, err := pipe.Exec(ctx); err != nil || !strings.HasSuffix(held.Val(), "b") {
+		t.Fatalf("the key on the importing master: %q, %v; want the write made there", held.Val(), err)
+	}
+	got := h.waitFor(t, "during the move")
+	if slices.Contains(got, "loss") {
+		t.Errorf("the bus reported a loss: %q", got)
 	}
 }

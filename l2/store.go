@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -103,6 +104,10 @@ type Store struct {
 	// (keyslot.Channel), on Redis Cluster unless Options.Classic.
 	sharded bool
 	info    tier.Info
+	// hooked is set once the node clients the client had before New are
+	// hooked too (see ask.go); hookMu makes one goroutine hook them.
+	hooked atomic.Bool
+	hookMu sync.Mutex
 	// evict is read once, at the first Info (see evictionAdvice).
 	evict     sync.Once
 	evictions []string
@@ -126,6 +131,7 @@ func New(rdb redis.UniversalClient, o Options) *Store {
 	s.sharded = s.topo == cluster && !o.Classic
 	s.info = tier.Info{Prefix: o.Prefix, Log: s.topo == single, AtomicBatch: s.topo == single, AtomicSlotBatch: s.topo == cluster, Sharded: s.sharded}
 	s.info.ReadBound, s.info.Advice = readBound(rdb, s.read.d)
+	s.watchAsks()
 	return s
 }
 

@@ -83,7 +83,13 @@ func (s *Store) Write(ctx context.Context, ws []tier.Write, f tier.Feed) (stored
 	}
 	stored = make([]bool, len(ws))
 	err = call(ctx, s.write, sub, func(ctx context.Context) error {
-		return s.writeAll(ctx, ws, f, stored)
+		ctx, watch := s.asked(ctx, f)
+		err := s.writeAll(ctx, ws, f, stored)
+		if watch != nil && watch.asked.Load() {
+			// Its slot is moving: see ask.go.
+			err = firstErr(err, s.republish(ctx, ws, f, stored))
+		}
+		return err
 	})
 	return stored, err
 }

@@ -558,6 +558,25 @@ func (c *Cluster) KillMaster(ctx context.Context, addr string) (string, error) {
 	return c.MasterOf(ctx, slots[0][0])
 }
 
+// Pause stops the node at addr (SIGSTOP, by pid): it keeps its
+// connections and answers nothing, as a hung server does, until resume
+// (SIGCONT), which is also run when tb ends. The other nodes take it for
+// failed after ClusterOptions.NodeTimeout, and a replica of a master then
+// takes its place: a test that wants neither pauses for less.
+func (c *Cluster) Pause(tb testing.TB, addr string) (resume func(), err error) {
+	n, err := c.node(addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("redistest: Pause %s: %w", addr, err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = n.cmd.Process.Signal(syscall.SIGCONT) }) }
+	tb.Cleanup(resume)
+	return resume, nil
+}
+
 // node returns the node at addr.
 func (c *Cluster) node(addr string) (*clusterNode, error) {
 	c.mu.Lock()
