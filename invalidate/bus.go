@@ -283,32 +283,40 @@ func (b *Bus) Subscribe(ctx context.Context, channel string, onMessage func(msg 
 	b.wmu.Unlock()
 
 	b.mu.Lock()
+	return b.awaitUp(ctx, s, func() bool { return cs.confirmed }, func() chan struct{} { return cs.ready }, b.unsubscribe)
+}
+
+// awaitUp waits, entered with b.mu held, until up reports s's channel
+// subscribed (ready returns a channel closed when it may be), then makes s
+// active and returns its unsubscribe function. When ctx ends or b closes
+// first, it removes s with unsub and fails.
+func (b *Bus) awaitUp(ctx context.Context, s *sub, up func() bool, ready func() chan struct{}, unsub func(*sub)) (unsubscribe func(), err error) {
 	for {
 		if b.closed {
 			b.mu.Unlock()
-			b.unsubscribe(s)
+			unsub(s)
 			return nil, ErrClosed
 		}
-		if cs.confirmed {
+		if up() {
 			s.active = true
 			b.mu.Unlock()
 			var once sync.Once
-			return func() { once.Do(func() { b.unsubscribe(s) }) }, nil
+			return func() { once.Do(func() { unsub(s) }) }, nil
 		}
-		ready := cs.ready
+		r := ready()
 		b.mu.Unlock()
 		select {
-		case <-ready:
+		case <-r:
 		case <-b.done:
 		case <-ctx.Done():
 			b.mu.Lock()
 			last := b.lastErr
 			b.mu.Unlock()
-			b.unsubscribe(s)
+			unsub(s)
 			if last != nil {
-				return nil, fmt.Errorf("invalidate: subscribe %q: %w (connection: %v)", channel, ctx.Err(), last)
+				return nil, fmt.Errorf("invalidate: subscribe %q: %w (connection: %v)", s.name, ctx.Err(), last)
 			}
-			return nil, fmt.Errorf("invalidate: subscribe %q: %w", channel, ctx.Err())
+			return nil, fmt.Errorf("invalidate: subscribe %q: %w", s.name, ctx.Err())
 		}
 		b.mu.Lock()
 	}

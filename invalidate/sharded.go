@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -201,35 +202,7 @@ func (b *Bus) subscribeSharded(ctx context.Context, channel string, s *sub) (uns
 	}
 	s.base = base
 	base.subs = append(base.subs, s)
-	for {
-		if b.closed {
-			b.mu.Unlock()
-			b.unsubscribeSharded(s)
-			return nil, ErrClosed
-		}
-		if base.up {
-			s.active = true
-			b.mu.Unlock()
-			var once sync.Once
-			return func() { once.Do(func() { b.unsubscribeSharded(s) }) }, nil
-		}
-		ready := base.ready
-		b.mu.Unlock()
-		select {
-		case <-ready:
-		case <-b.done:
-		case <-ctx.Done():
-			b.mu.Lock()
-			last := b.lastErr
-			b.mu.Unlock()
-			b.unsubscribeSharded(s)
-			if last != nil {
-				return nil, fmt.Errorf("invalidate: subscribe %q: %w (connection: %v)", channel, ctx.Err(), last)
-			}
-			return nil, fmt.Errorf("invalidate: subscribe %q: %w", channel, ctx.Err())
-		}
-		b.mu.Lock()
-	}
+	return b.awaitUp(ctx, s, func() bool { return base.up }, func() chan struct{} { return base.ready }, b.unsubscribeSharded)
 }
 
 // unsubscribeSharded removes s and, if it was its channel's last
@@ -265,11 +238,27 @@ func (b *Bus) unsubscribeSharded(s *sub) {
 		break
 	}
 	s.active = false
-	b.mu.Unlock()
+	// By connection, in the order of the slots.
+	byConn := map[*shardConn][]string{}
+	var conns []*shardConn
 	for _, ch := range gone {
-		// Its confirmation finds the channel gone, and is ignored.
-		if err := ch.conn.ps.SUnsubscribe(ch.conn.ctx, ch.name); err != nil {
-			b.killConn(ch.conn, fmt.Errorf("sunsubscribe %q: %w", ch.name, err))
+		if byConn[ch.conn] == nil {
+			conns = append(conns, ch.conn)
+		}
+		byConn[ch.conn] = append(byConn[ch.conn], ch.name)
+	}
+	for _, c := range conns {
+		// Those not sent yet are not to be.
+		c.toSend = slices.DeleteFunc(c.toSend, func(name string) bool { return sh.chans[name] == nil })
+	}
+	b.mu.Unlock()
+	for _, c := range conns {
+		// Written as the SSUBSCRIBEs were (see sendLoop); their
+		// confirmations find the channels gone, and are ignored.
+		if w := c.wire.Load(); w != nil {
+			if _, err := writeEach(w, nil, "SUNSUBSCRIBE", byConn[c]); err != nil {
+				b.killConn(c, fmt.Errorf("sunsubscribe: %w", err))
+			}
 		}
 	}
 	s.mu.Lock()
@@ -300,7 +289,7 @@ func (sh *sharded) loseChan(ch *shardChan, tell []*sub) []*sub {
 	return tell
 }
 
-// confirmSharded records Redis's confirmation of ch on c, and returns the
+// confirm records Redis's confirmation of ch on c, and returns the
 // subscribers to tell that their channel is restored.
 func (sh *sharded) confirm(c *shardConn, name string, tell []*sub) []*sub {
 	ch := sh.chans[name]
@@ -521,19 +510,28 @@ func (b *Bus) sendLoop(c *shardConn) {
 		names := c.toSend
 		c.toSend = nil
 		b.mu.Unlock()
-		w := c.wire.Load()
-		for len(names) > 0 {
-			buf = buf[:0]
-			for len(names) > 0 && len(buf) < 64<<10 {
-				buf = appendCommand(buf, "SSUBSCRIBE", names[0])
-				names = names[1:]
-			}
-			if _, err := w.Write(buf); err != nil {
-				b.killConn(c, fmt.Errorf("ssubscribe: %w", err))
-				return
-			}
+		var err error
+		if buf, err = writeEach(c.wire.Load(), buf, "SSUBSCRIBE", names); err != nil {
+			b.killConn(c, fmt.Errorf("ssubscribe: %w", err))
+			return
 		}
 	}
+}
+
+// writeEach writes the command cmd once for each of names to w, as many as
+// fit in 64 KiB per write, using buf, which it returns for reuse.
+func writeEach(w *rawConn, buf []byte, cmd string, names []string) ([]byte, error) {
+	for len(names) > 0 {
+		buf = buf[:0]
+		for len(names) > 0 && len(buf) < 64<<10 {
+			buf = appendCommand(buf, cmd, names[0])
+			names = names[1:]
+		}
+		if _, err := w.Write(buf); err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // appendCommand appends the command args to buf in the Redis protocol.

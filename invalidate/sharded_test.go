@@ -277,3 +277,55 @@ func TestShardedSlotNoOwner(t *testing.T) {
 	}
 	r.expect(t, "owned")
 }
+
+// TestShardedUnsubscribe: a channel's shard channels stay subscribed while
+// it has a subscriber, and its last subscriber's unsubscribe takes every
+// one of them off every master, on the connections that go on serving
+// the Bus's other channels.
+func TestShardedUnsubscribe(t *testing.T) {
+	ch, other := redistest.Prefix(t)+":a", redistest.Prefix(t)+":b"
+	rdb := newClusterClient(t)
+	b := newBus(t, newClusterClient(t), invalidate.Options{})
+	ctx := t.Context()
+	count := func() int {
+		var mu sync.Mutex
+		n := 0
+		err := rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			names, err := node.Do(ctx, "PUBSUB", "SHARDCHANNELS", ch+"*").StringSlice()
+			mu.Lock()
+			n += len(names)
+			mu.Unlock()
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	r1, r2, ro := newRecorder(), newRecorder(), newRecorder()
+	unsub1 := subscribe(t, b, ch, r1)
+	unsub2 := subscribe(t, b, ch, r2)
+	subscribe(t, b, other, ro)
+	if n := count(); n != 16384 {
+		t.Fatalf("subscribed: %d shard channels of %q on the masters, want 16384", n, ch)
+	}
+	unsub1()
+	if n := count(); n != 16384 {
+		t.Errorf("one of two subscribers gone: %d shard channels, want 16384", n)
+	}
+	publish(t, b, ch, "to the second")
+	r2.expect(t, "to the second")
+	unsub2()
+	deadline := time.Now().Add(wait)
+	for n := count(); n != 0; n = count() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the last subscriber gone: %d shard channels left, want 0", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	publish(t, b, other, "still")
+	ro.expect(t, "still")
+	if st := b.Stats(); st.Losses != 0 || st.Disconnects != 0 {
+		t.Errorf("Stats %+v: want no loss", st)
+	}
+}
