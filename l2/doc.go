@@ -71,8 +71,14 @@
 // that key's master, and a message sent on its own (a batch's, a
 // ReleaseLeases') goes on the shard channel in the slot of the channel's
 // name. A subscriber must subscribe every slot's shard channel, as
-// invalidate.Bus does on the same client. With Options.Classic, a PUBLISH
-// from a script reaches every node over the cluster bus. With a
+// invalidate.Bus does on the same client. While a slot migrates, a write
+// of a key that has moved is asked (ASK) to the importing master, whose
+// SPUBLISH reaches no subscriber until the move ends: the Store then
+// publishes the write's messages again on the slot's owner. To see such a
+// write, it adds a hook (redis.Hook) to the client's node clients, those
+// it makes later (OnNewNode) and those it has (ForEachShard, at the first
+// announced write). With Options.Classic, a PUBLISH from a script reaches
+// every node over the cluster bus. With a
 // Ring, which shards by key on the client side, each key of a batch gets
 // its own command, a lease's message is a PUBLISH of its own (to the
 // channel's shard), and a write's other messages reach its key's shard only.
