@@ -103,7 +103,8 @@ func (c *Cache[V]) leasing(e *policy) bool { return e.lease > 0 && c.remote != n
 // that a load slower than d is not taken over while it runs.
 func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 	h.stop, h.done = make(chan struct{}), make(chan struct{})
-	keys := c.leaseKeys(h.keys)
+	// Read once: the fill narrows h.keys while this runs (see storeLoaded).
+	keys, name := c.leaseKeys(h.keys), leaseName(h.keys)
 	c.wg.Add(1) // within the fill's own count, so never after Close's Wait
 	go func() {
 		defer c.wg.Done()
@@ -120,7 +121,7 @@ func (c *Cache[V]) keepAlive(h *heldLease, d time.Duration) {
 			}
 			ctx, cancel := context.WithTimeout(c.stop, d/3)
 			var held []bool
-			err := c.do(ctx, OpLeaseExtend, leaseName(h.keys), func(ctx context.Context) (err error) {
+			err := c.do(ctx, OpLeaseExtend, name, func(ctx context.Context) (err error) {
 				held, err = c.remote.ExtendLeases(ctx, keys, h.token, d)
 				return err
 			})
