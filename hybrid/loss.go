@@ -186,10 +186,10 @@ func (c *Cache[V]) heldServable(key string) bool {
 // live value: the caller then fills as for a miss. Without StrictLoss, one
 // check of a key runs at a time, and the other reads of the key wait for
 // it (until their ctx ends, or heldRecheck passes: then they are served
-// the held entry) and take what it stored; a check that fails marks its part of the shared tier
-// down (see down.go), so that a shared tier that stopped answering keeps
-// the reads of a key waiting once, for one read's timeout, not each. With
-// StrictLoss, every read looks.
+// the held entry) and take what it stored; a check that fails marks its
+// part of the shared tier down (see down.go), so that a shared tier that
+// stopped answering keeps the reads of a key waiting once, for one read's
+// timeout, not each. With StrictLoss, every read looks.
 func (c *Cache[V]) checkHeld(ctx context.Context, key string, it item[V]) (got item[V], ok bool) {
 	if c.queued(key) {
 		return it, true // our own write, not yet in the shared tier
