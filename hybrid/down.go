@@ -19,7 +19,8 @@ import (
 // downState is the unreachable parts of the shared tier, by hash slot (slot
 // 0 for every key but on Cluster).
 type downState struct {
-	// last is when (UnixNano) a read of the shared tier last failed.
+	// last is when (UnixNano) a read or a probe of the shared tier last
+	// failed, 0 once a probe found it answering (see knowTags).
 	last atomic.Int64
 	// any is the latest until of slots; none is down once it has passed
 	// (the hot path's one load).
@@ -124,10 +125,13 @@ func (c *Cache[V]) answered(slot uint16, up bool) {
 		return
 	}
 	if !up {
-		s.until = time.Now().Add(heldRecheck).UnixNano()
+		now := time.Now()
+		d.last.Store(now.UnixNano())
+		s.until = now.Add(heldRecheck).UnixNano()
 		d.any.Store(max(d.any.Load(), s.until))
 		return
 	}
+	d.last.Store(0)
 	delete(d.slots, slot)
 }
 

@@ -357,16 +357,25 @@ func recordOp(tag string) Op {
 // costs a round trip for a record this instance does not know yet, or
 // whose lifetime it extends; none otherwise, and none right after a read
 // of the shared tier failed (within knowPause), so that a write while
-// Redis is down waits for one call, not two. A record it cannot read or
-// extend costs the value a miss later, nothing more.
-func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
+// Redis is down waits for one call, not two. It returns an error when a
+// record this instance does not know could not be read or made: a value
+// written then would count as deleted once another instance finds the
+// record missing, so Set and SetMany do not write it (a fill's write-back
+// goes ahead: its value costs a miss later, nothing more). A record it
+// knows but cannot extend costs the value a miss later, nothing more.
+func (c *Cache[V]) knowTags(ctx context.Context, tags []string) error {
 	if c.remote == nil || time.Now().UnixNano() < c.down.last.Load()+int64(knowPause) {
-		return
+		return nil
 	}
-	c.knowTag(ctx, clearTag)
+	if err := c.knowTag(ctx, clearTag); err != nil {
+		return err
+	}
 	for _, tag := range tags {
-		c.knowTag(ctx, tag)
+		if err := c.knowTag(ctx, tag); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // knowPause is how long after a failed read of the shared tier knowTags
@@ -374,15 +383,17 @@ func (c *Cache[V]) knowTags(ctx context.Context, tags []string) {
 const knowPause = 100 * time.Millisecond
 
 // knowTag is knowTags for one tag.
-func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
+func (c *Cache[V]) knowTag(ctx context.Context, tag string) error {
 	r, ok := c.tags.record(tag)
 	if !ok {
-		c.readTag(ctx, tag)
-		return
+		if _, ok := c.readTag(ctx, tag); !ok {
+			return fmt.Errorf("hybrid: the shared tier's record of %s could not be read, so a value written now could count as deleted later: not written", recordName(tag))
+		}
+		return nil
 	}
 	now := time.Now()
 	if r.until >= now.Add(tagLife(&c.o)).UnixMilli() {
-		return
+		return nil
 	}
 	// Extend the record's lifetime, if it still is the one known here.
 	epoch := c.tags.currentEpoch()
@@ -390,12 +401,23 @@ func (c *Cache[V]) knowTag(ctx context.Context, tag string) {
 	w := tier.Write{Key: c.tagKey(tag), Value: b, TTL: recordLife(&c.o, tag), If: tier.IfEqual, Old: b}
 	stored, err := c.writeFeed(ctx, recordOp(tag), tag, []tier.Write{w}, tier.Feed{})
 	if err != nil {
-		return
+		return nil
 	}
 	if stored[0] {
 		c.tags.learn(epoch, tag, r.t, recordUntil(&c.o, tag, now.UnixMilli()))
-		return
+		return nil
 	}
 	c.tags.forget(tag) // deleted anew, or lost: read it again
-	c.readTag(ctx, tag)
+	if _, ok := c.readTag(ctx, tag); !ok {
+		return fmt.Errorf("hybrid: the shared tier's record of %s could not be read, so a value written now could count as deleted later: not written", recordName(tag))
+	}
+	return nil
+}
+
+// recordName names tag's record in errors.
+func recordName(tag string) string {
+	if tag == clearTag {
+		return "Clear"
+	}
+	return fmt.Sprintf("tag %q", tag)
 }

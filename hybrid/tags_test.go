@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/hybridcache/hybridcache/hybrid"
 	"github.com/hybridcache/hybridcache/internal/redistest"
 	"github.com/hybridcache/hybridcache/invalidate"
+	"github.com/hybridcache/hybridcache/l2"
 )
 
 func setTagged(t testing.TB, c *hybrid.Cache[string], key, v string, tags ...string) {
@@ -322,5 +324,53 @@ func TestClearRecordUnreadable(t *testing.T) {
 	s.remote.FailWith(nil)
 	if v, ok := getString(t, b, "k"); !ok || v != "v" {
 		t.Errorf("clear record readable again: got %q %v, want v", v, ok)
+	}
+}
+
+// clearFailRemote is an l2.Store whose reads of the Clear record fail
+// while fail is set.
+type clearFailRemote struct {
+	*l2.Store
+	fail atomic.Bool
+}
+
+func (r *clearFailRemote) Get(ctx context.Context, keys []string) ([][]byte, error) {
+	if r.fail.Load() && slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":\x00clear") }) {
+		return nil, errors.New("clearFailRemote: injected read failure")
+	}
+	return r.Store.Get(ctx, keys)
+}
+
+// TestSetUnknownClearRecord: a Set whose Clear record the instance does
+// not know and cannot read writes nothing and returns an error. Written
+// anyway, the value would count as deleted for good once another instance
+// found the record missing and made it (as after a restart that came back
+// empty): a Set that returned nil, read by no one. Once the record can be
+// read, the Set is written and read everywhere.
+func TestSetUnknownClearRecord(t *testing.T) {
+	ns := redistest.Prefix(t)
+	newClient := singleNode(nil)
+	rdb := newClient(t)
+	r := &clearFailRemote{Store: l2.New(rdb, l2.Options{})}
+	a := newTestCache[string](t, hybrid.Options{Namespace: ns, Remote: r})
+	b := newTestCache[string](t, hybrid.Options{Namespace: ns, Remote: l2.New(newClient(t), l2.Options{})})
+	ctx := context.Background()
+	r.fail.Store(true)
+	err := a.Set(ctx, "k", "v1")
+	if err == nil || !strings.Contains(err.Error(), "Clear") {
+		t.Fatalf("Set with the Clear record unreadable: %v, want an error naming the Clear record", err)
+	}
+	if n, err := rdb.Exists(ctx, ns+":k").Result(); err != nil || n != 0 {
+		t.Fatalf("after the refused Set, Redis holds the key: %d, %v; want nothing written", n, err)
+	}
+	if _, ok, err := a.Get(ctx, "k"); err != nil || ok {
+		t.Errorf("A: Get after the refused Set: %v, %v; want a miss (L1 does not keep what was not written)", ok, err)
+	}
+	r.fail.Store(false)
+	if err := a.Set(ctx, "k", "v2"); err != nil {
+		t.Fatalf("Set with the Clear record readable: %v", err)
+	}
+	if v, ok, err := b.Get(ctx, "k"); err != nil || !ok || v != "v2" {
+		t.Errorf("B: Get = %q, %v, %v; want %q", v, ok, err, "v2")
 	}
 }

@@ -43,8 +43,9 @@ func (c *Cache[V]) set(ctx context.Context, key string, v V, e *policy, version 
 // loaded, or not wanted).
 func (c *Cache[V]) setLoaded(ctx context.Context, key string, v V, e *policy, version string, took time.Duration) error {
 	ttl, localTTL := c.lifetimes(e)
+	var unknown error // a record knowTags could not make sure of
 	if e.skip&SkipRemoteWrite == 0 {
-		c.knowTags(ctx, e.tags)
+		unknown = c.knowTags(ctx, e.tags)
 	}
 	b, err := c.encodeLoaded(key, v, ttl, e.tags, version, took)
 	if err != nil {
@@ -54,7 +55,13 @@ func (c *Cache[V]) setLoaded(ctx context.Context, key string, v V, e *policy, ve
 	tok := c.vers.bumpToken(key)
 	here := e.skip&SkipRemoteWrite != 0 && c.remote != nil // L1 only
 	if !here {
-		err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl), e.skip)
+		if unknown != nil {
+			// Not written, as a write that failed (the read that failed
+			// is counted): returned, or queued.
+			err = c.enqueue(c.pendingOf(key, b, e.physical(ttl), e.skip), fmt.Errorf("hybrid: set %q: %w", key, unknown))
+		} else {
+			err = c.writeAndAnnounce(ctx, key, b, e.physical(ttl), e.skip)
+		}
 		if err != nil && !errors.Is(err, ErrQueued) {
 			c.vers.bump(key)
 			c.local.Delete(key)

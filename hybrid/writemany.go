@@ -78,8 +78,9 @@ func (c *Cache[V]) SetMany(ctx context.Context, items map[string]V, opts ...Entr
 		v, err := c.out(items[key], nil)
 		ttl, localTTL := c.lifetimes(p)
 		if err == nil {
-			c.knowTags(ctx, p.tags)
-			b.bs[i], err = c.encode(key, v, ttl, p.tags, "")
+			if err = c.knowTags(ctx, p.tags); err == nil {
+				b.bs[i], err = c.encode(key, v, ttl, p.tags, "")
+			}
 		}
 		if err != nil {
 			errs = append(errs, err)
