@@ -324,6 +324,20 @@ func (c *Cluster) Addrs() []string {
 	return out
 }
 
+// BusPorts returns the cluster bus ports of the nodes Addrs returns, in
+// its order.
+func (c *Cluster) BusPorts() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for _, n := range c.nodes {
+		if !n.dead {
+			out = append(out, n.bus)
+		}
+	}
+	return out
+}
+
 // Client returns a go-redis cluster client seeded with Addrs, closed when
 // tb ends.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
