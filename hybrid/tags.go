@@ -3,6 +3,7 @@ package hybrid
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"github.com/hybridcache/hybridcache/tier"
 	"math"
@@ -263,7 +264,8 @@ func (c *Cache[V]) tagDeleted(ctx context.Context, tags []string, written int64)
 func (c *Cache[V]) recordDeleted(ctx context.Context, tag string, written int64) bool {
 	t, ok := c.tags.lookup(tag)
 	if !ok {
-		if t, ok = c.readTag(ctx, tag); !ok {
+		var err error
+		if t, err = c.readTag(ctx, tag); err != nil {
 			return true
 		}
 	}
@@ -298,45 +300,45 @@ func (c *Cache[V]) tagKnownDeleted(tags []string, written int64) bool {
 // missing record is written anew (see the top of this file): the time it
 // was found missing, unless another instance wrote one first, which is
 // then read and learnt.
-func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, bool) {
+func (c *Cache[V]) readTag(ctx context.Context, tag string) (int64, error) {
 	if c.remote == nil {
-		return 0, true
+		return 0, nil
 	}
 	op := recordOp(tag)
 	epoch := c.tags.currentEpoch()
 	for attempt := 0; ; attempt++ {
 		b, found, err := c.readRecord(ctx, op, tag, c.tagKey(tag))
 		if err != nil {
-			return 0, false
+			return 0, err
 		}
 		if found {
 			t, ok := decodeTagRecord(b)
 			if !ok {
 				c.n.decodeErrors.Add(1)
-				return 0, false
+				return 0, errors.New("hybrid: the record does not decode")
 			}
 			c.tags.learn(epoch, tag, t, recordUntil(&c.o, tag, t))
 			// A record written this very millisecond (another instance
 			// found it missing): a value this instance writes from now on
 			// must not count as written in it.
 			time.Sleep(time.Until(time.UnixMilli(t + 1)))
-			return t, true
+			return t, nil
 		}
 		if attempt > 0 {
-			return 0, false // written and gone again at once: unknown
+			return 0, errors.New("hybrid: the record was written and gone again at once") // unknown
 		}
 		now := time.Now().UnixMilli()
 		w := tier.Write{Key: c.tagKey(tag), Value: encodeTagRecord(now), TTL: recordLife(&c.o, tag), If: tier.IfAbsent}
 		stored, err := c.writeFeed(ctx, op, tag, []tier.Write{w}, tier.Feed{})
 		if err != nil {
-			return 0, false
+			return 0, err
 		}
 		if stored[0] {
 			c.tags.learn(epoch, tag, now, recordUntil(&c.o, tag, now))
 			// A value this instance writes from now on must not count as
 			// written in the record's millisecond.
 			time.Sleep(time.Until(time.UnixMilli(now + 1)))
-			return now, true
+			return now, nil
 		}
 	}
 }
@@ -386,8 +388,8 @@ const knowPause = 100 * time.Millisecond
 func (c *Cache[V]) knowTag(ctx context.Context, tag string) error {
 	r, ok := c.tags.record(tag)
 	if !ok {
-		if _, ok := c.readTag(ctx, tag); !ok {
-			return fmt.Errorf("hybrid: the shared tier's record of %s could not be read, so a value written now could count as deleted later: not written", recordName(tag))
+		if _, err := c.readTag(ctx, tag); err != nil {
+			return unknownRecord(tag, err)
 		}
 		return nil
 	}
@@ -408,16 +410,18 @@ func (c *Cache[V]) knowTag(ctx context.Context, tag string) error {
 		return nil
 	}
 	c.tags.forget(tag) // deleted anew, or lost: read it again
-	if _, ok := c.readTag(ctx, tag); !ok {
-		return fmt.Errorf("hybrid: the shared tier's record of %s could not be read, so a value written now could count as deleted later: not written", recordName(tag))
+	if _, err := c.readTag(ctx, tag); err != nil {
+		return unknownRecord(tag, err)
 	}
 	return nil
 }
 
-// recordName names tag's record in errors.
-func recordName(tag string) string {
-	if tag == clearTag {
-		return "Clear"
+// unknownRecord is the error of a write not made because the record of
+// tag could not be read or made (err).
+func unknownRecord(tag string, err error) error {
+	name := "the Clear record"
+	if tag != clearTag {
+		name = fmt.Sprintf("the record of tag %q", tag)
 	}
-	return fmt.Sprintf("tag %q", tag)
+	return fmt.Errorf("hybrid: %s could not be read, so a value written now could count as deleted later: not written: %w", name, err)
 }

@@ -357,7 +357,7 @@ func TestSetUnknownClearRecord(t *testing.T) {
 	ctx := context.Background()
 	r.fail.Store(true)
 	err := a.Set(ctx, "k", "v1")
-	if err == nil || !strings.Contains(err.Error(), "Clear") {
+	if err == nil || !strings.Contains(err.Error(), "Clear record") {
 		t.Fatalf("Set with the Clear record unreadable: %v, want an error naming the Clear record", err)
 	}
 	if n, err := rdb.Exists(ctx, ns+":k").Result(); err != nil || n != 0 {

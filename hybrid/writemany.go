@@ -78,9 +78,10 @@ func (c *Cache[V]) SetMany(ctx context.Context, items map[string]V, opts ...Entr
 		v, err := c.out(items[key], nil)
 		ttl, localTTL := c.lifetimes(p)
 		if err == nil {
-			if err = c.knowTags(ctx, p.tags); err == nil {
-				b.bs[i], err = c.encode(key, v, ttl, p.tags, "")
+			if b.unknown == nil {
+				b.unknown = c.knowTags(ctx, p.tags)
 			}
+			b.bs[i], err = c.encode(key, v, ttl, p.tags, "")
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -134,6 +135,9 @@ type writeBatch[V any] struct {
 	// how long.
 	vs        []V
 	localTTLs []time.Duration
+	// unknown, for a SetMany, is why a record its values carry could not
+	// be made sure of (see knowTags): then nothing is written.
+	unknown error
 }
 
 func (b *writeBatch[V]) del() bool { return b.op == OpDeleteMany }
@@ -178,7 +182,11 @@ func (c *Cache[V]) writeMany(ctx context.Context, b *writeBatch[V], e *policy) e
 	var err error
 	var stored []bool
 	if shared {
-		stored, err = c.writeShared(ctx, b, e.skip)
+		if b.unknown != nil {
+			err = b.unknown // not written, as a write that failed (see knowTags)
+		} else {
+			stored, err = c.writeShared(ctx, b, e.skip)
+		}
 		kept, err = c.failedMany(b, stored, err, e.skip)
 	} else {
 		for i := range kept {
