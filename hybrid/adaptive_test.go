@@ -69,10 +69,18 @@ func waitStored(t testing.TB, rdb redis.UniversalClient, ns, key string) stored 
 // writes (if any) by then. It returns in's shared-tier calls.
 func settled(t testing.TB, in *instance, ns, key string) remoteCalls {
 	t.Helper()
+	valueWrites := func() int64 {
+		c := in.remote.calls()
+		return c.WriteAlways + c.WriteIfAbsent + c.WriteBatch + c.WriteAnnounced + c.WriteIfEqual + c.WriteReleasing
+	}
+	writes := valueWrites()
 	if _, err := in.c.GetOrCreate(context.Background(), key, func(context.Context, string) (string, error) { return "control", nil }); err != nil {
 		t.Fatal(err)
 	}
 	waitStored(t, in.rdb, ns, key)
+	// Redis may hold the value before the Write that made it has returned,
+	// and a call is counted when it returns.
+	waitFor(t, 5*time.Second, "the control write to be counted", func() bool { return valueWrites() > writes }, nil)
 	return in.remote.calls()
 }
 
