@@ -313,13 +313,9 @@ func (c *Cluster) Dir() string { return c.dir }
 // Addrs returns the addresses of the nodes still running, masters and
 // replicas, as seeds for a cluster client.
 func (c *Cluster) Addrs() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []string
-	for _, n := range c.nodes {
-		if !n.dead {
-			out = append(out, n.addr)
-		}
+	for _, n := range c.live() {
+		out = append(out, n.addr)
 	}
 	return out
 }
@@ -327,13 +323,9 @@ func (c *Cluster) Addrs() []string {
 // BusPorts returns the cluster bus ports of the nodes Addrs returns, in
 // its order.
 func (c *Cluster) BusPorts() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []int
-	for _, n := range c.nodes {
-		if !n.dead {
-			out = append(out, n.bus)
-		}
+	for _, n := range c.live() {
+		out = append(out, n.bus)
 	}
 	return out
 }
